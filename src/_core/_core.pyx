@@ -1,0 +1,15 @@
+# cython: language_level=3
+"""rmq._core: the compiled core of rmq.
+
+Bytes in, parsed objects out: the remoting frame codec (JSON and ROCKETMQ
+headers, streaming splitter), the hot body codecs, and CRC-32. No I/O, and no
+calls back into the server. The pure-Python reference is rmq.fallback.
+"""
+
+include "jsonio.pxi"
+include "codec.pxi"
+include "bodies.pxi"
+include "crc32.pxi"
+
+# The typed public surface is src/rmq/_core.pyi (installed beside the module).
+IMPLEMENTATION = "compiled"

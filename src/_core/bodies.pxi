@@ -1,0 +1,410 @@
+# Hot body codecs: the Java-tolerant JSON reader and writer, RegisterBrokerBody
+# (JSON and compressed), TopicRouteData encoding. Reference: rmq/fallback/bodies.py.
+
+import zlib as _zlib
+
+DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
+
+
+def json_loads(data):
+    """Parse a JSON body as Java writes it (legacy unquoted int keys allowed)."""
+    cdef Py_buffer view
+    cdef JReader r
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        r.start = <const uint8_t*>view.buf
+        r.p = r.start
+        r.end = r.start + view.len
+        r.kind = ERR_BODY
+        r.depth = 0
+        r.legacy_keys = True
+        return jr_document(&r)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------- writer
+
+cdef int wb_scalar_or_container(WBuf* b, object o, bint legacy, int depth) except -1:
+    cdef int overflow = 0
+    cdef long long v
+    if depth > MAX_DEPTH:
+        raise BodyError("cannot encode body: nesting too deep (or a reference cycle)")
+    if o is None:
+        return wb_put(b, b"null", 4)
+    if o is True:
+        return wb_put(b, b"true", 4)
+    if o is False:
+        return wb_put(b, b"false", 5)
+    if PyUnicode_Check(o):
+        return wb_str(b, o, not legacy)
+    if PyLong_Check(o):
+        v = PyLong_AsLongLongAndOverflow(o, &overflow)
+        if overflow == 0:
+            return wb_int(b, v)
+        s = int.__repr__(o).encode("ascii")
+        return wb_put(b, <const char*>s, len(s))
+    if PyFloat_Check(o):
+        if not isfinite(PyFloat_AS_DOUBLE(o)):
+            raise BodyError(f"cannot encode body: out of range float value {o!r}")
+        s = float.__repr__(o).encode("ascii")
+        return wb_put(b, <const char*>s, len(s))
+    if PyDict_Check(o):
+        return wb_dict(b, o, legacy, depth)
+    if PyList_Check(o) or PyTuple_Check(o):
+        wb_byte(b, 91)
+        first = True
+        for item in o:
+            if not first:
+                wb_byte(b, 44)
+            first = False
+            wb_scalar_or_container(b, item, legacy, depth + 1)
+        return wb_byte(b, 93)
+    raise BodyError(f"cannot encode body: Object of type {type(o).__name__} is not JSON serializable")
+
+
+cdef int wb_key(WBuf* b, object k, bint legacy) except -1:
+    cdef int overflow = 0
+    cdef long long v
+    if PyUnicode_Check(k):
+        return wb_str(b, k, not legacy)
+    if PyLong_Check(k) and not PyBool_Check(k):
+        if legacy:              # Java's legacy form: Long map keys unquoted
+            v = PyLong_AsLongLongAndOverflow(k, &overflow)
+            if overflow == 0:
+                return wb_int(b, v)
+            s = int.__repr__(k).encode("ascii")
+            return wb_put(b, <const char*>s, len(s))
+        return wb_str(b, int.__repr__(k), True)
+    if not legacy:              # what json.dumps does with other scalar keys
+        if k is True:
+            return wb_put(b, b'"true"', 6)
+        if k is False:
+            return wb_put(b, b'"false"', 7)
+        if k is None:
+            return wb_put(b, b'"null"', 6)
+        if PyFloat_Check(k):
+            return wb_str(b, float.__repr__(k), True)
+    raise BodyError(f"cannot encode body: JSON keys must be str or int, not {type(k).__name__}")
+
+
+cdef int wb_dict(WBuf* b, dict d, bint legacy, int depth) except -1:
+    cdef bint first = True
+    wb_byte(b, 123)
+    for k, v in d.items():
+        if not first:
+            wb_byte(b, 44)
+        first = False
+        wb_key(b, k, legacy)
+        wb_byte(b, 58)
+        wb_scalar_or_container(b, v, legacy, depth + 1)
+    return wb_byte(b, 125)
+
+
+def json_dumps(obj, bint legacy=False):
+    """Compact JSON bytes of ``obj`` in dict order; ``legacy`` writes int keys
+    unquoted and non-ASCII as UTF-8, the standard form quotes keys and escapes."""
+    cdef WBuf b
+    wb_init(&b, 1024)
+    try:
+        try:
+            wb_scalar_or_container(&b, obj, legacy, 0)
+        except UnicodeEncodeError as e:
+            raise BodyError(f"cannot encode body: {e}") from None
+        return wb_bytes(&b)
+    finally:
+        wb_free(&b)
+
+
+# ---------------------------------------------------------------- RegisterBrokerBody
+
+cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
+    return n >= 2 and (p[0] & 0x0F) == 8 and ((<unsigned>p[0] << 8) | p[1]) % 31 == 0
+
+
+cdef bytes inflate(data, Py_ssize_t max_inflated):
+    d = _zlib.decompressobj()
+    try:
+        out = d.decompress(data, max_inflated)
+    except _zlib.error as e:
+        raise BodyError(f"compressed body does not inflate: {e}") from None
+    if d.unconsumed_tail:
+        raise BodyError(f"compressed body inflates beyond {max_inflated} bytes")
+    if not d.eof:
+        raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
+    return out
+
+
+cdef struct BReader:
+    const uint8_t* p
+    const uint8_t* end
+    const uint8_t* start
+
+
+cdef int32_t br_int32(BReader* r, str what) except? -1:
+    cdef int32_t v
+    if r.end - r.p < 4:
+        raise BodyError(f"compressed body truncated reading {what} at byte {r.p - r.start}")
+    v = be32(r.p)
+    r.p += 4
+    return v
+
+
+cdef const uint8_t* br_chunk(BReader* r, str what, Py_ssize_t* n) except NULL:
+    cdef int32_t k = br_int32(r, what + " length")
+    if k < 0 or k > r.end - r.p:
+        raise BodyError(f"compressed body: {what} length {k} exceeds the "
+                        f"{r.end - r.p} bytes left")
+    n[0] = k
+    r.p += k
+    return r.p - k
+
+
+cdef object chunk_json(BReader* r, str what):
+    cdef Py_ssize_t n
+    cdef const uint8_t* s = br_chunk(r, what, &n)
+    return json_loads(PyBytes_FromStringAndSize(<const char*>s, n))
+
+
+cdef int32_t parse_int32(const uint8_t* s, Py_ssize_t n, str what) except? -1:
+    # Java's Integer.parseInt: optional sign, ASCII digits, int32.
+    cdef Py_ssize_t i = 0
+    cdef long long v = 0
+    cdef bint neg = False
+    if n > 0 and (s[0] == 43 or s[0] == 45):
+        neg = s[0] == 45
+        i = 1
+    if i == n or n - i > 11:
+        raise BodyError(f"compressed topic config: {what} is not an int32: "
+                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
+    while i < n:
+        if not 48 <= s[i] <= 57:
+            raise BodyError(f"compressed topic config: {what} is not an integer: "
+                            f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
+        v = v * 10 + (s[i] - 48)
+        i += 1
+    if neg:
+        v = -v
+    if v < -2147483648 or v > 2147483647:
+        raise BodyError(f"compressed topic config: {what} out of int32 range: {v}")
+    return <int32_t>v
+
+
+cdef object span_str(const uint8_t* s, Py_ssize_t n):
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
+    except UnicodeDecodeError:
+        raise BodyError(f"compressed topic config is not valid UTF-8: "
+                        f"{PyBytes_FromStringAndSize(<const char*>s, min(n, 64))!r}") from None
+
+
+cdef dict decode_topic_config_line(const uint8_t* s, Py_ssize_t n):
+    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]",
+    # split on ' ' as Java's String.split (trailing empty fields dropped).
+    cdef const uint8_t* starts[6]
+    cdef Py_ssize_t lens[6]
+    cdef int k = 0
+    cdef Py_ssize_t i, at = 0
+    cdef dict tc
+    for i in range(n):
+        if s[i] >= 128:
+            span_str(s, n)     # the whole line must be UTF-8
+            break
+    while n > 0 and s[n - 1] == 32:
+        n -= 1
+    for i in range(n + 1):
+        if i == n or s[i] == 32:
+            if k < 6:
+                starts[k] = s + at
+                lens[k] = i - at
+            k += 1
+            at = i + 1
+    if k < 5:
+        raise BodyError(f"compressed topic config has {k} fields, needs 5: "
+                        f"{PyUnicode_DecodeUTF8(<const char*>s, min(n, 100), 'replace')!r}")
+    tc = {}
+    if k >= 6:
+        attrs = json_loads(PyBytes_FromStringAndSize(<const char*>starts[5], lens[5]))
+        if not PyDict_Check(attrs):
+            raise BodyError("compressed topic config attributes are not an object")
+        tc["attributes"] = attrs
+    tc["order"] = False
+    tc["perm"] = parse_int32(starts[3], lens[3], "perm")
+    tc["readQueueNums"] = parse_int32(starts[1], lens[1], "readQueueNums")
+    tc["topicFilterType"] = span_str(starts[4], lens[4])
+    tc["topicName"] = span_str(starts[0], lens[0])
+    tc["topicSysFlag"] = 0
+    tc["writeQueueNums"] = parse_int32(starts[2], lens[2], "writeQueueNums")
+    return tc
+
+
+cdef dict decode_compressed(data, Py_ssize_t max_inflated):
+    cdef bytes raw = inflate(data, max_inflated)
+    cdef BReader r
+    cdef int32_t count, i
+    cdef Py_ssize_t n
+    cdef const uint8_t* s
+    cdef dict table = {}, wrapper, mappings
+    r.start = <const uint8_t*>PyBytes_AS_STRING(raw)
+    r.p = r.start
+    r.end = r.start + len(raw)
+    wrapper = {"dataVersion": chunk_json(&r, "dataVersion")}
+    count = br_int32(&r, "topic count")
+    if count < 0 or count > (r.end - r.p) // 4:
+        raise BodyError(f"compressed body: topic count {count} exceeds what the body can hold")
+    for i in range(count):
+        s = br_chunk(&r, "topic config", &n)
+        tc = decode_topic_config_line(s, n)
+        PyDict_SetItem(table, tc["topicName"], tc)
+    wrapper["topicConfigTable"] = table
+    filter_servers = chunk_json(&r, "filterServerList")
+    if r.end - r.p >= 4:        # 5.x brokers append topic queue mappings
+        count = br_int32(&r, "mapping count")
+        if count < 0 or count > (r.end - r.p) // 4:
+            raise BodyError(f"compressed body: mapping count {count} exceeds what the body can hold")
+        mappings = {}
+        for i in range(count):
+            info = chunk_json(&r, "topic queue mapping")
+            if not PyDict_Check(info):
+                raise BodyError("compressed body: topic queue mapping is not an object")
+            mappings[info.get("topic")] = info
+        wrapper["topicQueueMappingInfoMap"] = mappings
+    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+
+
+def decode_register_broker_body(data, Py_ssize_t max_inflated=DEFAULT_MAX_INFLATED):
+    """Decode a RegisterBrokerBody, JSON or zlib-compressed (told apart by content:
+    5.x brokers may send a compressed body while the header says otherwise)."""
+    cdef Py_buffer view
+    cdef bint z
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        z = is_zlib(<const uint8_t*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    if z:
+        return decode_compressed(data, max_inflated)
+    body = json_loads(data)
+    if not PyDict_Check(body):
+        raise BodyError(f"RegisterBrokerBody is not a JSON object: {type(body).__name__}")
+    return body
+
+
+cdef int wb_be32_chunk(WBuf* b, bytes s) except -1:
+    wb_be32(b, <int32_t>len(s))
+    return wb_put(b, PyBytes_AS_STRING(s), len(s))
+
+
+def encode_register_broker_body(body, bint compressed=False):
+    """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
+    cdef WBuf b
+    if not compressed:
+        return json_dumps(body)
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    table = wrapper.get("topicConfigTable") or {}
+    wb_init(&b, 64 + 48 * len(table))
+    try:
+        wb_be32_chunk(&b, json_dumps(wrapper.get("dataVersion") or {}))
+        wb_be32(&b, <int32_t>len(table))
+        for tc in table.values():
+            line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
+                             str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
+                             str(tc.get("topicFilterType", "SINGLE_TAG"))))
+            if tc.get("attributes") is not None:
+                line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
+            wb_be32_chunk(&b, line.encode("utf-8"))
+        wb_be32_chunk(&b, json_dumps(body.get("filterServerList") or [], legacy=True))
+        mappings = wrapper.get("topicQueueMappingInfoMap")
+        if mappings is not None:
+            wb_be32(&b, <int32_t>len(mappings))
+            for info in mappings.values():
+                wb_be32_chunk(&b, json_dumps(info, legacy=True))
+        return _zlib.compress(wb_bytes(&b), 9)
+    finally:
+        wb_free(&b)
+
+
+# ---------------------------------------------------------------- TopicRouteData
+
+cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
+    addrs = bd.get("brokerAddrs") or {}
+    items = [(int(k), v) for k, v in addrs.items()]
+    if not legacy:          # standard form sorts map keys (MapSortField)
+        items.sort(key=_first)
+    wb_put(b, b'{"brokerAddrs":{', 16)
+    first = True
+    for k, v in items:
+        if not first:
+            wb_byte(b, 44)
+        first = False
+        wb_key(b, k, legacy)
+        wb_byte(b, 58)
+        wb_scalar_or_container(b, v, legacy, 3)
+    wb_put(b, b'},"brokerName":', 15)
+    wb_scalar_or_container(b, bd.get("brokerName"), legacy, 2)
+    wb_put(b, b',"cluster":', 11)
+    wb_scalar_or_container(b, bd.get("cluster"), legacy, 2)
+    if "enableActingMaster" in bd:
+        wb_put(b, b',"enableActingMaster":', 22)
+        wb_scalar_or_container(b, bool(bd["enableActingMaster"]), legacy, 2)
+    zone = bd.get("zoneName")
+    if zone is not None:
+        wb_put(b, b',"zoneName":', 12)
+        wb_scalar_or_container(b, zone, legacy, 2)
+    return wb_byte(b, 125)
+
+
+def _first(kv):
+    return kv[0]
+
+
+def encode_topic_route_data(route, bint legacy=False):
+    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
+    cdef WBuf b
+    cdef bint first
+    wb_init(&b, 512)
+    try:
+        try:
+            wb_put(&b, b'{"brokerDatas":[', 16)
+            first = True
+            for bd in route.get("brokerDatas") or ():
+                if not first:
+                    wb_byte(&b, 44)
+                first = False
+                wb_broker_data(&b, bd, legacy)
+            wb_put(&b, b'],"filterServerTable":', 22)
+            fst = route.get("filterServerTable") or {}
+            wb_dict(&b, fst if legacy else dict(sorted(fst.items())), legacy, 1)
+            otc = route.get("orderTopicConf")
+            if otc is not None:
+                wb_put(&b, b',"orderTopicConf":', 18)
+                wb_scalar_or_container(&b, otc, legacy, 1)
+            wb_put(&b, b',"queueDatas":[', 15)
+            first = True
+            for qd in route.get("queueDatas") or ():
+                if not first:
+                    wb_byte(&b, 44)
+                first = False
+                wb_put(&b, b'{"brokerName":', 14)
+                wb_scalar_or_container(&b, qd.get("brokerName"), legacy, 2)
+                wb_put(&b, b',"perm":', 8)
+                wb_scalar_or_container(&b, qd.get("perm", 6), legacy, 2)
+                wb_put(&b, b',"readQueueNums":', 17)
+                wb_scalar_or_container(&b, qd.get("readQueueNums", 0), legacy, 2)
+                wb_put(&b, b',"topicSysFlag":', 16)
+                wb_scalar_or_container(&b, qd.get("topicSysFlag", qd.get("topicSynFlag", 0)),
+                                       legacy, 2)
+                wb_put(&b, b',"writeQueueNums":', 18)
+                wb_scalar_or_container(&b, qd.get("writeQueueNums", 0), legacy, 2)
+                wb_byte(&b, 125)
+            wb_byte(&b, 93)
+            tqm = route.get("topicQueueMappingByBroker")
+            if tqm is not None:
+                wb_put(&b, b',"topicQueueMappingByBroker":', 29)
+                wb_scalar_or_container(&b, tqm, legacy, 1)
+            wb_byte(&b, 125)
+        except UnicodeEncodeError as e:
+            raise BodyError(f"cannot encode body: {e}") from None
+        return wb_bytes(&b)
+    finally:
+        wb_free(&b)

@@ -1,0 +1,689 @@
+# The remoting frame codec.
+#
+# Frame: int32 length | int32 (serializeType << 24 | headerLen) | header | body
+# The reference is rmq/fallback/codec.py; both must agree on every input.
+
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+
+from rmq.errors import (CorruptFrame, FrameTooLarge, HeaderError, ProtocolError,
+                        UnknownSerializeType, BodyError)
+from rmq.protocol import CURRENT_VERSION as _CURRENT_VERSION, LANGUAGES as _LANGUAGES_T
+
+cdef enum:
+    SER_JSON = 0
+    SER_ROCKETMQ = 1
+    FLAG_RESPONSE = 1
+    FLAG_ONEWAY = 2
+    DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+cdef int CURRENT_VERSION = _CURRENT_VERSION
+cdef tuple LANGUAGES = tuple(_LANGUAGES_T)      # interned names, index = binary code
+cdef dict LANGUAGE_CODES = {name: i for i, name in enumerate(LANGUAGES)}
+cdef str LANG_JAVA = LANGUAGES[0]
+cdef str S_JSON = "JSON"
+cdef str S_ROCKETMQ = "ROCKETMQ"
+cdef bytes EMPTY = b""
+
+cdef int32_t _opaque_counter = 0
+
+
+cdef inline int32_t next_opaque() noexcept:
+    # Java's RemotingCommand.requestId: a process-wide counter wrapping as int32.
+    global _opaque_counter
+    cdef int32_t v = _opaque_counter
+    _opaque_counter = <int32_t>(<uint32_t>v + 1u)
+    return v
+
+
+@cython.freelist(256)
+@cython.final
+cdef class RemotingCommand:
+    """One remoting command: a request or a response, with header and body."""
+
+    cdef public int32_t code
+    cdef public str language
+    cdef public int32_t version
+    cdef public int32_t opaque
+    cdef public int32_t flag
+    cdef public object remark
+    cdef public object ext_fields
+    cdef public object body
+    cdef public str serialize_type
+
+    def __init__(self, int32_t code=0, *, str language="JAVA", int32_t version=CURRENT_VERSION,
+                 int32_t opaque=0, int32_t flag=0, remark=None, ext_fields=None, body=b"",
+                 str serialize_type="JSON"):
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = ext_fields
+        self.body = body
+        self.serialize_type = serialize_type
+
+    @classmethod
+    def request(cls, int32_t code, ext_fields=None, body=b"", *, bint oneway=False, opaque=None,
+                str serialize_type="JSON", str language="JAVA", int32_t version=CURRENT_VERSION):
+        """A request with the next process-wide opaque (unless one is given)."""
+        cdef RemotingCommand c = RemotingCommand.__new__(RemotingCommand)
+        c.code = code
+        c.language = language
+        c.version = version
+        c.opaque = next_opaque() if opaque is None else <int32_t>opaque
+        c.flag = FLAG_ONEWAY if oneway else 0
+        c.remark = None
+        c.ext_fields = ext_fields
+        c.body = bytes(body)
+        c.serialize_type = serialize_type
+        return c
+
+    def response(self, int32_t code=0, remark=None, ext_fields=None, body=b"", *,
+                 int32_t version=CURRENT_VERSION):
+        """The answer to this request: same opaque and serialize type, response bit set."""
+        cdef RemotingCommand c = RemotingCommand.__new__(RemotingCommand)
+        c.code = code
+        c.language = LANG_JAVA
+        c.version = version
+        c.opaque = self.opaque
+        c.flag = FLAG_RESPONSE
+        c.remark = remark
+        c.ext_fields = ext_fields
+        c.body = bytes(body)
+        c.serialize_type = self.serialize_type
+        return c
+
+    @property
+    def is_response(self):
+        return (self.flag & FLAG_RESPONSE) != 0
+
+    @property
+    def is_oneway(self):
+        return (self.flag & FLAG_ONEWAY) != 0
+
+    def __eq__(self, other):
+        if type(other).__name__ != "RemotingCommand":
+            return NotImplemented
+        return (self.code == other.code and self.language == other.language
+                and self.version == other.version and self.opaque == other.opaque
+                and self.flag == other.flag and self.remark == other.remark
+                and self.ext_fields == other.ext_fields and self.body == other.body
+                and self.serialize_type == other.serialize_type)
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return (_rebuild_command, (self.code, self.language, self.version, self.opaque, self.flag,
+                                   self.remark, self.ext_fields, self.body, self.serialize_type))
+
+    def __repr__(self):
+        kind = "response" if self.flag & FLAG_RESPONSE else "request"
+        return (f"<RemotingCommand {kind} code={self.code} opaque={self.opaque} flag={self.flag} "
+                f"language={self.language} version={self.version} remark={self.remark!r} "
+                f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
+
+
+def _rebuild_command(code, language, version, opaque, flag, remark, ext_fields, body, stype):
+    return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
+                           remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
+
+
+# ---------------------------------------------------------------- JSON header decode
+
+cdef inline bint key_is(const uint8_t* s, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept:
+    return n == m and memcmp(s, name, m) == 0
+
+
+cdef str jr_language(JReader* r):
+    cdef const uint8_t* s
+    cdef Py_ssize_t n, i
+    cdef int flags
+    cdef str name
+    jr_ws(r)
+    if r.end - r.p >= 4 and memcmp(r.p, b"null", 4) == 0:
+        r.p += 4
+        return LANG_JAVA
+    if r.p >= r.end or r.p[0] != 34:
+        raise HeaderError(f"header field 'language' is not a string at byte {r.p - r.start}")
+    jr_scan_string(r, &s, &n, &flags)
+    if flags == 0:
+        for i in range(len(LANGUAGES)):
+            name = <str>LANGUAGES[i]
+            if PyUnicode_GET_LENGTH(name) == n and memcmp(PyUnicode_DATA(name), s, n) == 0:
+                return name
+    return jr_decode_span(r, s, n, flags)
+
+
+cdef object jr_opt_string(JReader* r, str field):
+    jr_ws(r)
+    if r.end - r.p >= 4 and memcmp(r.p, b"null", 4) == 0:
+        r.p += 4
+        return None
+    if r.p >= r.end or r.p[0] != 34:
+        raise HeaderError(f"header field {field!r} is not a string at byte {r.p - r.start}")
+    return jr_string(r)
+
+
+cdef object jr_ext_fields(JReader* r):
+    """extFields: string values; numbers keep their text and booleans become
+    "true"/"false" (ali-ons sends them), null values are dropped like Java's."""
+    cdef dict d
+    cdef const uint8_t* s
+    cdef Py_ssize_t n
+    cdef int lit
+    cdef bint is_int
+    cdef uint8_t c
+    jr_ws(r)
+    if r.end - r.p >= 4 and memcmp(r.p, b"null", 4) == 0:
+        r.p += 4
+        return None
+    if r.p >= r.end or r.p[0] != 123:
+        raise HeaderError(f"header field 'extFields' is not an object at byte {r.p - r.start}")
+    d = {}
+    r.p += 1
+    jr_ws(r)
+    if r.p < r.end and r.p[0] == 125:
+        r.p += 1
+        return d
+    while True:
+        jr_ws(r)
+        k = jr_key(r)
+        jr_expect(r, 58, "':'")
+        jr_ws(r)
+        if r.p >= r.end:
+            jr_fail(r, "unexpected end of data")
+        c = r.p[0]
+        if c == 34:
+            PyDict_SetItem(d, k, jr_string(r))
+        elif c == 45 or 48 <= c <= 57:
+            s = r.p
+            jr_scan_number(r, &is_int)
+            PyDict_SetItem(d, k, ascii_str(s, r.p - s))
+        elif c == 123 or c == 91:
+            s = r.p
+            jr_skip(r)
+            raise HeaderError(f"ext field {k!r} has a non-scalar value: "
+                              f"{PyUnicode_DecodeUTF8(<const char*>s, min(r.p - s, 80), 'replace')}")
+        else:
+            lit = jr_literal(r)
+            if lit == 1:
+                PyDict_SetItem(d, k, "true")
+            elif lit == 0:
+                PyDict_SetItem(d, k, "false")
+            elif lit == 2:
+                d.pop(k, None)
+            else:
+                jr_fail(r, "unexpected character")
+        jr_ws(r)
+        if r.p < r.end and r.p[0] == 44:
+            r.p += 1
+            continue
+        if r.p < r.end and r.p[0] == 125:
+            r.p += 1
+            return d
+        jr_fail(r, "expected ',' or '}'")
+
+
+cdef int decode_json_header(RemotingCommand cmd, const uint8_t* data, Py_ssize_t n) except -1:
+    cdef JReader r
+    cdef const uint8_t* s
+    cdef Py_ssize_t kn
+    cdef int flags
+    r.start = data
+    r.p = data
+    r.end = data + n
+    r.kind = ERR_HEADER
+    r.depth = 0
+    r.legacy_keys = False
+    jr_ws(&r)
+    if r.p >= r.end or r.p[0] != 123:
+        if r.p < r.end and (r.p[0] == 91 or r.p[0] == 34 or r.p[0] == 45 or 48 <= r.p[0] <= 57):
+            jr_skip(&r)
+            jr_ws(&r)
+            if r.p == r.end:
+                raise HeaderError("JSON header is not an object")
+        jr_fail(&r, "expected '{'")
+    r.p += 1
+    jr_ws(&r)
+    if r.p < r.end and r.p[0] == 125:
+        r.p += 1
+    else:
+        while True:
+            jr_ws(&r)
+            if r.p >= r.end or r.p[0] != 34:
+                jr_fail(&r, "expected a string key")
+            jr_scan_string(&r, &s, &kn, &flags)
+            if flags:
+                # An escaped or non-ASCII key is never a known field; validate it.
+                jr_decode_span(&r, s, kn, flags)
+                kn = -1
+            jr_expect(&r, 58, "':'")
+            if key_is(s, kn, "code", 4):
+                jr_int32(&r, &cmd.code, "code")
+            elif key_is(s, kn, "opaque", 6):
+                jr_int32(&r, &cmd.opaque, "opaque")
+            elif key_is(s, kn, "flag", 4):
+                jr_int32(&r, &cmd.flag, "flag")
+            elif key_is(s, kn, "version", 7):
+                jr_int32(&r, &cmd.version, "version")
+            elif key_is(s, kn, "language", 8):
+                cmd.language = jr_language(&r)
+            elif key_is(s, kn, "extFields", 9):
+                cmd.ext_fields = jr_ext_fields(&r)
+            elif key_is(s, kn, "remark", 6):
+                cmd.remark = jr_opt_string(&r, "remark")
+            else:
+                jr_skip(&r)     # serializeTypeCurrentRPC, and fields of newer peers
+            jr_ws(&r)
+            if r.p < r.end and r.p[0] == 44:
+                r.p += 1
+                continue
+            if r.p < r.end and r.p[0] == 125:
+                r.p += 1
+                break
+            jr_fail(&r, "expected ',' or '}'")
+    # Trailing whitespace is allowed (the C++ client ends its header with '\n').
+    jr_ws(&r)
+    if r.p != r.end:
+        jr_fail(&r, "extra data after the header object")
+    return 0
+
+
+# ---------------------------------------------------------------- binary header decode
+
+cdef inline int32_t be32(const uint8_t* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int16_t be16(const uint8_t* p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
+
+
+cdef object utf8_field(const uint8_t* s, Py_ssize_t n, str what):
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
+    except UnicodeDecodeError as e:
+        raise HeaderError(f"{what} is not valid UTF-8 at byte {e.start}") from None
+
+
+cdef object binary_key(const uint8_t* s, Py_ssize_t n):
+    cdef Py_ssize_t i
+    for i in range(n):
+        if s[i] >= 128:
+            return utf8_field(s, n, "ext key")
+    return cached_key(s, n)
+
+
+cdef int decode_binary_header(RemotingCommand cmd, const uint8_t* d, Py_ssize_t n) except -1:
+    cdef Py_ssize_t pos, end
+    cdef int32_t remark_len, ext_len, vlen
+    cdef int16_t klen
+    cdef uint8_t lang
+    cdef dict ext
+    if n < 21:
+        raise HeaderError(f"ROCKETMQ header truncated: {n} bytes, the fixed part is 21")
+    cmd.code = be16(d)
+    lang = d[2]
+    cmd.version = be16(d + 3)
+    cmd.opaque = be32(d + 5)
+    cmd.flag = be32(d + 9)
+    remark_len = be32(d + 13)
+    pos = 17
+    if remark_len < 0 or remark_len > n - pos - 4:
+        raise HeaderError(f"ROCKETMQ header remark length {remark_len} exceeds the header ({n} bytes)")
+    if remark_len:
+        cmd.remark = utf8_field(d + pos, remark_len, "remark")
+    pos += remark_len
+    ext_len = be32(d + pos)
+    pos += 4
+    if ext_len < 0 or ext_len > n - pos:
+        raise HeaderError(f"ROCKETMQ header ext length {ext_len} exceeds the header ({n} bytes)")
+    if ext_len:
+        ext = {}
+        end = pos + ext_len
+        while pos < end:
+            if end - pos < 2:
+                raise HeaderError(f"ROCKETMQ ext field truncated at byte {pos}")
+            klen = be16(d + pos)
+            pos += 2
+            if klen < 0 or klen > end - pos - 4:
+                raise HeaderError(f"ROCKETMQ ext key length {klen} exceeds the ext fields")
+            k = binary_key(d + pos, klen)
+            pos += klen
+            vlen = be32(d + pos)
+            pos += 4
+            if vlen < 0 or vlen > end - pos:
+                raise HeaderError(f"ROCKETMQ ext value length {vlen} exceeds the ext fields")
+            PyDict_SetItem(ext, k, utf8_field(d + pos, vlen, "ext value"))
+            pos += vlen
+        cmd.ext_fields = ext
+    cmd.language = <str>LANGUAGES[lang] if lang < len(LANGUAGES) else str(lang)
+    return 0
+
+
+# ---------------------------------------------------------------- frame decode
+
+cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length):
+    """One frame from p = everything after the length prefix (length bytes)."""
+    cdef uint32_t word
+    cdef uint32_t stype, header_len
+    cdef RemotingCommand cmd
+    if length < 4:
+        raise CorruptFrame(f"frame length {length} is shorter than the 4-byte header length field")
+    word = <uint32_t>be32(p)
+    stype = word >> 24
+    header_len = word & 0xFFFFFF
+    if header_len > length - 4:
+        raise CorruptFrame(f"header length {header_len} exceeds the frame ({length - 4} bytes after it)")
+    cmd = RemotingCommand.__new__(RemotingCommand)
+    cmd.language = LANG_JAVA
+    if stype == SER_JSON:
+        cmd.serialize_type = S_JSON
+        decode_json_header(cmd, p + 4, header_len)
+    elif stype == SER_ROCKETMQ:
+        cmd.serialize_type = S_ROCKETMQ
+        decode_binary_header(cmd, p + 4, header_len)
+    else:
+        raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
+    if length - 4 - header_len:
+        cmd.body = PyBytes_FromStringAndSize(<const char*>p + 4 + header_len,
+                                             length - 4 - header_len)
+    else:
+        cmd.body = EMPTY
+    return cmd
+
+
+cdef int check_length(int64_t length, Py_ssize_t max_frame_length) except -1:
+    if length < 0:
+        raise CorruptFrame(f"negative frame length {length}")
+    if length + 4 > max_frame_length:
+        raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the maximum of {max_frame_length}")
+    return 0
+
+
+def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
+    """Decode one complete frame, 4-byte length prefix included."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    cdef int32_t length
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        if view.len < 8:
+            raise CorruptFrame(f"frame of {view.len} bytes is shorter than the 8-byte minimum")
+        length = be32(p)
+        check_length(length, max_frame_length)
+        if length != view.len - 4:
+            raise CorruptFrame(f"frame length {length} does not match the {view.len - 4} bytes after it")
+        return decode_payload(p + 4, length)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------- encode
+
+cdef int wb_be32(WBuf* b, int32_t v) except -1:
+    cdef uint8_t t[4]
+    t[0] = (<uint32_t>v >> 24) & 0xFF
+    t[1] = (<uint32_t>v >> 16) & 0xFF
+    t[2] = (<uint32_t>v >> 8) & 0xFF
+    t[3] = <uint32_t>v & 0xFF
+    return wb_put(b, <const char*>t, 4)
+
+
+cdef int wb_be16(WBuf* b, int16_t v) except -1:
+    cdef uint8_t t[2]
+    t[0] = (<uint16_t>v >> 8) & 0xFF
+    t[1] = <uint16_t>v & 0xFF
+    return wb_put(b, <const char*>t, 2)
+
+
+cdef object ext_str(k, v):
+    if PyUnicode_Check(v):
+        return v
+    if PyBool_Check(v):
+        return "true" if v else "false"
+    if PyLong_Check(v):
+        return str(v)
+    raise ProtocolError(f"ext field {k!r} must be a string, got {type(v).__name__}")
+
+
+cdef int encode_json_header(WBuf* b, RemotingCommand cmd) except -1:
+    # Java (fastjson) writes bean fields in alphabetical order and omits nulls.
+    cdef bint first
+    wb_put(b, b'{"code":', 8)
+    wb_int(b, cmd.code)
+    if cmd.ext_fields is not None:
+        wb_put(b, b',"extFields":{', 14)
+        first = True
+        for k, v in (<dict?>cmd.ext_fields).items():
+            if not first:
+                wb_byte(b, 44)
+            first = False
+            if not PyUnicode_Check(k):
+                raise ProtocolError(f"ext field names must be strings, got {k!r}")
+            wb_str(b, k, False)
+            wb_byte(b, 58)
+            wb_str(b, ext_str(k, v), False)
+        wb_byte(b, 125)
+    wb_put(b, b',"flag":', 8)
+    wb_int(b, cmd.flag)
+    wb_put(b, b',"language":', 12)
+    wb_str(b, cmd.language, False)
+    wb_put(b, b',"opaque":', 10)
+    wb_int(b, cmd.opaque)
+    if cmd.remark is not None:
+        wb_put(b, b',"remark":', 10)
+        wb_str(b, cmd.remark, False)
+    wb_put(b, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    wb_int(b, cmd.version)
+    return wb_byte(b, 125)
+
+
+cdef int language_byte(str language) except -1:
+    code = LANGUAGE_CODES.get(language)
+    if code is not None:
+        return code
+    if language.isdigit() and int(language) < 256:
+        return int(language)
+    return 7   # OTHER
+
+
+cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
+    cdef const char* s
+    cdef Py_ssize_t n, ext_at
+    if not -32768 <= cmd.code <= 32767:
+        raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
+    if not -32768 <= cmd.version <= 32767:
+        raise ProtocolError(f"version {cmd.version} does not fit the int16 of a ROCKETMQ header")
+    wb_be16(b, <int16_t>cmd.code)
+    wb_byte(b, <char>language_byte(cmd.language))
+    wb_be16(b, <int16_t>cmd.version)
+    wb_be32(b, cmd.opaque)
+    wb_be32(b, cmd.flag)
+    if cmd.remark:
+        s = PyUnicode_AsUTF8AndSize(cmd.remark, &n)
+        wb_be32(b, <int32_t>n)
+        wb_put(b, s, n)
+    else:
+        wb_be32(b, 0)
+    ext_at = b.len
+    wb_be32(b, 0)
+    if cmd.ext_fields:
+        for k, v in (<dict?>cmd.ext_fields).items():
+            if not PyUnicode_Check(k):
+                raise ProtocolError(f"ext field names must be strings, got {k!r}")
+            s = PyUnicode_AsUTF8AndSize(k, &n)
+            if n > 32767:
+                raise ProtocolError(f"ext key of {n} bytes does not fit an int16 length")
+            wb_be16(b, <int16_t>n)
+            wb_put(b, s, n)
+            s = PyUnicode_AsUTF8AndSize(ext_str(k, v), &n)
+            wb_be32(b, <int32_t>n)
+            wb_put(b, s, n)
+    n = b.len - ext_at - 4
+    b.len = ext_at
+    wb_be32(b, <int32_t>n)
+    b.len = ext_at + 4 + n
+    return 0
+
+
+def encode_frame(RemotingCommand cmd):
+    """Encode ``cmd`` as a complete frame in its own serialize type."""
+    cdef WBuf b
+    cdef Py_buffer body
+    cdef int stype
+    cdef Py_ssize_t header_len, length
+    if cmd.serialize_type == S_JSON:
+        stype = SER_JSON
+    elif cmd.serialize_type == S_ROCKETMQ:
+        stype = SER_ROCKETMQ
+    else:
+        raise UnknownSerializeType(f"unknown serialize type {cmd.serialize_type!r} "
+                                   f"(expected one of ('JSON', 'ROCKETMQ'))")
+    PyObject_GetBuffer(cmd.body if cmd.body is not None else EMPTY, &body, PyBUF_SIMPLE)
+    wb_init(&b, 256 + body.len)
+    try:
+        b.len = 8
+        if stype == SER_JSON:
+            encode_json_header(&b, cmd)
+        else:
+            encode_binary_header(&b, cmd)
+        header_len = b.len - 8
+        if header_len > 0xFFFFFF:
+            raise ProtocolError(f"header of {header_len} bytes exceeds the 24-bit header length")
+        length = 4 + header_len + body.len
+        if length > 2147483647 - 4:
+            raise ProtocolError(f"frame of {length} bytes does not fit the int32 length field")
+        wb_put(&b, <const char*>body.buf, body.len)
+        b.len = 0
+        wb_be32(&b, <int32_t>length)
+        wb_be32(&b, <int32_t>((stype << 24) | header_len))
+        b.len = 4 + length
+        return wb_bytes(&b)
+    finally:
+        PyBuffer_Release(&body)
+        wb_free(&b)
+
+
+# ---------------------------------------------------------------- streaming
+
+cdef enum:
+    KEEP_BUFFER = 256 * 1024   # a larger idle buffer is freed, not kept per connection
+
+
+@cython.final
+cdef class FrameDecoder:
+    """Splits a byte stream into commands; any chunking gives the same commands.
+
+    Only an incomplete frame is ever copied: complete frames are decoded
+    straight from the caller's buffer. After an error the stream is unusable
+    (the server closes the connection) and every later ``feed`` raises again.
+    """
+
+    cdef uint8_t* buf
+    cdef Py_ssize_t len
+    cdef Py_ssize_t cap
+    cdef readonly Py_ssize_t max_frame_length
+    cdef object error
+
+    def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
+        if max_frame_length < 8:
+            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
+        self.max_frame_length = max_frame_length
+        self.buf = NULL
+        self.len = 0
+        self.cap = 0
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    @property
+    def buffered(self):
+        """Bytes held for a frame not yet complete."""
+        return self.len
+
+    cdef int reserve(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = self.cap
+        cdef uint8_t* nb
+        if need <= cap:
+            return 0
+        if cap < 4096:
+            cap = 4096
+        while cap < need:
+            cap *= 2
+        nb = <uint8_t*>realloc(self.buf, cap)
+        if nb == NULL:
+            raise MemoryError()
+        self.buf = nb
+        self.cap = cap
+        return 0
+
+    cdef void reset(self) noexcept:
+        self.len = 0
+        if self.cap > KEEP_BUFFER:
+            free(self.buf)
+            self.buf = NULL
+            self.cap = 0
+
+    cdef Py_ssize_t take(self, const uint8_t* p, Py_ssize_t n, list out) except -1:
+        """Complete the buffered frame from p; returns the bytes of p consumed."""
+        cdef Py_ssize_t used = 0, step
+        cdef int32_t length
+        if self.len < 4:
+            step = min(4 - self.len, n)
+            self.reserve(self.len + step)
+            memcpy(self.buf + self.len, p, step)
+            self.len += step
+            used = step
+            if self.len < 4:
+                return used
+        length = be32(self.buf)
+        check_length(length, self.max_frame_length)
+        step = min(4 + <Py_ssize_t>length - self.len, n - used)
+        self.reserve(self.len + step)
+        memcpy(self.buf + self.len, p + used, step)
+        self.len += step
+        used += step
+        if self.len == 4 + <Py_ssize_t>length:
+            cmd = decode_payload(self.buf + 4, length)
+            self.reset()
+            PyList_Append(out, cmd)
+        return used
+
+    def feed(self, data):
+        """Add bytes from the stream; returns the commands completed by them."""
+        cdef Py_buffer view
+        cdef const uint8_t* p
+        cdef Py_ssize_t n, pos = 0
+        cdef int32_t length
+        cdef list out = []
+        if self.error is not None:
+            raise type(self.error)(f"decoder failed earlier: {self.error}")
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            p = <const uint8_t*>view.buf
+            n = view.len
+            if self.len:
+                pos = self.take(p, n, out)
+            if self.len == 0:
+                while n - pos >= 4:
+                    length = be32(p + pos)
+                    check_length(length, self.max_frame_length)
+                    if n - pos - 4 < length:
+                        break
+                    PyList_Append(out, decode_payload(p + pos + 4, length))
+                    pos += 4 + length
+                if pos < n:
+                    self.take(p + pos, n - pos, out)
+        except ProtocolError as e:
+            self.error = e
+            self.len = 0
+            self.reset()
+            e.decoded = out
+            raise
+        finally:
+            PyBuffer_Release(&view)
+        return out

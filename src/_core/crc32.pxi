@@ -1,0 +1,63 @@
+# CRC-32 (zlib / java.util.zip.CRC32) through the run-time dispatched C kernels.
+
+cdef extern from "crc32.h" nogil:
+    uint32_t rmq_crc32(uint32_t crc, const void* data, size_t len)
+    const char* rmq_crc32_kernel()
+    int rmq_crc32_set_kernel(const char* name)
+    const char* rmq_crc32_kernels_available()
+
+cdef enum:
+    # Below this size releasing the GIL costs more than the CRC itself
+    # (measured: bench/test_bench_crc32.py, see README).
+    CRC32_NOGIL_THRESHOLD = 64 * 1024
+
+
+def crc32(data, unsigned long value=0):
+    """CRC-32/IEEE of ``data`` (any bytes-like) continuing from ``value``, as zlib.crc32."""
+    cdef Py_buffer view
+    cdef uint32_t crc = <uint32_t>value
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len >= CRC32_NOGIL_THRESHOLD:
+            with nogil:
+                crc = rmq_crc32(crc, view.buf, view.len)
+        else:
+            crc = rmq_crc32(crc, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return crc
+
+
+def body_crc32(data):
+    """Java's UtilAll.crc32: the CRC-32 masked to a non-negative int."""
+    cdef Py_buffer view
+    cdef uint32_t crc
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len >= CRC32_NOGIL_THRESHOLD:
+            with nogil:
+                crc = rmq_crc32(0, view.buf, view.len)
+        else:
+            crc = rmq_crc32(0, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return crc & 0x7FFFFFFF
+
+
+def crc32_set_kernel(str name):
+    """Force a CRC32 kernel by name (tests compare every kernel); ValueError if
+    this CPU lacks it. Returns the kernel now in use."""
+    global CRC32_KERNEL
+    if rmq_crc32_set_kernel(name.encode("ascii")) != 0:
+        raise ValueError(f"CRC32 kernel {name!r} is unknown or unsupported here "
+                         f"(available: {rmq_crc32_kernels_available().decode()})")
+    CRC32_KERNEL = rmq_crc32_kernel().decode("ascii")
+    return CRC32_KERNEL
+
+
+def crc32_kernels_available():
+    """Kernels this CPU can run, best first."""
+    return tuple(rmq_crc32_kernels_available().decode("ascii").split(","))
+
+
+CRC32_KERNEL = rmq_crc32_kernel().decode("ascii")

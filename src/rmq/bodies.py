@@ -1,0 +1,153 @@
+"""Body codecs: Java's JSON model as plain dicts, with Java's field names and order.
+
+The hot ones (RegisterBrokerBody, TopicRouteData encoding, the JSON reader and
+writer) come from the selected core; the rest are thin compositions of those.
+Maps that Java keys by Long (``brokerAddrs``) decode with int keys, whichever
+form (legacy ``{0:"a"}`` or standard ``{"0":"a"}``) they arrived in.
+"""
+
+from rmq._impl import core
+from rmq.errors import BodyError
+
+json_loads = core.json_loads
+json_dumps = core.json_dumps
+decode_register_broker_body = core.decode_register_broker_body
+encode_register_broker_body = core.encode_register_broker_body
+encode_topic_route_data = core.encode_topic_route_data
+
+__all__ = [
+    "json_loads", "json_dumps",
+    "decode_register_broker_body", "encode_register_broker_body",
+    "encode_topic_route_data", "decode_topic_route_data",
+    "encode_cluster_info", "decode_cluster_info",
+    "encode_kv_table", "decode_kv_table",
+    "encode_topic_list", "decode_topic_list",
+    "encode_data_version", "decode_data_version",
+    "encode_broker_member_group", "decode_broker_member_group",
+]
+
+
+def _object(data, what):
+    obj = json_loads(data)
+    if not isinstance(obj, dict):
+        raise BodyError(f"{what} is not a JSON object: {bytes(data[:80])!r}")
+    return obj
+
+
+def _int_keys(addrs, what):
+    try:
+        return {int(k): v for k, v in (addrs or {}).items()}
+    except (TypeError, ValueError, AttributeError):
+        raise BodyError(f"{what} keys must be broker ids (integers): {addrs!r}") from None
+
+
+def _broker_data_in(bd):
+    if not isinstance(bd, dict):
+        raise BodyError(f"BrokerData is not an object: {bd!r}")
+    bd = dict(bd)
+    bd["brokerAddrs"] = _int_keys(bd.get("brokerAddrs"), "brokerAddrs")
+    return bd
+
+
+# ---------------------------------------------------------------- TopicRouteData
+
+def decode_topic_route_data(data):
+    """TopicRouteData from either form; ``brokerAddrs`` keyed by int broker id."""
+    route = _object(data, "TopicRouteData")
+    route["brokerDatas"] = [_broker_data_in(bd) for bd in route.get("brokerDatas") or ()]
+    route.setdefault("queueDatas", [])
+    route.setdefault("filterServerTable", {})
+    return route
+
+
+# ---------------------------------------------------------------- ClusterInfo
+
+def encode_cluster_info(broker_addr_table, cluster_addr_table):
+    """ClusterInfo, always in the legacy form (Java 106 answers never change form).
+
+    ``broker_addr_table``: brokerName -> BrokerData dict;
+    ``cluster_addr_table``: cluster -> iterable of broker names.
+    """
+    body = {
+        "brokerAddrTable": {name: {"brokerAddrs": dict(bd.get("brokerAddrs") or {}),
+                                   "brokerName": bd.get("brokerName", name),
+                                   "cluster": bd.get("cluster")}
+                            for name, bd in broker_addr_table.items()},
+        "clusterAddrTable": {c: list(names) for c, names in cluster_addr_table.items()},
+    }
+    return json_dumps(body, legacy=True)
+
+
+def decode_cluster_info(data):
+    """ClusterInfo -> (brokerAddrTable, clusterAddrTable) as dicts."""
+    info = _object(data, "ClusterInfo")
+    table = info.get("brokerAddrTable") or {}
+    clusters = info.get("clusterAddrTable") or {}
+    if not isinstance(table, dict) or not isinstance(clusters, dict):
+        raise BodyError(f"ClusterInfo tables are not objects: {bytes(data[:80])!r}")
+    return ({name: _broker_data_in(bd) for name, bd in table.items()},
+            {c: list(names or ()) for c, names in clusters.items()})
+
+
+# ---------------------------------------------------------------- KVTable
+
+def encode_kv_table(table):
+    """KVTable ``{"table":{k: v}}``; non-ASCII as UTF-8, as Java writes it."""
+    return json_dumps({"table": dict(table)}, legacy=True)
+
+
+def decode_kv_table(data):
+    table = _object(data, "KVTable").get("table") or {}
+    if not isinstance(table, dict):
+        raise BodyError(f"KVTable.table is not an object: {table!r}")
+    return {str(k): ("" if v is None else str(v)) for k, v in table.items()}
+
+
+# ---------------------------------------------------------------- TopicList
+
+def encode_topic_list(topics, broker_addr=None):
+    """TopicList ``{"brokerAddr":..., "topicList":[...]}`` (brokerAddr only when set)."""
+    body = {}
+    if broker_addr is not None:
+        body["brokerAddr"] = broker_addr
+    body["topicList"] = list(topics)
+    return json_dumps(body, legacy=True)
+
+
+def decode_topic_list(data):
+    """TopicList -> (topics list, brokerAddr or None)."""
+    obj = _object(data, "TopicList")
+    topics = obj.get("topicList") or []
+    if not isinstance(topics, list):
+        raise BodyError(f"TopicList.topicList is not an array: {topics!r}")
+    return topics, obj.get("brokerAddr")
+
+
+# ---------------------------------------------------------------- DataVersion
+
+def encode_data_version(dv):
+    """DataVersion ``{"counter":N,"stateVersion":S,"timestamp":T}`` (fields present in ``dv``)."""
+    return json_dumps({k: dv[k] for k in ("counter", "stateVersion", "timestamp") if k in dv})
+
+
+def decode_data_version(data):
+    dv = _object(data, "DataVersion")
+    for k in ("counter", "stateVersion", "timestamp"):
+        v = dv.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BodyError(f"DataVersion.{k} is not an integer: {v!r}")
+    return dv
+
+
+# ---------------------------------------------------------------- BrokerMemberGroup
+
+def encode_broker_member_group(cluster, broker_name, broker_addrs):
+    """GetBrokerMemberGroupResponseBody, legacy form as Java writes it."""
+    return json_dumps({"brokerMemberGroup": {"brokerAddrs": dict(broker_addrs),
+                                             "brokerName": broker_name,
+                                             "cluster": cluster}}, legacy=True)
+
+
+def decode_broker_member_group(data):
+    group = _object(data, "BrokerMemberGroup").get("brokerMemberGroup") or {}
+    return _broker_data_in(group)

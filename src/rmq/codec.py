@@ -1,0 +1,10 @@
+"""The remoting frame codec: commands, frames, and the streaming splitter."""
+
+from rmq._impl import core
+
+RemotingCommand = core.RemotingCommand
+decode_frame = core.decode_frame
+encode_frame = core.encode_frame
+FrameDecoder = core.FrameDecoder
+
+__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]

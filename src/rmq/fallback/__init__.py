@@ -1,0 +1,19 @@
+"""Pure-Python reference implementation of rmq's compiled core (``rmq._core``).
+
+Selected with ``RMQ_PUREPYTHON=1`` or when the extension is missing; the same
+test-suite runs on both.
+"""
+
+from rmq.fallback.bodies import (
+    DEFAULT_MAX_INFLATED,
+    decode_register_broker_body,
+    encode_register_broker_body,
+    encode_topic_route_data,
+    json_dumps,
+    json_loads,
+)
+from rmq.fallback.codec import FrameDecoder, RemotingCommand, decode_frame, encode_frame
+from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
+
+IMPLEMENTATION = "python"
+

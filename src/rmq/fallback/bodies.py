@@ -1,0 +1,283 @@
+"""Pure-Python reference of the hot body codecs.
+
+Bodies are Java's JSON model as plain Python objects: dicts with Java's field
+names, in Java's field order. The compiled core implements the same functions.
+
+- ``json_loads``: JSON as Java's fastjson writes it, including the legacy
+  form with unquoted integer map keys (``{0:"addr"}``); keys come back as str.
+- ``json_dumps``: compact JSON in dict order; ``legacy=True`` writes int keys
+  unquoted and non-ASCII as UTF-8 (fastjson's default), ``legacy=False`` quotes
+  every key and escapes non-ASCII as \\uXXXX (Java's standard form).
+- RegisterBrokerBody in JSON and in the compressed (zlib) form.
+- TopicRouteData in both forms, fields in Java's order.
+"""
+
+import json
+import re
+import struct
+import zlib
+
+from rmq.errors import BodyError
+
+__all__ = [
+    "json_loads", "json_dumps",
+    "decode_register_broker_body", "encode_register_broker_body",
+    "encode_topic_route_data",
+    "DEFAULT_MAX_INFLATED",
+]
+
+#: Upper bound for an inflated compressed body: a bomb must not exhaust memory.
+DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
+
+# A JSON string (kept as is) or an unquoted integer key after '{' or ','.
+_LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
+
+
+def _quote_legacy_keys(text):
+    return _LEGACY_KEY.sub(lambda m: m.group(1) or f'{m.group(2)}"{m.group(3)}"{m.group(4)}', text)
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_loads(data):
+    """Parse a JSON body as Java writes it (legacy unquoted int keys allowed)."""
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BodyError(f"JSON body is not valid UTF-8 at byte {e.start}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        pass
+    try:
+        return json.loads(_quote_legacy_keys(text), parse_constant=_reject_constant)
+    except ValueError as e:
+        raise BodyError(f"invalid JSON body: {e}") from None
+
+
+def _dumps_legacy(obj, out):
+    if isinstance(obj, dict):
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            if not first:
+                out.append(",")
+            first = False
+            if isinstance(k, int) and not isinstance(k, bool):
+                out.append(str(k))
+            elif isinstance(k, str):
+                out.append(json.dumps(k, ensure_ascii=False))
+            else:
+                raise TypeError(f"JSON keys must be str or int, not {type(k).__name__}")
+            out.append(":")
+            _dumps_legacy(v, out)
+        out.append("}")
+    elif isinstance(obj, (list, tuple)):
+        out.append("[")
+        for i, v in enumerate(obj):
+            if i:
+                out.append(",")
+            _dumps_legacy(v, out)
+        out.append("]")
+    else:
+        out.append(json.dumps(obj, ensure_ascii=False, allow_nan=False))
+
+
+def json_dumps(obj, legacy=False):
+    """Compact JSON bytes of ``obj`` in dict order (see module doc for the forms)."""
+    try:
+        if legacy:
+            out = []
+            _dumps_legacy(obj, out)
+            return "".join(out).encode("utf-8")
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except (TypeError, ValueError) as e:
+        raise BodyError(f"cannot encode body: {e}") from None
+
+
+# ---------------------------------------------------------------- RegisterBrokerBody
+
+def _is_zlib(data):
+    return len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+
+
+def _inflate(data, max_inflated):
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, max_inflated)
+    except zlib.error as e:
+        raise BodyError(f"compressed body does not inflate: {e}") from None
+    if d.unconsumed_tail:
+        raise BodyError(f"compressed body inflates beyond {max_inflated} bytes")
+    if not d.eof:
+        raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
+    return out
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data):
+        self.data = data
+        self.pos = 0
+
+    def int32(self, what):
+        if len(self.data) - self.pos < 4:
+            raise BodyError(f"compressed body truncated reading {what} at byte {self.pos}")
+        (v,) = struct.unpack_from(">i", self.data, self.pos)
+        self.pos += 4
+        return v
+
+    def chunk(self, what):
+        n = self.int32(what + " length")
+        if n < 0 or n > len(self.data) - self.pos:
+            raise BodyError(f"compressed body: {what} length {n} exceeds the "
+                            f"{len(self.data) - self.pos} bytes left")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+
+def _parse_int(s, what):
+    # Java's Integer.parseInt: optional sign, digits only, int32.
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        raise BodyError(f"compressed topic config: {what} is not an integer: {s!r}")
+    v = int(s)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise BodyError(f"compressed topic config: {what} out of int32 range: {s}")
+    return v
+
+
+def _decode_topic_config_line(raw):
+    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]".
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError(f"compressed topic config is not valid UTF-8: {raw[:64]!r}") from None
+    parts = line.split(" ")
+    if len(parts) < 5:
+        raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
+    tc = {}
+    if len(parts) >= 6:
+        attrs = json_loads(parts[5].encode("utf-8"))
+        if not isinstance(attrs, dict):
+            raise BodyError(f"compressed topic config attributes are not an object: {parts[5][:100]!r}")
+        tc["attributes"] = attrs
+    tc["order"] = False
+    tc["perm"] = _parse_int(parts[3], "perm")
+    tc["readQueueNums"] = _parse_int(parts[1], "readQueueNums")
+    tc["topicFilterType"] = parts[4]
+    tc["topicName"] = parts[0]
+    tc["topicSysFlag"] = 0
+    tc["writeQueueNums"] = _parse_int(parts[2], "writeQueueNums")
+    return tc
+
+
+def _decode_compressed(data, max_inflated):
+    r = _Reader(_inflate(data, max_inflated))
+    wrapper = {"dataVersion": json_loads(r.chunk("dataVersion"))}
+    n = r.int32("topic count")
+    if n < 0 or n > (len(r.data) - r.pos) // 4:
+        raise BodyError(f"compressed body: topic count {n} exceeds what the body can hold")
+    table = {}
+    for _ in range(n):
+        tc = _decode_topic_config_line(r.chunk("topic config"))
+        table[tc["topicName"]] = tc
+    wrapper["topicConfigTable"] = table
+    filter_servers = json_loads(r.chunk("filterServerList"))
+    if len(r.data) - r.pos >= 4:        # 5.x brokers append topic queue mappings
+        m = r.int32("mapping count")
+        if m < 0 or m > (len(r.data) - r.pos) // 4:
+            raise BodyError(f"compressed body: mapping count {m} exceeds what the body can hold")
+        mappings = {}
+        for _ in range(m):
+            info = json_loads(r.chunk("topic queue mapping"))
+            if not isinstance(info, dict):
+                raise BodyError("compressed body: topic queue mapping is not an object")
+            mappings[info.get("topic")] = info
+        wrapper["topicQueueMappingInfoMap"] = mappings
+    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+
+
+def decode_register_broker_body(data, max_inflated=DEFAULT_MAX_INFLATED):
+    """Decode a RegisterBrokerBody, JSON or zlib-compressed (told apart by content:
+    5.x brokers may send a compressed body while the header says otherwise)."""
+    data = bytes(data)
+    if _is_zlib(data):
+        return _decode_compressed(data, max_inflated)
+    body = json_loads(data)
+    if not isinstance(body, dict):
+        raise BodyError(f"RegisterBrokerBody is not a JSON object: {type(body).__name__}")
+    return body
+
+
+def _int32(v):
+    return struct.pack(">i", v)
+
+
+def encode_register_broker_body(body, compressed=False):
+    """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
+    if not compressed:
+        return json_dumps(body)
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    dv = json_dumps(wrapper.get("dataVersion") or {})
+    table = wrapper.get("topicConfigTable") or {}
+    out = [_int32(len(dv)), dv, _int32(len(table))]
+    for tc in table.values():
+        line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
+                         str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
+                         str(tc.get("topicFilterType", "SINGLE_TAG"))))
+        if tc.get("attributes") is not None:
+            line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
+        b = line.encode("utf-8")
+        out += (_int32(len(b)), b)
+    fsl = json_dumps(body.get("filterServerList") or [], legacy=True)
+    out += (_int32(len(fsl)), fsl)
+    mappings = wrapper.get("topicQueueMappingInfoMap")
+    if mappings is not None:
+        out.append(_int32(len(mappings)))
+        for info in mappings.values():
+            b = json_dumps(info, legacy=True)
+            out += (_int32(len(b)), b)
+    return zlib.compress(b"".join(out), 9)
+
+
+# ---------------------------------------------------------------- TopicRouteData
+
+def _sorted_addrs(addrs, legacy):
+    # Standard form sorts map keys (MapSortField); legacy keeps the table's order.
+    items = addrs.items() if legacy else sorted(addrs.items(), key=lambda kv: int(kv[0]))
+    return {int(k): v for k, v in items}
+
+
+def _broker_data(bd, legacy):
+    out = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
+           "brokerName": bd.get("brokerName"), "cluster": bd.get("cluster")}
+    if "enableActingMaster" in bd:
+        out["enableActingMaster"] = bool(bd["enableActingMaster"])
+    if bd.get("zoneName") is not None:
+        out["zoneName"] = bd["zoneName"]
+    return out
+
+
+def _queue_data(qd):
+    # Before 4.9.0 Java spelled it topicSynFlag.
+    return {"brokerName": qd.get("brokerName"), "perm": qd.get("perm", 6),
+            "readQueueNums": qd.get("readQueueNums", 0),
+            "topicSysFlag": qd.get("topicSysFlag", qd.get("topicSynFlag", 0)),
+            "writeQueueNums": qd.get("writeQueueNums", 0)}
+
+
+def encode_topic_route_data(route, legacy=False):
+    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
+    out = {"brokerDatas": [_broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
+    fst = route.get("filterServerTable") or {}
+    out["filterServerTable"] = fst if legacy else dict(sorted(fst.items()))
+    if route.get("orderTopicConf") is not None:
+        out["orderTopicConf"] = route["orderTopicConf"]
+    out["queueDatas"] = [_queue_data(qd) for qd in route.get("queueDatas") or ()]
+    if route.get("topicQueueMappingByBroker") is not None:
+        out["topicQueueMappingByBroker"] = route["topicQueueMappingByBroker"]
+    return json_dumps(out, legacy=legacy)

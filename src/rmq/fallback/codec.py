@@ -1,0 +1,374 @@
+"""Pure-Python reference of the remoting frame codec.
+
+Same contract as the compiled ``rmq._core``; the test-suite runs on both and
+compares them (differential tests). Clarity first: this is the reference.
+
+Frame:  int32 length | int32 (serializeType << 24 | headerLen) | header | body
+"""
+
+import itertools
+import json
+import struct
+
+from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
+from rmq.protocol import (
+    CURRENT_VERSION,
+    DEFAULT_MAX_FRAME_LENGTH,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    LANGUAGE_CODES,
+    LANGUAGES,
+    SERIALIZE_TYPES,
+)
+
+__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_BINARY_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remarkLen
+_opaque_counter = itertools.count()
+
+
+def _next_opaque():
+    # Java's RemotingCommand.requestId: a process-wide counter, wrapping as int32.
+    n = next(_opaque_counter) & 0xFFFFFFFF
+    return n - (1 << 32) if n > _INT32_MAX else n
+
+
+class RemotingCommand:
+    """One remoting command: a request or a response, with header and body."""
+
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark",
+                 "ext_fields", "body", "serialize_type")
+
+    def __init__(self, code=0, *, language="JAVA", version=CURRENT_VERSION, opaque=0,
+                 flag=0, remark=None, ext_fields=None, body=b"", serialize_type="JSON"):
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = ext_fields
+        self.body = body
+        self.serialize_type = serialize_type
+
+    @classmethod
+    def request(cls, code, ext_fields=None, body=b"", *, oneway=False, opaque=None,
+                serialize_type="JSON", language="JAVA", version=CURRENT_VERSION):
+        """A request with the next process-wide opaque (unless one is given)."""
+        return cls(code, language=language, version=version,
+                   opaque=_next_opaque() if opaque is None else opaque,
+                   flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext_fields,
+                   body=bytes(body), serialize_type=serialize_type)
+
+    def response(self, code=0, remark=None, ext_fields=None, body=b"", *,
+                 version=CURRENT_VERSION):
+        """The answer to this request: same opaque and serialize type, response bit set."""
+        return type(self)(code, language="JAVA", version=version, opaque=self.opaque,
+                          flag=FLAG_RESPONSE, remark=remark, ext_fields=ext_fields,
+                          body=bytes(body), serialize_type=self.serialize_type)
+
+    @property
+    def is_response(self):
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self):
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def __eq__(self, other):
+        if not isinstance(other, RemotingCommand) and type(other).__name__ != "RemotingCommand":
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+
+    __hash__ = None
+
+    def __repr__(self):
+        kind = "response" if self.flag & FLAG_RESPONSE else "request"
+        return (f"<RemotingCommand {kind} code={self.code} opaque={self.opaque} flag={self.flag} "
+                f"language={self.language} version={self.version} remark={self.remark!r} "
+                f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
+
+
+# ---------------------------------------------------------------- decoding
+
+class _RawNumber(str):
+    """A JSON number kept as its source text (ext values keep Java's string form)."""
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _header_int(obj, key, default=0):
+    v = obj.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, _RawNumber):
+        try:
+            v = int(v)
+        except ValueError:
+            raise HeaderError(f"header field {key!r} is not an integer: {v!s}") from None
+    else:
+        raise HeaderError(f"header field {key!r} is not an integer: {v!r}")
+    if not _INT32_MIN <= v <= _INT32_MAX:
+        raise HeaderError(f"header field {key!r} out of int32 range: {v}")
+    return v
+
+
+def _ext_value(key, v):
+    if isinstance(v, str):      # str and _RawNumber: numbers keep their text
+        return str(v)
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    raise HeaderError(f"ext field {key!r} has a non-scalar value: {v!r}")
+
+
+def _decode_json_header(data):
+    try:
+        obj = json.loads(bytes(data).decode("utf-8"), parse_int=_RawNumber,
+                         parse_float=_RawNumber, parse_constant=_reject_constant)
+    except UnicodeDecodeError as e:
+        raise HeaderError(f"JSON header is not valid UTF-8 at byte {e.start}") from None
+    except ValueError as e:
+        raise HeaderError(f"invalid JSON header: {e}") from None
+    if not isinstance(obj, dict):
+        raise HeaderError(f"JSON header is not an object: {type(obj).__name__}")
+    language = obj.get("language", "JAVA")
+    if language is None:
+        language = "JAVA"
+    elif not isinstance(language, str) or isinstance(language, _RawNumber):
+        raise HeaderError(f"header field 'language' is not a string: {language!r}")
+    remark = obj.get("remark")
+    if remark is not None and (not isinstance(remark, str) or isinstance(remark, _RawNumber)):
+        raise HeaderError(f"header field 'remark' is not a string: {remark!r}")
+    ext = obj.get("extFields")
+    if ext is not None:
+        if not isinstance(ext, dict):
+            raise HeaderError(f"header field 'extFields' is not an object: {ext!r}")
+        ext = {k: _ext_value(k, v) for k, v in ext.items() if v is not None}
+    return RemotingCommand(
+        _header_int(obj, "code"), language=language, version=_header_int(obj, "version"),
+        opaque=_header_int(obj, "opaque"), flag=_header_int(obj, "flag"),
+        remark=remark, ext_fields=ext, serialize_type="JSON")
+
+
+def _utf8(data, what):
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HeaderError(f"{what} is not valid UTF-8 at byte {e.start}") from None
+
+
+def _decode_binary_header(data):
+    data = bytes(data)
+    n = len(data)
+    if n < 21:
+        raise HeaderError(f"ROCKETMQ header truncated: {n} bytes, the fixed part is 21")
+    code, lang, version, opaque, flag, remark_len = _BINARY_FIXED.unpack_from(data, 0)
+    pos = 17
+    if remark_len < 0 or remark_len > n - pos - 4:
+        raise HeaderError(f"ROCKETMQ header remark length {remark_len} exceeds the header ({n} bytes)")
+    remark = _utf8(data[pos:pos + remark_len], "remark") if remark_len else None
+    pos += remark_len
+    (ext_len,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    if ext_len < 0 or ext_len > n - pos:
+        raise HeaderError(f"ROCKETMQ header ext length {ext_len} exceeds the header ({n} bytes)")
+    ext = None
+    if ext_len:
+        ext = {}
+        end = pos + ext_len
+        while pos < end:
+            if end - pos < 2:
+                raise HeaderError(f"ROCKETMQ ext field truncated at byte {pos}")
+            (klen,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if klen < 0 or klen > end - pos - 4:
+                raise HeaderError(f"ROCKETMQ ext key length {klen} exceeds the ext fields")
+            key = _utf8(data[pos:pos + klen], "ext key")
+            pos += klen
+            (vlen,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if vlen < 0 or vlen > end - pos:
+                raise HeaderError(f"ROCKETMQ ext value length {vlen} exceeds the ext fields")
+            ext[key] = _utf8(data[pos:pos + vlen], "ext value")
+            pos += vlen
+    language = LANGUAGES[lang] if lang < len(LANGUAGES) else str(lang)
+    return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
+                           remark=remark, ext_fields=ext, serialize_type="ROCKETMQ")
+
+
+def _decode_payload(mv, length):
+    """Decode one frame from ``mv`` = everything after the length prefix."""
+    if length < 4:
+        raise CorruptFrame(f"frame length {length} is shorter than the 4-byte header length field")
+    word = int.from_bytes(mv[0:4], "big")
+    stype = word >> 24
+    header_len = word & 0xFFFFFF
+    if header_len > length - 4:
+        raise CorruptFrame(f"header length {header_len} exceeds the frame ({length - 4} bytes after it)")
+    header = mv[4:4 + header_len]
+    if stype == 0:
+        cmd = _decode_json_header(header)
+    elif stype == 1:
+        cmd = _decode_binary_header(header)
+    else:
+        raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
+    cmd.body = bytes(mv[4 + header_len:length])
+    return cmd
+
+
+def _check_length(length, max_frame_length):
+    if length < 0:
+        raise CorruptFrame(f"negative frame length {length}")
+    if length + 4 > max_frame_length:
+        raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the maximum of {max_frame_length}")
+
+
+def decode_frame(data, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+    """Decode one complete frame, 4-byte length prefix included."""
+    mv = memoryview(data).cast("B")
+    if len(mv) < 8:
+        raise CorruptFrame(f"frame of {len(mv)} bytes is shorter than the 8-byte minimum")
+    length = int.from_bytes(mv[0:4], "big", signed=True)
+    _check_length(length, max_frame_length)
+    if length != len(mv) - 4:
+        raise CorruptFrame(f"frame length {length} does not match the {len(mv) - 4} bytes after it")
+    return _decode_payload(mv[4:], length)
+
+
+# ---------------------------------------------------------------- encoding
+
+def _check_int32(name, v):
+    if not isinstance(v, int) or not _INT32_MIN <= v <= _INT32_MAX:
+        raise ProtocolError(f"{name} must be an int32, got {v!r}")
+
+
+def _ext_str(key, v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    raise ProtocolError(f"ext field {key!r} must be a string, got {type(v).__name__}")
+
+
+def _json_str(s):
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _encode_json_header(cmd):
+    # Java (fastjson) writes bean fields in alphabetical order and omits nulls.
+    parts = ['{"code":', str(cmd.code)]
+    if cmd.ext_fields is not None:
+        parts.append(',"extFields":{')
+        parts.append(",".join(f"{_json_str(k)}:{_json_str(_ext_str(k, v))}"
+                              for k, v in cmd.ext_fields.items()))
+        parts.append("}")
+    parts += [',"flag":', str(cmd.flag), ',"language":', _json_str(cmd.language),
+              ',"opaque":', str(cmd.opaque)]
+    if cmd.remark is not None:
+        parts += [',"remark":', _json_str(cmd.remark)]
+    parts += [',"serializeTypeCurrentRPC":"JSON","version":', str(cmd.version), "}"]
+    return "".join(parts).encode("utf-8")
+
+
+def _language_byte(language):
+    code = LANGUAGE_CODES.get(language)
+    if code is not None:
+        return code
+    if language.isdigit() and int(language) < 256:
+        return int(language)
+    return LANGUAGE_CODES["OTHER"]
+
+
+def _encode_binary_header(cmd):
+    if not -32768 <= cmd.code <= 32767:
+        raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
+    if not -32768 <= cmd.version <= 32767:
+        raise ProtocolError(f"version {cmd.version} does not fit the int16 of a ROCKETMQ header")
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    ext = bytearray()
+    if cmd.ext_fields:
+        for k, v in cmd.ext_fields.items():
+            kb = k.encode("utf-8")
+            vb = _ext_str(k, v).encode("utf-8")
+            if len(kb) > 32767:
+                raise ProtocolError(f"ext key of {len(kb)} bytes does not fit an int16 length")
+            ext += struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
+    return b"".join((
+        _BINARY_FIXED.pack(cmd.code, _language_byte(cmd.language), cmd.version,
+                           cmd.opaque, cmd.flag, len(remark)),
+        remark, struct.pack(">i", len(ext)), bytes(ext)))
+
+
+def encode_frame(cmd):
+    """Encode ``cmd`` as a complete frame in its own serialize type."""
+    _check_int32("code", cmd.code)
+    _check_int32("version", cmd.version)
+    _check_int32("opaque", cmd.opaque)
+    _check_int32("flag", cmd.flag)
+    if cmd.serialize_type == "JSON":
+        header, stype = _encode_json_header(cmd), 0
+    elif cmd.serialize_type == "ROCKETMQ":
+        header, stype = _encode_binary_header(cmd), 1
+    else:
+        raise UnknownSerializeType(f"unknown serialize type {cmd.serialize_type!r} "
+                                   f"(expected one of {SERIALIZE_TYPES})")
+    if len(header) > 0xFFFFFF:
+        raise ProtocolError(f"header of {len(header)} bytes exceeds the 24-bit header length")
+    body = cmd.body or b""
+    length = 4 + len(header) + len(body)
+    if length > _INT32_MAX - 4:
+        raise ProtocolError(f"frame of {length} bytes does not fit the int32 length field")
+    return b"".join((struct.pack(">ii", length, (stype << 24) | len(header)), header, body))
+
+
+# ---------------------------------------------------------------- streaming
+
+class FrameDecoder:
+    """Splits a byte stream into commands; any chunking gives the same commands.
+
+    After an error the stream is unusable (the server closes the connection),
+    and every later ``feed`` raises again.
+    """
+
+    def __init__(self, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+        if max_frame_length < 8:
+            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
+        self.max_frame_length = max_frame_length
+        self._buf = bytearray()
+        self._error = None
+
+    @property
+    def buffered(self):
+        """Bytes held for a frame not yet complete."""
+        return len(self._buf)
+
+    def feed(self, data):
+        if self._error is not None:
+            raise type(self._error)(f"decoder failed earlier: {self._error}")
+        self._buf += data
+        buf = self._buf
+        out = []
+        pos = 0
+        try:
+            while len(buf) - pos >= 4:
+                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+                _check_length(length, self.max_frame_length)
+                if len(buf) - pos - 4 < length:
+                    break
+                with memoryview(buf) as mv:
+                    out.append(_decode_payload(mv[pos + 4:pos + 4 + length], length))
+                pos += 4 + length
+        except ProtocolError as e:
+            self._error = e
+            del buf[:]
+            e.decoded = out
+            raise
+        del buf[:pos]
+        return out

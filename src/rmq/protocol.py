@@ -1,0 +1,70 @@
+"""Protocol constants: request and response codes, languages, versions.
+
+Pure data, shared by both codec implementations and by the server.
+"""
+
+# MQVersion.Version ordinals (each release also has a SNAPSHOT entry before it).
+V3_0_11 = 37
+V4_9_4 = 401
+V4_9_8 = 409
+V5_0_0 = 413
+V5_3_1 = 475
+V5_3_3 = 479
+#: The version rmq puts in the commands it builds: the Java peer in the vectors.
+CURRENT_VERSION = V4_9_8
+
+#: Serialize types, as they appear in the top byte of the header-length word.
+SERIALIZE_TYPES = ("JSON", "ROCKETMQ")
+
+#: LanguageCode: index is the byte of the binary header, value the JSON name.
+LANGUAGES = (
+    "JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER",
+    "HTTP", "GO", "PHP", "OMS", "RUST", "NODE_JS",
+)
+LANGUAGE_CODES = {name: i for i, name in enumerate(LANGUAGES)}
+
+FLAG_RESPONSE = 1
+FLAG_ONEWAY = 2
+
+DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+
+class RequestCode:
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    DELETE_KV_CONFIG = 102
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    WIPE_WRITE_PERM_OF_BROKER = 205
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_TOPIC_IN_NAMESRV = 216
+    REGISTER_TOPIC_IN_NAMESRV = 217
+    GET_KVLIST_BY_NAMESPACE = 219
+    GET_TOPICS_BY_CLUSTER = 224
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    GET_UNIT_TOPIC_LIST = 311
+    GET_HAS_UNIT_SUB_TOPIC_LIST = 312
+    GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST = 313
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
+    QUERY_DATA_VERSION = 322
+    ADD_WRITE_PERM_OF_BROKER = 327
+    GET_BROKER_MEMBER_GROUP = 901
+    BROKER_HEARTBEAT = 904
+
+
+class ResponseCode:
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    QUERY_NOT_FOUND = 22
+    GO_AWAY = 1500
+
+
+REQUEST_NAMES = {v: k for k, v in vars(RequestCode).items() if k.isupper()}
+RESPONSE_NAMES = {v: k for k, v in vars(ResponseCode).items() if k.isupper()}
