@@ -605,20 +605,23 @@ TGT_AVX512 static uint32_t crc_vpclmul_kernel(uint32_t c,
                                               const unsigned char *p,
                                               size_t len)
 {
+    __m512i z0;
     if (len < 256) {
         if (len < 16)
             return crc_table_kernel(c, p, len);
         return crc_clmul128_body(c, p, len);
     }
-    __m512i z0 = _mm512_loadu_si512((const void *)(p + 0));
-    __m512i z1 = _mm512_loadu_si512((const void *)(p + 64));
-    __m512i z2 = _mm512_loadu_si512((const void *)(p + 128));
-    __m512i z3 = _mm512_loadu_si512((const void *)(p + 192));
-    z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
-    p += 256;
-    len -= 256;
-    {
+    z0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)p),
+                          _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+    p += 64;
+    len -= 64;
+    if (len >= 192) {
         const __m512i k2048 = kpair512(K2080, K2016);
+        __m512i z1 = _mm512_loadu_si512((const void *)(p + 0));
+        __m512i z2 = _mm512_loadu_si512((const void *)(p + 64));
+        __m512i z3 = _mm512_loadu_si512((const void *)(p + 128));
+        p += 192;
+        len -= 192;
         while (len >= 256) {
             z0 = fold64(z0, k2048, _mm512_loadu_si512((const void *)(p + 0)));
             z1 = fold64(z1, k2048, _mm512_loadu_si512((const void *)(p + 64)));
@@ -627,10 +630,11 @@ TGT_AVX512 static uint32_t crc_vpclmul_kernel(uint32_t c,
             p += 256;
             len -= 256;
         }
+        /* 4 x 512 -> 512 bits. */
+        z0 = fold64(z0, kpair512(K1568, K1504),
+                    fold64(z1, kpair512(K1056, K992),
+                           fold64(z2, kpair512(K544, K480), z3)));
     }
-    /* 4 x 512 -> 512 bits. */
-    z0 = fold64(z0, kpair512(K1568, K1504), fold64(z1, kpair512(K1056, K992),
-                fold64(z2, kpair512(K544, K480), z3)));
     {
         const __m512i k512 = kpair512(K544, K480);
         while (len >= 64) {

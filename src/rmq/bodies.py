@@ -24,6 +24,7 @@ __all__ = [
     "encode_topic_list", "decode_topic_list",
     "encode_data_version", "decode_data_version",
     "encode_broker_member_group", "decode_broker_member_group",
+    "topic_config", "register_broker_body",
 ]
 
 
@@ -151,3 +152,26 @@ def encode_broker_member_group(cluster, broker_name, broker_addrs):
 def decode_broker_member_group(data):
     group = _object(data, "BrokerMemberGroup").get("brokerMemberGroup") or {}
     return _broker_data_in(group)
+
+
+# ---------------------------------------------------------------- builders
+
+def topic_config(name, read_queue_nums=16, write_queue_nums=16, perm=6, *,
+                 topic_filter_type="SINGLE_TAG", topic_sys_flag=0, order=False, attributes=None):
+    """A TopicConfig dict as a Java broker serializes it (fields in Java's order;
+    ``attributes`` only when given, as 5.x brokers send them)."""
+    tc = {}
+    if attributes is not None:
+        tc["attributes"] = dict(attributes)
+    tc.update(order=order, perm=perm, readQueueNums=read_queue_nums,
+              topicFilterType=topic_filter_type, topicName=name,
+              topicSysFlag=topic_sys_flag, writeQueueNums=write_queue_nums)
+    return tc
+
+
+def register_broker_body(topic_configs, data_version, filter_servers=()):
+    """A RegisterBrokerBody dict from TopicConfig dicts and a DataVersion dict."""
+    return {"filterServerList": list(filter_servers),
+            "topicConfigSerializeWrapper": {
+                "dataVersion": dict(data_version),
+                "topicConfigTable": {tc["topicName"]: tc for tc in topic_configs}}}

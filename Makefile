@@ -1,0 +1,37 @@
+# The two commands: `make run` and `make test`. Both set up .venv when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Reinstall only when the sources or the build configuration change.
+SOURCES := $(shell find src -name '*.py' -o -name '*.pyx' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.pyi') pyproject.toml setup.py
+STAMP  := $(VENV)/.rmq-installed
+
+.PHONY: run test test-core bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python $(SOURCES)
+	$(BIN)/python -m pip install -q ".[test,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/rmq
+
+# The whole suite twice: the compiled core, then the pure-Python reference;
+# then the benchmarks once as smoke tests (no timing, they must still run).
+test: install
+	$(BIN)/python -m pytest tests
+	RMQ_PUREPYTHON=1 $(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest bench --benchmark-disable -q
+
+# Side-by-side measurements (compiled vs pure Python vs stdlib/isal), with a
+# summary of the targets at the end.
+bench: install
+	$(BIN)/python -m pytest bench --benchmark-only --benchmark-columns=min,median,ops --benchmark-sort=name
+
+clean:
+	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks

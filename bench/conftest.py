@@ -1,0 +1,54 @@
+"""Benchmarks: compiled core vs pure-Python reference vs stdlib/isal, side by side.
+
+`make bench` runs them with timing and prints the target figures at the end;
+`make test` runs them once with --benchmark-disable as smoke tests.
+"""
+
+import pytest
+
+_figures = []
+
+
+@pytest.fixture
+def figure(request):
+    """figure(benchmark, name, units_per_call, unit): after a timed run, record
+    the throughput from the best (min) round for the summary."""
+
+    def record(benchmark, name, units_per_call, unit):
+        stats = getattr(benchmark, "stats", None)
+        if stats is None or not getattr(benchmark, "enabled", True):
+            return
+        best = stats.stats.min
+        _figures.append((name, units_per_call / best if best else float("inf"), unit, best))
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _figures:
+        return
+    tr = terminalreporter
+    tr.section("rmq figures (best round)")
+    by_name = {}
+    for name, rate, unit, best in _figures:
+        by_name[name] = rate
+        if unit == "ns/call":
+            tr.write_line(f"{name:<48} {best * 1e9:>12.1f} ns/call")
+        else:
+            tr.write_line(f"{name:<48} {rate:>14,.0f} {unit}")
+    ratios = [
+        ("FrameDecoder compiled / python", "framedecoder compiled", "framedecoder python"),
+        ("crc32 16MiB rmq / isal", "crc32 16MiB rmq", "crc32 16MiB isal"),
+        ("crc32 16MiB rmq / zlib", "crc32 16MiB rmq", "crc32 16MiB zlib"),
+        ("route encode standard compiled / python", "route encode standard compiled",
+         "route encode standard python"),
+        ("route encode legacy compiled / python", "route encode legacy compiled",
+         "route encode legacy python"),
+        ("register body decode compiled / python", "register body decode compiled",
+         "register body decode python"),
+        ("register body decode compressed compiled / python",
+         "register body decode compressed compiled", "register body decode compressed python"),
+    ]
+    for label, a, b in ratios:
+        if a in by_name and b in by_name and by_name[b]:
+            tr.write_line(f"{label:<48} {by_name[a] / by_name[b]:>12.2f}x")
