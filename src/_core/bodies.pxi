@@ -326,10 +326,33 @@ def encode_register_broker_body(body, bint compressed=False):
 
 # ---------------------------------------------------------------- TopicRouteData
 
+cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
+    bint PyDict_CheckExact(object o)
+
+
+cdef inline object dget(object d, object key, object default):
+    """d.get(key, default), without a method call for plain dicts."""
+    cdef PyObject* v
+    if PyDict_CheckExact(d):
+        v = PyDict_GetItemWithError(d, key)
+        return default if v == NULL else <object>v
+    return d.get(key, default)
+
+
 cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
-    addrs = bd.get("brokerAddrs") or {}
-    items = [(int(k), v) for k, v in addrs.items()]
-    if not legacy:          # standard form sorts map keys (MapSortField)
+    cdef list items
+    cdef bint ordered = True
+    addrs = dget(bd, "brokerAddrs", None) or {}
+    items = []
+    prev = None
+    for k, v in addrs.items():
+        k = k if PyLong_CheckExact(k) else int(k)
+        if prev is not None and k < prev:
+            ordered = False
+        prev = k
+        items.append((k, v))
+    if not legacy and not ordered:      # standard form sorts map keys (MapSortField)
         items.sort(key=_first)
     wb_put(b, b'{"brokerAddrs":{', 16)
     first = True
@@ -341,13 +364,13 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
         wb_byte(b, 58)
         wb_scalar_or_container(b, v, legacy, 3)
     wb_put(b, b'},"brokerName":', 15)
-    wb_scalar_or_container(b, bd.get("brokerName"), legacy, 2)
+    wb_scalar_or_container(b, dget(bd, "brokerName", None), legacy, 2)
     wb_put(b, b',"cluster":', 11)
-    wb_scalar_or_container(b, bd.get("cluster"), legacy, 2)
+    wb_scalar_or_container(b, dget(bd, "cluster", None), legacy, 2)
     if "enableActingMaster" in bd:
         wb_put(b, b',"enableActingMaster":', 22)
         wb_scalar_or_container(b, bool(bd["enableActingMaster"]), legacy, 2)
-    zone = bd.get("zoneName")
+    zone = dget(bd, "zoneName", None)
     if zone is not None:
         wb_put(b, b',"zoneName":', 12)
         wb_scalar_or_container(b, zone, legacy, 2)
@@ -367,38 +390,40 @@ def encode_topic_route_data(route, bint legacy=False):
         try:
             wb_put(&b, b'{"brokerDatas":[', 16)
             first = True
-            for bd in route.get("brokerDatas") or ():
+            for bd in dget(route, "brokerDatas", None) or ():
                 if not first:
                     wb_byte(&b, 44)
                 first = False
                 wb_broker_data(&b, bd, legacy)
             wb_put(&b, b'],"filterServerTable":', 22)
-            fst = route.get("filterServerTable") or {}
-            wb_dict(&b, fst if legacy else dict(sorted(fst.items())), legacy, 1)
-            otc = route.get("orderTopicConf")
+            fst = dget(route, "filterServerTable", None) or {}
+            wb_dict(&b, fst if legacy or not fst else dict(sorted(fst.items())), legacy, 1)
+            otc = dget(route, "orderTopicConf", None)
             if otc is not None:
                 wb_put(&b, b',"orderTopicConf":', 18)
                 wb_scalar_or_container(&b, otc, legacy, 1)
             wb_put(&b, b',"queueDatas":[', 15)
             first = True
-            for qd in route.get("queueDatas") or ():
+            for qd in dget(route, "queueDatas", None) or ():
                 if not first:
                     wb_byte(&b, 44)
                 first = False
                 wb_put(&b, b'{"brokerName":', 14)
-                wb_scalar_or_container(&b, qd.get("brokerName"), legacy, 2)
+                wb_scalar_or_container(&b, dget(qd, "brokerName", None), legacy, 2)
                 wb_put(&b, b',"perm":', 8)
-                wb_scalar_or_container(&b, qd.get("perm", 6), legacy, 2)
+                wb_scalar_or_container(&b, dget(qd, "perm", 6), legacy, 2)
                 wb_put(&b, b',"readQueueNums":', 17)
-                wb_scalar_or_container(&b, qd.get("readQueueNums", 0), legacy, 2)
+                wb_scalar_or_container(&b, dget(qd, "readQueueNums", 0), legacy, 2)
                 wb_put(&b, b',"topicSysFlag":', 16)
-                wb_scalar_or_container(&b, qd.get("topicSysFlag", qd.get("topicSynFlag", 0)),
-                                       legacy, 2)
+                sys_flag = dget(qd, "topicSysFlag", None)
+                if sys_flag is None and "topicSysFlag" not in qd:
+                    sys_flag = dget(qd, "topicSynFlag", 0)
+                wb_scalar_or_container(&b, sys_flag, legacy, 2)
                 wb_put(&b, b',"writeQueueNums":', 18)
-                wb_scalar_or_container(&b, qd.get("writeQueueNums", 0), legacy, 2)
+                wb_scalar_or_container(&b, dget(qd, "writeQueueNums", 0), legacy, 2)
                 wb_byte(&b, 125)
             wb_byte(&b, 93)
-            tqm = route.get("topicQueueMappingByBroker")
+            tqm = dget(route, "topicQueueMappingByBroker", None)
             if tqm is not None:
                 wb_put(&b, b',"topicQueueMappingByBroker":', 29)
                 wb_scalar_or_container(&b, tqm, legacy, 1)
