@@ -4,9 +4,13 @@
  *
  * Kernels:
  *   vpclmulqdq  x86-64, AVX-512 (F/VL/BW) + VPCLMULQDQ: carry-less multiply
- *               folding of 4 x 512-bit lanes (256 bytes per iteration).
- *   pclmulqdq   x86-64, PCLMULQDQ + SSE4.1: folding of 4 x 128-bit lanes.
- *   armv8       aarch64 CRC32 instructions, 3 interleaved streams.
+ *               folding of 4 x 512-bit lanes (256 bytes per iteration);
+ *               one 512-bit lane for 64..255 bytes, 128-bit folds for
+ *               16..63, a masked load for 12..15, the table below 12.
+ *   pclmulqdq   x86-64, PCLMULQDQ + SSE4.1: folding of 4 x 128-bit lanes
+ *               (64 bytes per iteration); the table below 16 bytes.
+ *   armv8       aarch64 CRC32 instructions (CRC32X), 3 interleaved streams
+ *               combined with a software carry-less multiply + CRC32X.
  *   table       portable slicing-by-8.
  *
  * The folding kernels follow the method of V. Gopal et al., "Fast CRC
@@ -55,6 +59,9 @@ typedef uint32_t (*crc_fn)(uint32_t, const unsigned char *, size_t);
 /* ------------------------------------------------------------------------ */
 /* Portable slicing-by-8.  All kernels work on the pre-inverted state.      */
 
+/* crc_tab[0]: byte-wise table of the reflected polynomial 0xEDB88320;
+ * crc_tab[k][n] = (crc_tab[k-1][n] >> 8) ^ crc_tab[0][crc_tab[k-1][n] & 0xff]
+ * (the CRC of byte n followed by k zero bytes).  Generated. */
 static const uint32_t crc_tab[8][256] = {
   {
     0x00000000, 0x77073096, 0xee0e612c, 0x990951ba, 0x076dc419, 0x706af48f,
@@ -444,8 +451,26 @@ static uint32_t crc_table_kernel(uint32_t c, const unsigned char *p,
         p += 4;
         len -= 4;
     }
-    while (len--)
-        c = (c >> 8) ^ crc_tab[0][(c ^ *p++) & 0xff];
+    /* 1..3 bytes in one step: c = (c >> 8k) ^ sum T[k-1-i][byte i]. */
+    switch (len) {
+    case 3: {
+        uint32_t a = c ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) |
+                          ((uint32_t)p[2] << 16));
+        c = (c >> 24) ^ crc_tab[2][a & 0xff] ^ crc_tab[1][(a >> 8) & 0xff] ^
+            crc_tab[0][(a >> 16) & 0xff];
+        break;
+    }
+    case 2: {
+        uint32_t a = c ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8));
+        c = (c >> 16) ^ crc_tab[1][a & 0xff] ^ crc_tab[0][(a >> 8) & 0xff];
+        break;
+    }
+    case 1:
+        c = (c >> 8) ^ crc_tab[0][(c ^ p[0]) & 0xff];
+        break;
+    default:
+        break;
+    }
     return c;
 }
 
@@ -482,6 +507,8 @@ static uint32_t crc_table_kernel(uint32_t c, const unsigned char *p,
 #define TGT_CLMUL __attribute__((target("pclmul,sse4.1")))
 #define TGT_AVX512 \
     __attribute__((target("avx512f,avx512vl,avx512bw,vpclmulqdq,pclmul,sse4.1")))
+/* Below this many bytes the table beats the masked-load clmul path. */
+#define CRC_MASKED_MIN 12
 #define INLINE static inline __attribute__((always_inline))
 
 /* PSHUFB control for the partial-block trick: bytes (k - 16) & 0xff. */
@@ -606,10 +633,21 @@ TGT_AVX512 static uint32_t crc_vpclmul_kernel(uint32_t c,
                                               size_t len)
 {
     __m512i z0;
-    if (len < 256) {
-        if (len < 16)
+    if (len < 64) {
+        if (len >= 16)
+            return crc_clmul128_body(c, p, len);
+        if (len < CRC_MASKED_MIN)
             return crc_table_kernel(c, p, len);
-        return crc_clmul128_body(c, p, len);
+        /* CRC_MASKED_MIN (>= 4) .. 15 bytes: masked load (no over-read),
+         * state xored into the first 4 bytes, message moved to the end of
+         * the register. */
+        {
+            __m128i x = _mm_maskz_loadu_epi8((__mmask16)((1u << len) - 1), p);
+            x = _mm_xor_si128(x, _mm_cvtsi32_si128((int)c));
+            x = _mm_shuffle_epi8(
+                x, _mm_loadu_si128((const __m128i *)(crc_shuf_tab + len)));
+            return reduce128(x);
+        }
     }
     z0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)p),
                           _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));

@@ -1,0 +1,78 @@
+"""Fixtures shared by the whole suite.
+
+``impl`` runs a test once on the compiled core (``rmq._core``, id ``c``) and once
+on the pure-Python reference (``rmq.fallback``, id ``py``); both expose the same
+names. The compiled one is skipped only under ``RMQ_PUREPYTHON=1``: otherwise a
+missing or broken build is an error, never a silent pass.
+
+Hypothesis profiles: ``default`` (200 examples), ``quick`` and ``thorough``;
+choose one with ``HYPOTHESIS_PROFILE``.
+"""
+
+import os
+
+import pytest
+from hypothesis import settings
+
+PUREPYTHON = os.environ.get("RMQ_PUREPYTHON", "") not in ("", "0")
+
+settings.register_profile("default", max_examples=200, deadline=None)
+settings.register_profile("quick", max_examples=25, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+#: The names both implementations must expose.
+CORE_NAMES = (
+    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
+    "crc32", "body_crc32", "json_loads", "json_dumps",
+    "decode_register_broker_body", "encode_register_broker_body",
+    "encode_topic_route_data", "IMPLEMENTATION", "CRC32_KERNEL",
+)
+
+#: rmq.bodies takes these from the selected core; the others compose them.
+_BODIES_FROM_CORE = (
+    "json_loads", "json_dumps", "decode_register_broker_body",
+    "encode_register_broker_body", "encode_topic_route_data",
+)
+
+
+def load_compiled():
+    try:
+        from rmq import _core
+    except ImportError as exc:
+        if PUREPYTHON:
+            pytest.skip(f"rmq._core is not built ({exc}) and RMQ_PUREPYTHON=1")
+        raise
+    return _core
+
+
+def load_fallback():
+    from rmq import fallback
+    return fallback
+
+
+@pytest.fixture(scope="module", params=["c", "py"])
+def impl(request):
+    """The module under test: rmq._core or rmq.fallback."""
+    return load_compiled() if request.param == "c" else load_fallback()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return load_compiled()
+
+
+@pytest.fixture(scope="module")
+def fallback():
+    return load_fallback()
+
+
+@pytest.fixture(scope="module")
+def bodies(impl):
+    """``rmq.bodies`` running on ``impl``'s JSON reader/writer and body codecs."""
+    import rmq.bodies
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _BODIES_FROM_CORE:
+            mp.setattr(rmq.bodies, name, getattr(impl, name))
+        yield rmq.bodies
