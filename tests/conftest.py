@@ -14,41 +14,18 @@ import os
 import pytest
 from hypothesis import settings
 
-PUREPYTHON = os.environ.get("RMQ_PUREPYTHON", "") not in ("", "0")
+from support import load_compiled, load_fallback
 
 settings.register_profile("default", max_examples=200, deadline=None)
 settings.register_profile("quick", max_examples=25, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-#: The names both implementations must expose.
-CORE_NAMES = (
-    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
-    "crc32", "body_crc32", "json_loads", "json_dumps",
-    "decode_register_broker_body", "encode_register_broker_body",
-    "encode_topic_route_data", "IMPLEMENTATION", "CRC32_KERNEL",
-)
-
 #: rmq.bodies takes these from the selected core; the others compose them.
 _BODIES_FROM_CORE = (
     "json_loads", "json_dumps", "decode_register_broker_body",
     "encode_register_broker_body", "encode_topic_route_data",
 )
-
-
-def load_compiled():
-    try:
-        from rmq import _core
-    except ImportError as exc:
-        if PUREPYTHON:
-            pytest.skip(f"rmq._core is not built ({exc}) and RMQ_PUREPYTHON=1")
-        raise
-    return _core
-
-
-def load_fallback():
-    from rmq import fallback
-    return fallback
 
 
 @pytest.fixture(scope="module", params=["c", "py"])

@@ -1,15 +1,45 @@
-"""Test helpers: the captured Java vectors, raw frame builders and hypothesis
-strategies. Frames are built here with ``struct`` straight from the layout in
-the spec, independently of the codecs under test."""
+"""Test helpers: the two implementations, the captured Java vectors, raw frame
+builders and hypothesis strategies. Frames are built here with ``struct``
+straight from the layout in the spec, independently of the codecs under test."""
 
 import json
 import os
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import strategies as st
 
 from rmq.protocol import LANGUAGES
+
+# ---------------------------------------------------------------- implementations
+
+PUREPYTHON = os.environ.get("RMQ_PUREPYTHON", "") not in ("", "0")
+
+#: The names both implementations must expose.
+CORE_NAMES = (
+    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
+    "crc32", "body_crc32", "json_loads", "json_dumps",
+    "decode_register_broker_body", "encode_register_broker_body",
+    "encode_topic_route_data", "IMPLEMENTATION", "CRC32_KERNEL",
+)
+
+
+def load_compiled():
+    """rmq._core; a missing build skips only under RMQ_PUREPYTHON=1, else fails."""
+    try:
+        from rmq import _core
+    except ImportError as exc:
+        if PUREPYTHON:
+            pytest.skip(f"rmq._core is not built ({exc}) and RMQ_PUREPYTHON=1")
+        raise
+    return _core
+
+
+def load_fallback():
+    from rmq import fallback
+    return fallback
+
 
 # ---------------------------------------------------------------- vectors
 
@@ -50,10 +80,6 @@ def frame(header, stype=0, body=b"", length=None, header_len=None):
     if length is None:
         length = 4 + len(header) + len(body)
     return struct.pack(">iI", length, (stype << 24) | header_len) + header + body
-
-
-def json_frame(obj, body=b"", trailer=""):
-    return frame((json.dumps(obj, separators=(",", ":")) + trailer).encode("utf-8"), 0, body)
 
 
 def binary_ext(pairs):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import load_compiled, load_fallback
+from support import load_compiled, load_fallback
 
 KERNELS = ("vpclmulqdq", "pclmulqdq", "armv8", "table")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from rmq.errors import RmqError
+from rmq.errors import BodyError, RmqError
 from rmq.protocol import LANGUAGES
 from support import (
     INT32,
@@ -161,13 +161,14 @@ FIELDS = {
     "serializeTypeCurrentRPC": st.just("JSON") | ANY_JSON,
 }
 REQUIRED = ("code", "flag", "opaque", "version")   # every client sends these
+OPTIONAL = [name for name in FIELDS if name not in REQUIRED]
 
 
 @st.composite
 def json_headers(draw):
     """JSON headers as Java, Go, ali-ons and C++ clients write them, with random
     field types, field order, unknown fields and surrounding whitespace."""
-    names = list(REQUIRED) + draw(st.lists(st.sampled_from(list(FIELDS)[4:]), unique=True))
+    names = list(REQUIRED) + draw(st.lists(st.sampled_from(OPTIONAL), unique=True))
     pairs = [(name, draw(FIELDS[name])) for name in names]
     pairs += draw(st.lists(st.tuples(TEXT.filter(lambda k: k not in FIELDS), ANY_JSON),
                            max_size=2))
@@ -281,10 +282,17 @@ def test_json_loads_mutated(compiled, fallback, value, data):
     same(compiled.json_loads, fallback.json_loads, mutated)
 
 
-@pytest.mark.parametrize("depth", [100, 511, 512, 513, 600, 2000, 50_000])
+@pytest.mark.parametrize("depth", [100, 512, 2000, 50_000])
 def test_json_nesting_depth(compiled, fallback, depth):
+    # Both agree up to the core's limit of 512 levels and far beyond Python's
+    # recursion limit; in between, the reference's limit is the interpreter's.
     same(compiled.json_loads, fallback.json_loads, b"[" * depth + b"]" * depth)
     same(compiled.json_loads, fallback.json_loads, b'{"a":' * depth + b"0" + b"}" * depth)
+
+
+def test_json_nesting_limit_of_the_core(compiled):
+    with pytest.raises(BodyError, match="nesting too deep"):
+        compiled.json_loads(b"[" * 513 + b"]" * 513)
 
 
 # ---------------------------------------------------------------- RegisterBrokerBody

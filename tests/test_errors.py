@@ -14,7 +14,7 @@ from rmq.errors import (
     ProtocolError,
     UnknownSerializeType,
 )
-from support import binary_ext, binary_header, frame, json_frame, vector_bytes
+from support import binary_ext, binary_header, frame, vector_bytes
 
 GOOD = vector_bytes("105_get_routeinfo_existing_request.bin")
 GOOD_RMQ = vector_bytes("104_unregister_broker_rmq_request.bin")

@@ -5,7 +5,7 @@ import importlib
 import rmq
 import rmq.bodies
 import rmq.codec
-from conftest import CORE_NAMES, PUREPYTHON, load_compiled, load_fallback
+from support import CORE_NAMES, PUREPYTHON, load_compiled, load_fallback
 
 
 def test_implementation_follows_the_switch():

@@ -84,6 +84,8 @@ cdef int wb_key(WBuf* b, object k, bint legacy) except -1:
         if k is None:
             return wb_put(b, b'"null"', 6)
         if PyFloat_Check(k):
+            if not isfinite(PyFloat_AS_DOUBLE(k)):
+                raise BodyError(f"cannot encode body: out of range float key {k!r}")
             return wb_str(b, float.__repr__(k), True)
     raise BodyError(f"cannot encode body: JSON keys must be str or int, not {type(k).__name__}")
 

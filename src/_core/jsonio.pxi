@@ -279,7 +279,11 @@ cdef object jr_number(JReader* r):
             for i in range(neg, n):
                 v = v * 10 + (s[i] - 48)
             return PyLong_FromLongLong(-v if neg else v)
-        return int(ascii_str(s, n))
+        try:
+            return int(ascii_str(s, n))
+        except ValueError:      # beyond sys.get_int_max_str_digits(), as json.loads
+            r.p = s
+            jr_fail(r, f"integer of {n} digits is too long")
     return PyFloat_FromString(ascii_str(s, n))
 
 
@@ -579,6 +583,7 @@ cdef int wb_str(WBuf* b, object s, bint ascii_only) except -1:
     cdef int kind
     cdef void* data
     cdef Py_UCS4 cp
+    cdef uint32_t u
     if PyUnicode_IS_ASCII(s) or not ascii_only:
         p = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
         if b.len + n + 2 > b.cap:
@@ -608,11 +613,11 @@ cdef int wb_str(WBuf* b, object s, bint ascii_only) except -1:
         elif cp < 127:
             wb_byte(b, <char>cp)
         elif cp > 0xFFFF:
-            cp -= 0x10000
-            wb_uescape(b, 0xD800 | ((cp >> 10) & 0x3FF))
-            wb_uescape(b, 0xDC00 | (cp & 0x3FF))
+            u = <uint32_t>cp - 0x10000
+            wb_uescape(b, 0xD800 | ((u >> 10) & 0x3FF))
+            wb_uescape(b, 0xDC00 | (u & 0x3FF))
         else:
-            wb_uescape(b, cp)
+            wb_uescape(b, <uint32_t>cp)
     return wb_byte(b, 34)
 
 

@@ -30,7 +30,7 @@ __all__ = [
 DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
 
 # A JSON string (kept as is) or an unquoted integer key after '{' or ','.
-_LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
+_LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
 
 
 def _quote_legacy_keys(text):
@@ -48,13 +48,17 @@ def json_loads(data):
     except UnicodeDecodeError as e:
         raise BodyError(f"JSON body is not valid UTF-8 at byte {e.start}") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
-        pass
-    try:
-        return json.loads(_quote_legacy_keys(text), parse_constant=_reject_constant)
-    except ValueError as e:
-        raise BodyError(f"invalid JSON body: {e}") from None
+        try:
+            return json.loads(text, parse_constant=_reject_constant)
+        except ValueError:
+            pass
+        try:
+            return json.loads(_quote_legacy_keys(text), parse_constant=_reject_constant)
+        except ValueError as e:
+            raise BodyError(f"invalid JSON body: {e}") from None
+    except RecursionError:
+        # The reference's depth limit is Python's recursion limit (the core's is 512).
+        raise BodyError("invalid JSON body: nesting too deep") from None
 
 
 def _dumps_legacy(obj, out):
@@ -93,7 +97,7 @@ def json_dumps(obj, legacy=False):
             _dumps_legacy(obj, out)
             return "".join(out).encode("utf-8")
         return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise BodyError(f"cannot encode body: {e}") from None
 
 
@@ -157,6 +161,8 @@ def _decode_topic_config_line(raw):
     except UnicodeDecodeError:
         raise BodyError(f"compressed topic config is not valid UTF-8: {raw[:64]!r}") from None
     parts = line.split(" ")
+    while parts and parts[-1] == "":    # Java's String.split drops trailing empty fields
+        parts.pop()
     if len(parts) < 5:
         raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
     tc = {}

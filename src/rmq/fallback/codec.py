@@ -83,11 +83,19 @@ class RemotingCommand:
 
     __hash__ = None
 
+    def __reduce__(self):
+        return (_rebuild_command, tuple(getattr(self, f) for f in self.__slots__))
+
     def __repr__(self):
         kind = "response" if self.flag & FLAG_RESPONSE else "request"
         return (f"<RemotingCommand {kind} code={self.code} opaque={self.opaque} flag={self.flag} "
                 f"language={self.language} version={self.version} remark={self.remark!r} "
                 f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
+
+
+def _rebuild_command(code, language, version, opaque, flag, remark, ext_fields, body, stype):
+    return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
+                           remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
 
 
 # ---------------------------------------------------------------- decoding
@@ -96,63 +104,79 @@ class _RawNumber(str):
     """A JSON number kept as its source text (ext values keep Java's string form)."""
 
 
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs in order: duplicate fields are
+    applied one after the other, as a streaming reader (and Java's) sees them."""
+
+
 def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def _header_int(obj, key, default=0):
-    v = obj.get(key, default)
+def _is_text(v):
+    return isinstance(v, str) and not isinstance(v, _RawNumber)
+
+
+def _header_int(key, v):
     if v is None:
-        return default
-    if isinstance(v, _RawNumber):
-        try:
-            v = int(v)
-        except ValueError:
-            raise HeaderError(f"header field {key!r} is not an integer: {v!s}") from None
-    else:
+        return 0
+    if not isinstance(v, _RawNumber):
         raise HeaderError(f"header field {key!r} is not an integer: {v!r}")
-    if not _INT32_MIN <= v <= _INT32_MAX:
-        raise HeaderError(f"header field {key!r} out of int32 range: {v}")
-    return v
+    try:
+        n = int(v)
+    except ValueError:
+        raise HeaderError(f"header field {key!r} is not an integer: {v!s}") from None
+    if not _INT32_MIN <= n <= _INT32_MAX:
+        raise HeaderError(f"header field {key!r} out of int32 range: {n}")
+    return n
 
 
-def _ext_value(key, v):
-    if isinstance(v, str):      # str and _RawNumber: numbers keep their text
-        return str(v)
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    raise HeaderError(f"ext field {key!r} has a non-scalar value: {v!r}")
+def _ext_fields(pairs):
+    if pairs is None:
+        return None
+    if not isinstance(pairs, _Pairs):
+        raise HeaderError(f"header field 'extFields' is not an object: {pairs!r}")
+    ext = {}
+    for k, v in pairs:
+        if v is None:           # Java drops null values
+            ext.pop(k, None)
+        elif isinstance(v, str):        # str and _RawNumber: numbers keep their text
+            ext[k] = str(v)
+        elif isinstance(v, bool):
+            ext[k] = "true" if v else "false"
+        else:
+            raise HeaderError(f"ext field {k!r} has a non-scalar value: {v!r}")
+    return ext
 
 
 def _decode_json_header(data):
     try:
         obj = json.loads(bytes(data).decode("utf-8"), parse_int=_RawNumber,
-                         parse_float=_RawNumber, parse_constant=_reject_constant)
+                         parse_float=_RawNumber, parse_constant=_reject_constant,
+                         object_pairs_hook=_Pairs)
     except UnicodeDecodeError as e:
         raise HeaderError(f"JSON header is not valid UTF-8 at byte {e.start}") from None
     except ValueError as e:
         raise HeaderError(f"invalid JSON header: {e}") from None
-    if not isinstance(obj, dict):
+    except RecursionError:
+        raise HeaderError("invalid JSON header: nesting too deep") from None
+    if not isinstance(obj, _Pairs):
         raise HeaderError(f"JSON header is not an object: {type(obj).__name__}")
-    language = obj.get("language", "JAVA")
-    if language is None:
-        language = "JAVA"
-    elif not isinstance(language, str) or isinstance(language, _RawNumber):
-        raise HeaderError(f"header field 'language' is not a string: {language!r}")
-    remark = obj.get("remark")
-    if remark is not None and (not isinstance(remark, str) or isinstance(remark, _RawNumber)):
-        raise HeaderError(f"header field 'remark' is not a string: {remark!r}")
-    ext = obj.get("extFields")
-    if ext is not None:
-        if not isinstance(ext, dict):
-            raise HeaderError(f"header field 'extFields' is not an object: {ext!r}")
-        ext = {k: _ext_value(k, v) for k, v in ext.items() if v is not None}
-    return RemotingCommand(
-        _header_int(obj, "code"), language=language, version=_header_int(obj, "version"),
-        opaque=_header_int(obj, "opaque"), flag=_header_int(obj, "flag"),
-        remark=remark, ext_fields=ext, serialize_type="JSON")
+    cmd = RemotingCommand(0, version=0, serialize_type="JSON")
+    for key, v in obj:
+        if key in ("code", "version", "opaque", "flag"):
+            setattr(cmd, key, _header_int(key, v))
+        elif key == "language":
+            if v is not None and not _is_text(v):
+                raise HeaderError(f"header field 'language' is not a string: {v!r}")
+            cmd.language = "JAVA" if v is None else v
+        elif key == "remark":
+            if v is not None and not _is_text(v):
+                raise HeaderError(f"header field 'remark' is not a string: {v!r}")
+            cmd.remark = v
+        elif key == "extFields":
+            cmd.ext_fields = _ext_fields(v)
+    return cmd
 
 
 def _utf8(data, what):
@@ -248,6 +272,8 @@ def _check_int32(name, v):
 
 
 def _ext_str(key, v):
+    if not isinstance(key, str):
+        raise ProtocolError(f"ext field names must be strings, got {key!r}")
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -266,8 +292,8 @@ def _encode_json_header(cmd):
     parts = ['{"code":', str(cmd.code)]
     if cmd.ext_fields is not None:
         parts.append(',"extFields":{')
-        parts.append(",".join(f"{_json_str(k)}:{_json_str(_ext_str(k, v))}"
-                              for k, v in cmd.ext_fields.items()))
+        parts.append(",".join(f"{_json_str(k)}:{_json_str(v)}"
+                              for k, v in ((k, _ext_str(k, v)) for k, v in cmd.ext_fields.items())))
         parts.append("}")
     parts += [',"flag":', str(cmd.flag), ',"language":', _json_str(cmd.language),
               ',"opaque":', str(cmd.opaque)]
@@ -295,8 +321,8 @@ def _encode_binary_header(cmd):
     ext = bytearray()
     if cmd.ext_fields:
         for k, v in cmd.ext_fields.items():
-            kb = k.encode("utf-8")
             vb = _ext_str(k, v).encode("utf-8")
+            kb = k.encode("utf-8")
             if len(kb) > 32767:
                 raise ProtocolError(f"ext key of {len(kb)} bytes does not fit an int16 length")
             ext += struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
@@ -362,8 +388,8 @@ class FrameDecoder:
                 _check_length(length, self.max_frame_length)
                 if len(buf) - pos - 4 < length:
                     break
-                with memoryview(buf) as mv:
-                    out.append(_decode_payload(mv[pos + 4:pos + 4 + length], length))
+                out.append(_decode_payload(memoryview(bytes(buf[pos + 4:pos + 4 + length])),
+                                           length))
                 pos += 4 + length
         except ProtocolError as e:
             self._error = e
