@@ -22,36 +22,37 @@ cdef void _set_nogil_threshold() noexcept:
         CRC32_NOGIL_THRESHOLD = 16 * 1024
 
 
-def crc32(data, unsigned long value=0):
-    """CRC-32/IEEE of ``data`` (any bytes-like) continuing from ``value``, as zlib.crc32."""
+cdef extern from "Python.h":
+    bint PyBytes_CheckExact(object o)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
+
+
+cdef inline uint32_t crc_of(uint32_t crc, const void* p, Py_ssize_t n) noexcept:
+    if n >= CRC32_NOGIL_THRESHOLD:
+        with nogil:
+            return rmq_crc32(crc, p, n)
+    return rmq_crc32(crc, p, n)
+
+
+cdef uint32_t crc_of_object(uint32_t crc, object data) except? 0xFFFFFFFF:
     cdef Py_buffer view
-    cdef uint32_t crc = <uint32_t>value
+    if PyBytes_CheckExact(data):    # the common case, without the buffer protocol
+        return crc_of(crc, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        if view.len >= CRC32_NOGIL_THRESHOLD:
-            with nogil:
-                crc = rmq_crc32(crc, view.buf, view.len)
-        else:
-            crc = rmq_crc32(crc, view.buf, view.len)
+        return crc_of(crc, view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
-    return crc
+
+
+def crc32(data, unsigned long value=0):
+    """CRC-32/IEEE of ``data`` (any bytes-like) continuing from ``value``, as zlib.crc32."""
+    return crc_of_object(<uint32_t>value, data)
 
 
 def body_crc32(data):
     """Java's UtilAll.crc32: the CRC-32 masked to a non-negative int."""
-    cdef Py_buffer view
-    cdef uint32_t crc
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        if view.len >= CRC32_NOGIL_THRESHOLD:
-            with nogil:
-                crc = rmq_crc32(0, view.buf, view.len)
-        else:
-            crc = rmq_crc32(0, view.buf, view.len)
-    finally:
-        PyBuffer_Release(&view)
-    return crc & 0x7FFFFFFF
+    return crc_of_object(0, data) & 0x7FFFFFFF
 
 
 def crc32_set_kernel(str name):
