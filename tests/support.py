@@ -43,8 +43,10 @@ def load_fallback():
 
 # ---------------------------------------------------------------- vectors
 
+# A copy of ../shared/vectors/java-4.9.8 lives in tests/vectors (frames captured from
+# a real Apache RocketMQ 4.9.8 NameServer, Broker, mqadmin and Java clients).
 VECTORS_DIR = Path(os.environ.get("RMQ_VECTORS") or
-                   Path(__file__).resolve().parents[2] / "shared" / "vectors" / "java-4.9.8")
+                   Path(__file__).resolve().parent / "vectors" / "java-4.9.8")
 if not (VECTORS_DIR / "index.json").is_file():
     raise RuntimeError(f"test vectors not found in {VECTORS_DIR} (set RMQ_VECTORS)")
 
