@@ -18,8 +18,10 @@ $(STAMP): $(BIN)/python $(SOURCES)
 
 install: $(STAMP)
 
+# The NameServer on 127.0.0.1:9876, its kvConfig.json under ./data (Ctrl-C stops it).
 run: install
-	$(BIN)/rmq
+	$(BIN)/rmq version
+	$(BIN)/rmq namesrv --listen 127.0.0.1:9876 --kv-config data/namesrv/kvConfig.json
 
 # The whole suite twice: the compiled core, then the pure-Python reference;
 # then the benchmarks once as smoke tests (no timing, they must still run).

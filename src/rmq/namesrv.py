@@ -1,0 +1,384 @@
+"""The NameServer's request processing: every request code, answered as Java answers it.
+
+``NameServer.handle(cmd, conn)`` takes a decoded request and returns the response
+command (or None for oneway requests). No I/O here: the network layer lives in
+``rmq.server``, the tables in ``RouteTable``, the KV table in ``KVConfig``.
+
+Java reference: namesrv/processor/DefaultRequestProcessor and ClientRequestProcessor
+(4.9.x and 5.x). Where they differ, rmq answers as 5.x does (e.g. code 3 for an
+unknown request code, where 4.9 leaves the client to time out).
+"""
+
+import logging
+import time
+
+from rmq import bodies
+from rmq.config import ConfigError, ConfigNoPermission
+from rmq.crc32 import body_crc32
+from rmq.errors import BodyError
+from rmq.kvconfig import KVConfigError
+from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R
+from rmq.routes import RouteTable
+
+log = logging.getLogger("rmq.namesrv")
+
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+_FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class _MissingField(Exception):
+    """A required ext field is absent (Java: RemotingCommandException)."""
+
+
+def _required(cmd, *names):
+    ext = cmd.ext_fields or {}
+    values = []
+    for name in names:
+        v = ext.get(name)
+        if v is None:
+            raise _MissingField(f"the custom field <{name}> is null")
+        values.append(v)
+    return values
+
+
+def _int_field(cmd, name, default=None):
+    v = (cmd.ext_fields or {}).get(name)
+    if v is None:
+        if default is None:
+            raise _MissingField(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise _MissingField(f"the custom field <{name}> is not a number: {v!r}") from None
+
+
+def _bool_field(cmd, name):
+    return (cmd.ext_fields or {}).get(name, "").lower() == "true"
+
+
+def _opt_bool_field(cmd, name):
+    v = (cmd.ext_fields or {}).get(name)
+    return None if v is None else v.lower() == "true"
+
+
+def _now_ms():
+    return int(time.time() * 1000)
+
+
+class NameServer:
+    """Request handling over a RouteTable, a KVConfig and a NamesrvConfig."""
+
+    def __init__(self, config, kv, routes=None, clock=_now_ms):
+        self.config = config
+        self.kv = kv
+        self.routes = routes if routes is not None else RouteTable(
+            support_acting_master=config.supportActingMaster,
+            delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration)
+        self.clock = clock
+        # topic -> [standard body or None, legacy body or None], built on first demand
+        # and dropped exactly when the route table says the topic's route may differ.
+        self._route_cache = {}
+        self._handlers = {
+            RC.PUT_KV_CONFIG: self.put_kv_config,
+            RC.GET_KV_CONFIG: self.get_kv_config,
+            RC.DELETE_KV_CONFIG: self.delete_kv_config,
+            RC.REGISTER_BROKER: self.register_broker,
+            RC.UNREGISTER_BROKER: self.unregister_broker,
+            RC.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
+            RC.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RC.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RC.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            RC.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RC.REGISTER_TOPIC_IN_NAMESRV: self.register_topic,
+            RC.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RC.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RC.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topics,
+            RC.GET_UNIT_TOPIC_LIST: self.get_unit_topics,
+            RC.GET_HAS_UNIT_SUB_TOPIC_LIST: self.get_has_unit_sub_topics,
+            RC.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_has_unit_sub_ununit_topics,
+            RC.UPDATE_NAMESRV_CONFIG: self.update_config,
+            RC.GET_NAMESRV_CONFIG: self.get_config,
+            RC.QUERY_DATA_VERSION: self.query_data_version,
+            RC.GET_BROKER_MEMBER_GROUP: self.get_broker_member_group,
+            RC.BROKER_HEARTBEAT: self.broker_heartbeat,
+        }
+
+    # ---------------------------------------------------------------- dispatch
+
+    def handle(self, cmd, conn=None):
+        """The response to ``cmd`` (None when it is oneway: applied, never answered)."""
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            resp = cmd.response(R.REQUEST_CODE_NOT_SUPPORTED,
+                                f" request type {cmd.code} not supported")
+        else:
+            try:
+                resp = handler(cmd, conn)
+            except _MissingField as e:
+                resp = cmd.response(R.SYSTEM_ERROR, str(e))
+            except BodyError as e:
+                log.warning("request %d: bad body: %s", cmd.code, e)
+                resp = cmd.response(R.SYSTEM_ERROR, str(e))
+            except KVConfigError as e:       # the change was not persisted, nor applied
+                log.error("request %d: %s", cmd.code, e)
+                resp = cmd.response(R.SYSTEM_ERROR, str(e))
+        self._apply_invalidations()
+        return None if cmd.is_oneway else resp
+
+    def _apply_invalidations(self):
+        topics = self.routes.take_invalidations()
+        if topics is None:
+            self._route_cache.clear()
+        elif topics:
+            cache = self._route_cache
+            for t in topics:
+                cache.pop(t, None)
+
+    # ---------------------------------------------------------------- KV config
+
+    def put_kv_config(self, cmd, conn):
+        namespace, key, value = _required(cmd, "namespace", "key", "value")
+        self.kv.put(namespace, key, value)
+        log.info("kv put %s/%s=%s", namespace, key, value)
+        if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
+            self._route_cache.pop(key, None)
+        return cmd.response(R.SUCCESS)
+
+    def get_kv_config(self, cmd, conn):
+        namespace, key = _required(cmd, "namespace", "key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return cmd.response(R.QUERY_NOT_FOUND,
+                                f"No config item, Namespace: {namespace} Key: {key}", {})
+        return cmd.response(R.SUCCESS, None, {"value": value})
+
+    def delete_kv_config(self, cmd, conn):
+        namespace, key = _required(cmd, "namespace", "key")
+        self.kv.delete(namespace, key)
+        log.info("kv delete %s/%s", namespace, key)
+        if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
+            self._route_cache.pop(key, None)
+        return cmd.response(R.SUCCESS)
+
+    def get_kv_list(self, cmd, conn):
+        (namespace,) = _required(cmd, "namespace")
+        table = self.kv.namespace(namespace)
+        if table is None:
+            return cmd.response(R.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return cmd.response(R.SUCCESS, body=bodies.encode_kv_table(table))
+
+    def _order_topic_table(self):
+        table = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return None if table is None else bodies.encode_kv_table(table)
+
+    # ---------------------------------------------------------------- brokers
+
+    def register_broker(self, cmd, conn):
+        cluster, broker_addr, broker_name, ha_addr = _required(
+            cmd, "clusterName", "brokerAddr", "brokerName", "haServerAddr")
+        broker_id = _int_field(cmd, "brokerId")
+        body = cmd.body
+        crc = _int_field(cmd, "bodyCrc32", 0)
+        if crc != 0 and crc != body_crc32(body):
+            log.warning("register %s %s: body crc32 %d does not match", broker_name,
+                        broker_addr, crc)
+            return cmd.response(R.SYSTEM_ERROR, "crc32 not match")
+        if body:
+            reg = bodies.decode_register_broker_body(body)
+        else:
+            reg = bodies.register_broker_body([], {"counter": 0, "timestamp": 0})
+        timeout = _int_field(cmd, "heartbeatTimeoutMillis", 120_000)
+        result = self.routes.register_broker(
+            cluster, broker_addr, broker_name, broker_id, ha_addr, body=reg, conn=conn,
+            now_ms=self.clock(), timeout_ms=timeout,
+            zone_name=(cmd.ext_fields or {}).get("__ZONE_NAME"),
+            # None for 4.9 brokers, which do not send it: they never act as master.
+            enable_acting_master=_opt_bool_field(cmd, "enableActingMaster"))
+        if result.get("failed"):
+            return cmd.response(R.SYSTEM_ERROR, "register broker failed")
+        if result.get("first"):
+            log.info("new broker registered: %s %s/%s id=%d ha=%s topics=%d", cluster,
+                     broker_name, broker_addr, broker_id, ha_addr,
+                     len(reg["topicConfigSerializeWrapper"].get("topicConfigTable") or {}))
+        elif result.get("changed"):
+            log.info("broker %s %s topic config changed (%d topics)", broker_name, broker_addr,
+                     len(reg["topicConfigSerializeWrapper"].get("topicConfigTable") or {}))
+        ext = {}
+        if result.get("haServerAddr") is not None:
+            ext["haServerAddr"] = result["haServerAddr"]
+        if result.get("masterAddr") is not None:
+            ext["masterAddr"] = result["masterAddr"]
+        body_out = b""
+        if self.config.returnOrderTopicConfigToBroker:
+            body_out = self._order_topic_table() or b""
+        return cmd.response(R.SUCCESS, None, ext, body_out)
+
+    def unregister_broker(self, cmd, conn):
+        cluster, broker_addr, broker_name = _required(
+            cmd, "clusterName", "brokerAddr", "brokerName")
+        broker_id = _int_field(cmd, "brokerId")
+        if self.routes.unregister_broker(cluster, broker_addr, broker_name, broker_id):
+            log.info("broker unregistered: %s %s/%s id=%d", cluster, broker_name, broker_addr,
+                     broker_id)
+        return cmd.response(R.SUCCESS)
+
+    def query_data_version(self, cmd, conn):
+        cluster, broker_addr, broker_name = _required(
+            cmd, "clusterName", "brokerAddr", "brokerName")
+        broker_id = _int_field(cmd, "brokerId")
+        dv = bodies.decode_data_version(cmd.body) if cmd.body else {}
+        changed, stored = self.routes.query_data_version(
+            cluster, broker_addr, broker_name, broker_id, dv, now_ms=self.clock())
+        body = bodies.encode_data_version(stored) if stored is not None else b""
+        return cmd.response(R.SUCCESS, None, {"changed": "true" if changed else "false"}, body)
+
+    def broker_heartbeat(self, cmd, conn):
+        cluster, broker_addr = _required(cmd, "clusterName", "brokerAddr")
+        self.routes.heartbeat(cluster, broker_addr, now_ms=self.clock())
+        return cmd.response(R.SUCCESS)
+
+    def wipe_write_perm(self, cmd, conn):
+        (broker_name,) = _required(cmd, "brokerName")
+        count = self.routes.wipe_write_perm(broker_name)
+        log.info("wipe write perm of broker %s: %d topics", broker_name, count)
+        return cmd.response(R.SUCCESS, None, {"wipeTopicCount": str(count)})
+
+    def add_write_perm(self, cmd, conn):
+        (broker_name,) = _required(cmd, "brokerName")
+        count = self.routes.add_write_perm(broker_name)
+        log.info("add write perm of broker %s: %d topics", broker_name, count)
+        return cmd.response(R.SUCCESS, None, {"addTopicCount": str(count)})
+
+    def get_broker_cluster_info(self, cmd, conn):
+        return cmd.response(R.SUCCESS, body=bodies.encode_cluster_info(*self.routes.cluster_info()))
+
+    def get_broker_member_group(self, cmd, conn):
+        cluster, broker_name = _required(cmd, "clusterName", "brokerName")
+        group = self.routes.broker_member_group(cluster, broker_name)
+        return cmd.response(R.SUCCESS, body=bodies.encode_broker_member_group(
+            group.get("cluster", cluster), group.get("brokerName", broker_name),
+            group.get("brokerAddrs") or {}))
+
+    # ---------------------------------------------------------------- routes
+
+    def get_route_info(self, cmd, conn):
+        (topic,) = _required(cmd, "topic")
+        standard = cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
+        entry = self._route_cache.get(topic)
+        body = None if entry is None else entry[0 if standard else 1]
+        if body is None:
+            route = self.routes.topic_route(topic)
+            if route is None:
+                return cmd.response(R.TOPIC_NOT_EXIST,
+                                    f"No topic route info in name server for the topic: {topic}"
+                                    + _FAQ_APPLY_TOPIC)
+            if self.config.orderMessageEnable:
+                route["orderTopicConf"] = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+            body = bodies.encode_topic_route_data(route, legacy=not standard)
+            if entry is None:
+                entry = self._route_cache[topic] = [None, None]
+            entry[0 if standard else 1] = body
+        return cmd.response(R.SUCCESS, body=body)
+
+    def register_topic(self, cmd, conn):
+        (topic,) = _required(cmd, "topic")
+        if cmd.body:
+            route = bodies.decode_topic_route_data(cmd.body)
+            if route.get("queueDatas"):
+                self.routes.register_topic(topic, route["queueDatas"])
+                log.info("topic %s registered with %d queue datas", topic,
+                         len(route["queueDatas"]))
+        return cmd.response(R.SUCCESS)
+
+    def delete_topic(self, cmd, conn):
+        (topic,) = _required(cmd, "topic")
+        cluster = (cmd.ext_fields or {}).get("clusterName")
+        self.routes.delete_topic(topic, cluster or None)
+        log.info("topic %s deleted%s", topic, f" from cluster {cluster}" if cluster else "")
+        return cmd.response(R.SUCCESS)
+
+    def _topic_list(self, cmd, topics, enabled=True, broker_addr=None):
+        if not enabled:
+            return cmd.response(R.SYSTEM_ERROR, "disable")
+        return cmd.response(R.SUCCESS, body=bodies.encode_topic_list(topics, broker_addr))
+
+    def get_all_topic_list(self, cmd, conn):
+        return self._topic_list(cmd, self.routes.all_topics() if self.config.enableAllTopicList
+                                else (), self.config.enableAllTopicList)
+
+    def get_topics_by_cluster(self, cmd, conn):
+        (cluster,) = _required(cmd, "cluster")
+        enabled = self.config.enableTopicList
+        return self._topic_list(cmd, self.routes.topics_by_cluster(cluster) if enabled else (),
+                                enabled)
+
+    def get_system_topics(self, cmd, conn):
+        topics, broker_addr = self.routes.system_topics()
+        return self._topic_list(cmd, topics, broker_addr=broker_addr)
+
+    def get_unit_topics(self, cmd, conn):
+        enabled = self.config.enableTopicList
+        return self._topic_list(cmd, self.routes.unit_topics() if enabled else (), enabled)
+
+    def get_has_unit_sub_topics(self, cmd, conn):
+        enabled = self.config.enableTopicList
+        return self._topic_list(cmd, self.routes.has_unit_sub_topics() if enabled else (),
+                                enabled)
+
+    def get_has_unit_sub_ununit_topics(self, cmd, conn):
+        enabled = self.config.enableTopicList
+        return self._topic_list(
+            cmd, self.routes.has_unit_sub_ununit_topics() if enabled else (), enabled)
+
+    # ---------------------------------------------------------------- config
+
+    def update_config(self, cmd, conn):
+        try:
+            text = cmd.body.decode("utf-8")
+        except UnicodeDecodeError:
+            return cmd.response(R.SYSTEM_ERROR, "string2Properties error")
+        before_order = self.config.orderMessageEnable
+        try:
+            changed = self.config.update_from_properties_text(text)
+        except ConfigNoPermission as e:
+            log.warning("config update refused from %s: %s", conn, e)
+            return cmd.response(R.NO_PERMISSION, "Can not update config in black list.")
+        except ConfigError as e:
+            log.warning("config update rejected from %s: %s", conn, e)
+            return cmd.response(R.SYSTEM_ERROR, str(e))
+        if changed:
+            log.info("config updated: %s", ", ".join(
+                f"{k}={getattr(self.config, k)}" for k in changed))
+        self.routes.support_acting_master = self.config.supportActingMaster
+        self.routes.delete_topic_with_broker_registration = \
+            self.config.deleteTopicWithBrokerRegistration
+        if self.config.orderMessageEnable != before_order or \
+                "supportActingMaster" in changed:
+            self._route_cache.clear()
+        return cmd.response(R.SUCCESS)
+
+    def get_config(self, cmd, conn):
+        return cmd.response(R.SUCCESS, body=self.config.to_properties_text().encode("utf-8"))
+
+    # ---------------------------------------------------------------- liveness
+
+    def scan_not_active_brokers(self):
+        """Drop brokers silent past their timeout; returns what was dropped."""
+        dropped = self.routes.scan_not_active(self.clock())
+        for b in dropped:
+            log.warning("broker expired: %s %s/%s id=%s (%s)", b.get("cluster"),
+                        b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"),
+                        b.get("reason", "not active"))
+        self._apply_invalidations()
+        return dropped
+
+    def connection_closed(self, conn):
+        """Drop at once the brokers registered over a closed connection."""
+        dropped = self.routes.connection_closed(conn)
+        for b in dropped:
+            log.info("broker connection closed, removed: %s %s/%s id=%s", b.get("cluster"),
+                     b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"))
+        self._apply_invalidations()
+        return dropped

@@ -1,0 +1,189 @@
+"""The NameServer's network layer: asyncio (uvloop when installed) over the core's
+FrameDecoder, with the limits an exposed server needs.
+
+- Frames above ``maxFrameLength`` and undecodable bytes close that connection only
+  (after the answers to the frames before the bad one are sent).
+- Output is bounded per connection: when a client stops reading and its queued
+  answers pass ``maxOutputBufferBytes``, rmq stops reading (and answering) its
+  requests until the queue drains; the requests already decoded wait, bounded by
+  one read.
+- At most ``maxConnections`` connections; more are closed at once.
+- Connections idle (neither read nor written) for ``serverChannelMaxIdleTimeSeconds``
+  are closed, as Java's IdleStateHandler does.
+- A liveness scan every ``scanNotActiveBrokerInterval`` ms drops silent brokers;
+  a closed connection drops the brokers registered over it at once.
+"""
+
+import asyncio
+import collections
+import itertools
+import logging
+
+from rmq.codec import FrameDecoder, encode_frame
+from rmq.errors import ProtocolError
+
+log = logging.getLogger("rmq.server")
+
+_conn_ids = itertools.count(1)
+
+
+class Connection(asyncio.Protocol):
+    """One client connection. Hashable: the route table keys brokers by it."""
+
+    def __init__(self, server):
+        self.server = server
+        self.id = next(_conn_ids)
+        self.transport = None
+        self.peer = None
+        self.decoder = FrameDecoder(server.config.maxFrameLength)
+        self.pending = collections.deque()   # decoded requests waiting for the output to drain
+        self.writing_paused = False
+        self.closing = False
+        self.last_active = 0.0
+
+    def __repr__(self):
+        return f"<conn {self.id} {self.peer}>"
+
+    # ---------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport):
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.last_active = self.server.loop.time()
+        if len(self.server.connections) >= self.server.config.maxConnections:
+            log.warning("connection limit %d reached: closing %s",
+                        self.server.config.maxConnections, self.peer)
+            self.closing = True
+            transport.abort()
+            return
+        limit = self.server.config.maxOutputBufferBytes
+        transport.set_write_buffer_limits(high=limit, low=limit // 4)
+        self.server.connections.add(self)
+
+    def data_received(self, data):
+        if self.closing:
+            return
+        self.last_active = self.server.loop.time()
+        error = None
+        try:
+            cmds = self.decoder.feed(data)
+        except ProtocolError as e:
+            cmds, error = e.decoded, e
+        if self.pending or self.writing_paused:
+            self.pending.extend(cmds)
+        else:
+            self._answer(cmds)
+        if error is not None:
+            log.warning("closing %s: %s", self.peer, error)
+            self.closing = True
+            self.pending.clear()
+            self.transport.close()     # sends what is queued, then closes
+
+    def pause_writing(self):
+        # The client is not reading: stop reading its requests too.
+        self.writing_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self):
+        self.writing_paused = False
+        if self.pending:
+            cmds = list(self.pending)
+            self.pending.clear()
+            self._answer(cmds)
+        if not self.writing_paused and not self.closing:
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc):
+        self.closing = True
+        self.pending.clear()
+        self.server.connections.discard(self)
+        self.server.namesrv.connection_closed(self)
+
+    # ---------------------------------------------------------------- answering
+
+    def _answer(self, cmds):
+        handle = self.server.namesrv.handle
+        out = []
+        for i, cmd in enumerate(cmds):
+            if cmd.is_response:          # a NameServer sends no requests: nothing to match
+                continue
+            resp = handle(cmd, self)
+            if resp is not None:
+                out.append(encode_frame(resp))
+            if self.writing_paused:
+                self.pending.extend(cmds[i + 1:])
+                break
+            if len(out) >= 64:           # let flow control see the output as it grows
+                self.transport.writelines(out)
+                out = []
+        if out:
+            self.transport.writelines(out)
+            self.last_active = self.server.loop.time()
+
+
+class NameServerApp:
+    """Listens, owns the connections and the periodic tasks of a NameServer."""
+
+    def __init__(self, namesrv):
+        self.namesrv = namesrv
+        self.config = namesrv.config
+        self.connections = set()
+        self.loop = None
+        self._server = None
+        self._tasks = []
+
+    @property
+    def sockets(self):
+        return self._server.sockets if self._server else ()
+
+    async def start(self, host, port):
+        self.loop = asyncio.get_running_loop()
+        self._server = await self.loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True,
+            backlog=self.config.serverSocketBacklog)
+        self._tasks = [self.loop.create_task(self._scan_brokers()),
+                       self.loop.create_task(self._close_idle())]
+        addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
+        log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
+        return self
+
+    async def _scan_brokers(self):
+        while True:
+            await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+            try:
+                self.namesrv.scan_not_active_brokers()
+            except Exception:       # a scan must never stop the scanning
+                log.exception("broker liveness scan failed")
+
+    async def _close_idle(self):
+        while True:
+            idle = self.config.serverChannelMaxIdleTimeSeconds
+            await asyncio.sleep(min(max(idle / 4, 0.05), 5.0))
+            if idle <= 0:
+                continue
+            deadline = self.loop.time() - idle
+            for conn in list(self.connections):
+                if conn.last_active < deadline and not conn.closing:
+                    log.info("closing idle connection %s (%ss)", conn.peer, idle)
+                    conn.closing = True
+                    conn.transport.close()
+
+    async def close(self):
+        for t in self._tasks:
+            t.cancel()
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.transport.close()
+            await self._server.wait_closed()
+        log.info("NameServer stopped")
+
+
+def new_event_loop():
+    """uvloop's loop when installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

@@ -1,0 +1,645 @@
+"""RouteTable: the NameServer's route tables (Java's RouteInfoManager).
+
+Runs on the pure-Python reference (``py``) and on the compiled core's RouteTable
+(``c``) once it has one. Bodies are built with ``rmq.bodies`` helpers; the replay
+tests feed the captured 4.9.8 REGISTER_BROKER requests and compare with the 4.9.8
+NameServer's answers.
+"""
+
+import copy
+
+import pytest
+
+import rmq
+from rmq import bodies
+from rmq.fallback import routes as ref
+from support import vector_bytes
+
+CLUSTER = "DefaultCluster"
+A0, A1, A2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
+B0 = "10.0.1.1:10911"
+
+
+@pytest.fixture(params=["py", "c"])
+def RT(request):
+    if request.param == "py":
+        return ref.RouteTable
+    try:
+        from rmq import _core
+    except ImportError:
+        pytest.skip("rmq._core is not built")
+    if not hasattr(_core, "RouteTable"):
+        pytest.skip("the compiled core has no RouteTable yet")
+    return _core.RouteTable
+
+
+def tc(name, r=4, w=4, perm=6, flag=0):
+    return bodies.topic_config(name, r, w, perm, topic_sys_flag=flag)
+
+
+def body(topics, counter=1, timestamp=1000, state=None, filters=(), mappings=None):
+    dv = {"counter": counter, "timestamp": timestamp}
+    if state is not None:
+        dv["stateVersion"] = state
+    b = bodies.register_broker_body([tc(t) if isinstance(t, str) else t for t in topics],
+                                    dv, filters)
+    if mappings is not None:
+        b["topicConfigSerializeWrapper"]["topicQueueMappingInfoMap"] = mappings
+    return b
+
+
+def reg(rt, topics=("T1", "T2"), name="broker-a", addr=A0, broker_id=0, cluster=CLUSTER,
+        now=0, conn=None, ha=None, **kw):
+    kw.setdefault("counter", 1)
+    bkw = {k: kw.pop(k) for k in ("counter", "timestamp", "state", "filters", "mappings")
+           if k in kw}
+    return rt.register_broker(cluster, addr, name, broker_id, ha or addr.replace("10911", "10912"),
+                              body=body(topics, **bkw), conn=conn, now_ms=now, **kw)
+
+
+def qd(name, r=4, w=4, perm=6, flag=0):
+    return {"brokerName": name, "perm": perm, "readQueueNums": r, "topicSysFlag": flag,
+            "writeQueueNums": w}
+
+
+def addrs(rt, topic):
+    return {bd["brokerName"]: bd["brokerAddrs"] for bd in rt.topic_route(topic)["brokerDatas"]}
+
+
+def perms(rt, topic):
+    return {q["brokerName"]: q["perm"] for q in rt.topic_route(topic)["queueDatas"]}
+
+
+# ---------------------------------------------------------------- registration
+
+def test_first_registration(RT):
+    rt = RT()
+    assert rt.take_invalidations() == set()
+    v = rt.version
+    res = reg(rt)
+    assert res["masterAddr"] is None and res["haServerAddr"] is None   # the master's own answer
+    assert res["first"] and res["changed"]
+    assert not res["ignored"] and not res["failed"]
+    assert rt.version > v
+    assert rt.take_invalidations() == {"T1", "T2"}
+    assert rt.topic_route("T1") == {
+        "brokerDatas": [{"brokerAddrs": {0: A0}, "brokerName": "broker-a", "cluster": CLUSTER}],
+        "filterServerTable": {},
+        "queueDatas": [qd("broker-a")]}
+    assert rt.topic_route("Nope") is None
+    assert sorted(rt.all_topics()) == ["T1", "T2"]
+
+
+def test_reregistration_unchanged_has_no_effect(RT):
+    rt = RT()
+    reg(rt, now=0)
+    rt.take_invalidations()
+    v = rt.version
+    res = reg(rt, now=30_000)
+    assert not res["first"] and not res["changed"]
+    assert rt.take_invalidations() == set()
+    assert rt.version == v
+    (live,) = rt.live_brokers()
+    assert live["lastUpdateTimestamp"] == 30_000 and live["brokerAddr"] == A0
+
+
+def test_changed_data_version_reapplies_topics(RT):
+    rt = RT()
+    reg(rt, [tc("T1"), tc("T2")], counter=1)
+    rt.take_invalidations()
+    res = reg(rt, [tc("T1", 8, 8), tc("T2"), tc("T3")], counter=2)
+    assert res["changed"] and not res["first"]
+    assert rt.take_invalidations() == {"T1", "T3"}          # T2 re-applied, identical
+    assert rt.topic_route("T1")["queueDatas"] == [qd("broker-a", 8, 8)]
+    # an unchanged DataVersion does not apply a changed table
+    reg(rt, [tc("T1", 2, 2), tc("T2"), tc("T3")], counter=2)
+    assert rt.topic_route("T1")["queueDatas"] == [qd("broker-a", 8, 8)]
+    # stateVersion is part of the DataVersion (5.x DataVersion.equals)
+    reg(rt, [tc("T1", 2, 2), tc("T2"), tc("T3")], counter=2, state=1)
+    assert rt.topic_route("T1")["queueDatas"] == [qd("broker-a", 2, 2)]
+
+
+def test_deleted_topic_comes_back_with_unchanged_version(RT):
+    # 5.x isTopicConfigChanged: a topic without this broker's queue data is applied
+    rt = RT()
+    reg(rt)
+    rt.delete_topic("T1")
+    assert rt.topic_route("T1") is None
+    rt.take_invalidations()
+    res = reg(rt)
+    assert res["changed"]
+    assert rt.take_invalidations() == {"T1"}
+    assert rt.topic_route("T1") is not None
+
+
+def test_slave_answer_and_topics_from_master_only(RT):
+    rt = RT()
+    res = reg(rt, ["S1", "S2"], addr=A1, broker_id=1)             # slave first: no master yet
+    assert res["masterAddr"] is None and res["haServerAddr"] is None
+    assert res["first"] and not res["changed"]
+    assert rt.topic_route("S1") is None                     # slaves do not register topics
+    reg(rt, ["T1", "T2"], addr=A0, broker_id=0, ha="10.0.0.1:10999")
+    res = reg(rt, ["S1"], addr=A1, broker_id=1)
+    assert res["masterAddr"] == A0 and res["haServerAddr"] == "10.0.0.1:10999"
+    assert rt.topic_route("S1") is None
+    assert addrs(rt, "T1") == {"broker-a": {0: A0, 1: A1}}
+    # the master's answer never carries addresses
+    res = reg(rt, ["T1"], addr=A0, broker_id=0)
+    assert res["masterAddr"] is None and res["haServerAddr"] is None
+
+
+def test_slave_answer_needs_a_live_master(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], addr=A0, broker_id=0, conn="m")
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=1, conn="s")
+    rt.connection_closed("m")
+    res = reg(rt, ["T1"], addr=A1, broker_id=1, conn="s")
+    assert res["masterAddr"] is None
+
+
+def test_slave_joining_invalidates_the_brokers_topics_only(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    reg(rt, ["X", "Y"], name="broker-b", addr=B0)
+    rt.take_invalidations()
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
+    assert rt.take_invalidations() == {"T1", "T2"}
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
+    assert rt.take_invalidations() == set()
+
+
+def test_new_address_for_the_same_id_replaces_the_old(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], addr=A0, conn="old")
+    rt.take_invalidations()
+    res = reg(rt, ["T1", "T2"], addr=A2, conn="new")
+    assert not res["first"]
+    assert addrs(rt, "T1") == {"broker-a": {0: A2}}
+    assert rt.take_invalidations() == {"T1", "T2"}
+    # Java keeps the old address's live entry; it expires without touching the route
+    dropped = rt.scan_not_active(200_000)
+    assert {d["brokerAddr"] for d in dropped} == {A0, A2}
+    old = next(d for d in dropped if d["brokerAddr"] == A0)
+    assert old["brokerName"] is None and old["brokerId"] is None and old["conn"] == "old"
+
+
+def test_slave_promoted_to_master_on_the_same_address(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], addr=A0, broker_id=0)
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
+    rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=0, counter=5)
+    assert addrs(rt, "T1") == {"broker-a": {0: A1}}
+    assert rt.broker_member_group(CLUSTER, "broker-a")["brokerAddrs"] == {0: A1}
+
+
+def test_higher_state_version_wins_the_id(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], addr=A0, state=5)
+    rt.take_invalidations()
+    res = reg(rt, ["T1", "T9"], addr=A2, state=3, counter=9)
+    assert res["ignored"]
+    assert res["masterAddr"] is None
+    assert addrs(rt, "T1") == {"broker-a": {0: A0}}
+    assert rt.topic_route("T9") is None
+    assert [b["brokerAddr"] for b in rt.live_brokers()] == [A0]
+    assert rt.take_invalidations() == set()
+    # an equal or higher stateVersion takes over
+    res = reg(rt, ["T1"], addr=A2, state=5)
+    assert not res["ignored"]
+    assert addrs(rt, "T1") == {"broker-a": {0: A2}}
+
+
+def test_single_topic_registration_of_an_unknown_broker_fails(RT):
+    rt = RT()
+    res = reg(rt, ["OnlyOne"])
+    assert res["failed"]
+    assert rt.topic_route("OnlyOne") is None
+    assert rt.cluster_info() == ({}, {})                    # no empty BrokerData left
+    assert rt.live_brokers() == []
+    # once registered, a single-topic (incremental) registration applies
+    reg(rt, ["T1", "T2"], counter=1)
+    res = reg(rt, [tc("T1"), tc("T2"), tc("New")][2:], counter=2)
+    assert not res["failed"] and res["changed"]
+    assert rt.topic_route("New")["queueDatas"] == [qd("broker-a")]
+
+
+def test_registration_without_body(RT):
+    rt = RT()
+    res = rt.register_broker(CLUSTER, A0, "broker-a", 0, A0, body=None, now_ms=5)
+    assert res["first"]
+    assert rt.cluster_info()[0]["broker-a"]["brokerAddrs"] == {0: A0}
+    assert rt.live_brokers()[0]["dataVersion"] == {"counter": 0, "stateVersion": 0, "timestamp": 0}
+    assert rt.all_topics() == []
+
+
+def test_delete_topic_with_broker_registration(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2", "Shared"])
+    reg(rt, ["Shared"] + ["X"], name="broker-b", addr=B0)
+    reg(rt, ["T1"], counter=2)                              # off: nothing removed
+    assert rt.topic_route("T2") is not None
+    rt.delete_topic_with_broker_registration = True
+    rt.take_invalidations()
+    reg(rt, ["T1", "T3"], counter=3)
+    assert rt.take_invalidations() == {"T2", "Shared", "T3"}
+    assert rt.topic_route("T2") is None
+    assert addrs(rt, "Shared") == {"broker-b": {0: B0}}     # still on broker-b
+    # runs on every registration, also with an unchanged DataVersion
+    rt.register_topic("Extra", [qd("broker-a")])
+    reg(rt, ["T1", "T3"], counter=3)
+    assert rt.topic_route("Extra") is None
+    # not when the broker reports static-topic mappings
+    rt.register_topic("Extra", [qd("broker-a")])
+    m = {"T1": {"bname": "broker-a", "topic": "T1", "totalQueues": 4, "epoch": 1}}
+    reg(rt, ["T1", "T3"], counter=4, mappings=m)
+    assert rt.topic_route("Extra") is not None
+
+
+def test_filter_servers(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], filters=["10.0.0.1:3000"])
+    reg(rt, [], addr=A1, broker_id=1)
+    assert rt.topic_route("T1")["filterServerTable"] == {A0: ["10.0.0.1:3000"]}
+    rt.take_invalidations()
+    reg(rt, ["T1"], filters=["10.0.0.1:3000"])              # unchanged
+    assert rt.take_invalidations() == set()
+    reg(rt, ["T1"], filters=[])                             # an empty list removes them
+    assert rt.take_invalidations() == {"T1", "T2"}
+    assert rt.topic_route("T1")["filterServerTable"] == {}
+
+
+def test_topic_queue_mappings(RT):
+    rt = RT()
+    info = {"bname": "broker-a", "currIdMap": {"broker-a": 0}, "epoch": 7, "topic": "Static",
+            "totalQueues": 4}
+    reg(rt, ["Static", "T1"], mappings={"Static": info})
+    route = rt.topic_route("Static")
+    assert route["topicQueueMappingByBroker"] == {"broker-a": info}
+    assert "topicQueueMappingByBroker" not in rt.topic_route("T1")
+    info2 = dict(info, epoch=8)
+    rt.take_invalidations()
+    reg(rt, ["Static", "T1"], mappings={"Static": info2}, counter=2)
+    assert rt.take_invalidations() == {"Static"}
+    assert rt.topic_route("Static")["topicQueueMappingByBroker"]["broker-a"]["epoch"] == 8
+
+
+def test_broker_data_fields_of_5x_brokers(RT):
+    rt = RT()
+    reg(rt, ["Old", "Old2"], name="broker-old", addr=B0)            # 4.9 broker: no header
+    reg(rt, ["New", "New2"], enable_acting_master=False, zone_name="zone-1")
+    (old,) = rt.topic_route("Old")["brokerDatas"]
+    (new,) = rt.topic_route("New")["brokerDatas"]
+    assert "enableActingMaster" not in old and "zoneName" not in old
+    assert new["enableActingMaster"] is False and new["zoneName"] == "zone-1"
+    rt.take_invalidations()
+    reg(rt, ["New"], enable_acting_master=False, zone_name="zone-2")
+    assert rt.take_invalidations() == {"New", "New2"}
+    assert rt.cluster_info()[0]["broker-a"]["zoneName"] == "zone-2"
+
+
+# ---------------------------------------------------------------- acting master (5.x)
+
+def test_prime_slave_registers_read_only_topics(RT):
+    rt = RT()
+    res = reg(rt, ["T1", "T2"], addr=A1, broker_id=1, enable_acting_master=True)
+    assert res["changed"]
+    assert perms(rt, "T1") == {"broker-a": 4}               # PERM_WRITE wiped
+    rt2 = RT()
+    reg(rt2, ["T1", "T2"], addr=A1, broker_id=1, enable_acting_master=False)
+    assert perms(rt2, "T1") == {"broker-a": 6}              # prime slave, not acting master
+    rt3 = RT()
+    reg(rt3, ["T1", "T2"], addr=A1, broker_id=1)            # old broker: never a prime slave
+    assert rt3.topic_route("T1") is None
+    # a slave that is not the smallest id is no prime slave
+    reg(rt, ["T1", "T3"], addr=A2, broker_id=2, enable_acting_master=True, counter=3)
+    assert rt.topic_route("T3") is None
+
+
+def test_master_unregistered_wipes_write_perm_and_acting_master_route(RT):
+    rt = RT()
+    for broker_id, addr in ((0, A0), (1, A1), (2, A2)):
+        reg(rt, ["T1", "T2"], addr=addr, broker_id=broker_id, enable_acting_master=True)
+    assert perms(rt, "T1") == {"broker-a": 6}
+    rt.take_invalidations()
+    assert rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    assert rt.take_invalidations() == {"T1", "T2"}
+    assert perms(rt, "T1") == {"broker-a": 4}
+    assert addrs(rt, "T1") == {"broker-a": {1: A1, 2: A2}}  # without supportActingMaster
+    rt.support_acting_master = True
+    assert rt.take_invalidations() is None                  # every route may change
+    assert addrs(rt, "T1") == {"broker-a": {0: A1, 2: A2}}
+    # the table itself is untouched
+    assert rt.cluster_info()[0]["broker-a"]["brokerAddrs"] == {1: A1, 2: A2}
+    # member-group sync topics are never rewritten
+    rt.register_topic("rmq_sys_SYNC_BROKER_MEMBER_broker-a", [qd("broker-a", perm=4)])
+    assert addrs(rt, "rmq_sys_SYNC_BROKER_MEMBER_broker-a") == {"broker-a": {1: A1, 2: A2}}
+    # a writeable queue keeps the real ids
+    rt.add_write_perm("broker-a")
+    assert addrs(rt, "T1") == {"broker-a": {1: A1, 2: A2}}
+
+
+def test_master_unregistered_without_acting_master_keeps_perm(RT):
+    rt = RT(support_acting_master=True)
+    reg(rt, ["T1", "T2"], addr=A0, broker_id=0)
+    reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
+    rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    assert perms(rt, "T1") == {"broker-a": 6}
+    assert addrs(rt, "T1") == {"broker-a": {1: A1}}
+
+
+# ---------------------------------------------------------------- unregister / liveness
+
+def test_unregister_cleans_up(RT):
+    rt = RT()
+    reg(rt, ["T1", "Shared"], addr=A0)
+    reg(rt, ["T1", "Shared"], addr=A1, broker_id=1)
+    reg(rt, ["X", "Shared"], name="broker-b", addr=B0, cluster="Other")
+    rt.take_invalidations()
+    assert rt.unregister_broker(CLUSTER, A1, "broker-a", 1)
+    assert rt.take_invalidations() == {"T1", "Shared"}
+    assert addrs(rt, "T1") == {"broker-a": {0: A0}}
+    assert rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    assert rt.topic_route("T1") is None
+    assert addrs(rt, "Shared") == {"broker-b": {0: B0}}
+    assert rt.cluster_info() == (
+        {"broker-b": {"brokerAddrs": {0: B0}, "brokerName": "broker-b", "cluster": "Other"}},
+        {"Other": ["broker-b"]})
+    assert not rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    assert rt.unregister_broker("Other", B0, "broker-b", 0)
+    assert rt.cluster_info() == ({}, {})
+    assert rt.all_topics() == [] and rt.live_brokers() == []
+    assert rt.system_topics() == ([], None)
+
+
+def test_scan_not_active_uses_each_brokers_timeout(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], now=1_000, conn="a")                                  # default 120 s
+    reg(rt, ["X", "Y"], name="broker-b", addr=B0, now=1_000, timeout_ms=10_000, conn="b")
+    assert rt.scan_not_active(11_000) == []                 # last + timeout == now: kept
+    rt.take_invalidations()
+    dropped = rt.scan_not_active(11_001)
+    assert dropped == [{"cluster": CLUSTER, "brokerName": "broker-b", "brokerAddr": B0,
+                        "brokerId": 0, "reason": "expired", "conn": "b"}]
+    assert rt.take_invalidations() == {"X", "Y"}
+    assert rt.topic_route("X") is None
+    rt.heartbeat(CLUSTER, A0, now_ms=100_000)
+    assert rt.scan_not_active(200_000) == []
+    changed, stored = rt.query_data_version(CLUSTER, A0, "broker-a", 0,
+                                            {"counter": 1, "timestamp": 1000}, now_ms=210_000)
+    assert (changed, stored) == (False, {"counter": 1, "stateVersion": 0, "timestamp": 1000})
+    assert rt.scan_not_active(330_000) == []
+    assert [d["brokerAddr"] for d in rt.scan_not_active(330_001)] == [A0]
+    assert rt.cluster_info() == ({}, {})
+
+
+def test_connection_closed(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"], conn="c1")
+    reg(rt, [], addr=A1, broker_id=1, conn="c1")
+    reg(rt, ["X", "Y"], name="broker-b", addr=B0, conn="c2")
+    rt.take_invalidations()
+    assert rt.connection_closed("nobody") == []
+    dropped = rt.connection_closed("c1")
+    assert sorted((d["brokerAddr"], d["brokerId"], d["reason"]) for d in dropped) == [
+        (A0, 0, "connection closed"), (A1, 1, "connection closed")]
+    assert rt.take_invalidations() == {"T1", "T2"}
+    assert rt.topic_route("T1") is None
+    assert rt.topic_route("X") is not None
+    # re-registration over a new connection moves the broker to it
+    reg(rt, ["X"], name="broker-b", addr=B0, conn="c3")
+    assert rt.connection_closed("c2") == []
+
+
+def test_query_data_version(RT):
+    rt = RT()
+    assert rt.query_data_version(CLUSTER, A0, "broker-a", 0, {"counter": 1},
+                                 now_ms=1) == (True, None)
+    reg(rt, counter=3, timestamp=77)
+    assert rt.query_data_version(CLUSTER, A0, "broker-a", 0,
+                                 {"counter": 3, "timestamp": 77, "stateVersion": 0}, now_ms=2) == (
+        False, {"counter": 3, "stateVersion": 0, "timestamp": 77})
+    changed, stored = rt.query_data_version(CLUSTER, A0, "broker-a", 0,
+                                            {"counter": 4, "timestamp": 77}, now_ms=3)
+    assert changed and stored["counter"] == 3
+    assert rt.query_data_version("OtherCluster", A0, "broker-a", 0,
+                                 {"counter": 3, "timestamp": 77}, now_ms=4) == (True, None)
+    assert rt.live_brokers()[0]["lastUpdateTimestamp"] == 3
+
+
+def test_live_brokers(RT):
+    rt = RT()
+    reg(rt, now=5, timeout_ms=30_000, counter=2, timestamp=9)
+    assert rt.live_brokers() == [{
+        "brokerAddr": A0, "cluster": CLUSTER, "lastUpdateTimestamp": 5, "timeoutMillis": 30_000,
+        "haServerAddr": "10.0.0.1:10912",
+        "dataVersion": {"counter": 2, "stateVersion": 0, "timestamp": 9}}]
+    reg(rt, now=6, timeout_ms=None, counter=2, timestamp=9)
+    assert rt.live_brokers()[0]["timeoutMillis"] == 120_000
+
+
+# ---------------------------------------------------------------- admin operations
+
+def test_wipe_and_add_write_perm(RT):
+    rt = RT()
+    reg(rt, [tc("T1", perm=6), tc("T2", perm=7), tc("RO", perm=4)])
+    reg(rt, ["T1", "Z"], name="broker-b", addr=B0)
+    rt.take_invalidations()
+    assert rt.wipe_write_perm("broker-a") == 3              # every topic counts
+    assert rt.take_invalidations() == {"T1", "T2"}          # RO did not change
+    assert perms(rt, "T1") == {"broker-a": 4, "broker-b": 6}
+    assert perms(rt, "T2") == {"broker-a": 5}
+    assert rt.add_write_perm("broker-a") == 3
+    assert perms(rt, "T2") == {"broker-a": 6}               # PERM_READ|PERM_WRITE, inherit gone
+    assert perms(rt, "RO") == {"broker-a": 6}
+    assert rt.wipe_write_perm("nobody") == 0 and rt.add_write_perm("nobody") == 0
+
+
+def test_delete_topic(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    reg(rt, ["T1", "Z"], name="broker-b", addr=B0, cluster="Other")
+    rt.take_invalidations()
+    rt.delete_topic("T1", "NoSuchCluster")
+    assert rt.take_invalidations() == set()
+    rt.delete_topic("T1", CLUSTER)
+    assert rt.take_invalidations() == {"T1"}
+    assert addrs(rt, "T1") == {"broker-b": {0: B0}}
+    rt.delete_topic("T1", "Other")
+    assert rt.topic_route("T1") is None
+    rt.delete_topic("T2")
+    assert rt.all_topics() == ["Z"]
+    rt.delete_topic("T2")                                   # absent: no-op
+    assert rt.take_invalidations() == {"T1", "T2"}
+
+
+def test_register_topic(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    reg(rt, ["X", "Y"], name="broker-b", addr=B0)
+    rt.take_invalidations()
+    rt.register_topic("New", [qd("broker-a", 2, 2), qd("broker-b", 3, 3)])
+    assert rt.take_invalidations() == {"New"}
+    assert {q["brokerName"]: q["readQueueNums"] for q in rt.topic_route("New")["queueDatas"]} == {
+        "broker-a": 2, "broker-b": 3}
+    rt.register_topic("Bad", [qd("broker-a"), qd("ghost")])     # new topic: all or nothing
+    assert rt.topic_route("Bad") is None
+    rt.register_topic("T1", [qd("broker-b", 5, 5), qd("ghost")])  # existing: applied up to ghost
+    assert perms(rt, "T1") == {"broker-a": 6, "broker-b": 6}
+    rt.register_topic("Legacy", [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 1,
+                                  "writeQueueNums": 1, "topicSynFlag": 1}])
+    assert rt.unit_topics() == ["Legacy"]
+    rt.register_topic("Empty", [])
+    assert rt.topic_route("Empty") is None
+
+
+def test_unit_topic_lists(RT):
+    rt = RT()
+    reg(rt, [tc("Plain"), tc("Unit", flag=1), tc("UnitSub", flag=2), tc("Both", flag=3)])
+    assert sorted(rt.unit_topics()) == ["Both", "Unit"]
+    assert sorted(rt.has_unit_sub_topics()) == ["Both", "UnitSub"]
+    assert rt.has_unit_sub_ununit_topics() == ["UnitSub"]
+
+
+def test_topic_and_system_lists(RT):
+    rt = RT()
+    reg(rt, ["T1", "Shared"])
+    reg(rt, [], addr=A1, broker_id=1)
+    reg(rt, ["Y", "Shared"], name="broker-b", addr=B0, cluster="C2")
+    assert sorted(rt.topics_by_cluster(CLUSTER)) == ["Shared", "T1"]
+    assert sorted(rt.topics_by_cluster("C2")) == ["Shared", "Y"]
+    assert rt.topics_by_cluster("nope") == []
+    topics, addr = rt.system_topics()
+    assert sorted(topics) == sorted([CLUSTER, "C2", "broker-a", "broker-b"])
+    assert addr in (A0, B0)
+    info = rt.cluster_info()
+    assert info[1] == {CLUSTER: ["broker-a"], "C2": ["broker-b"]}
+    assert info[0]["broker-a"]["brokerAddrs"] == {0: A0, 1: A1}
+    assert rt.broker_member_group(CLUSTER, "broker-a") == {
+        "cluster": CLUSTER, "brokerName": "broker-a", "brokerAddrs": {0: A0, 1: A1}}
+    assert rt.broker_member_group(CLUSTER, "nope") == {
+        "cluster": CLUSTER, "brokerName": "nope", "brokerAddrs": {}}
+
+
+def test_invalidations_accumulate_until_taken(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    reg(rt, ["X", "Y"], name="broker-b", addr=B0)
+    rt.wipe_write_perm("broker-b")
+    assert rt.take_invalidations() == {"T1", "T2", "X", "Y"}
+    assert rt.take_invalidations() == set()
+    rt.support_acting_master = False                        # unchanged: nothing
+    assert rt.take_invalidations() == set()
+    rt.support_acting_master = True
+    reg(rt, ["T1", "T2"], counter=2)
+    assert rt.take_invalidations() is None                  # "everything" absorbs the rest
+    assert rt.take_invalidations() == set()
+
+
+def test_java_hash_order():
+    topics = ["TBW102", "DefaultCluster", "broker-a", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+              "BenchmarkTest", "SCHEDULE_TOPIC_XXXX", "DefaultCluster_REPLY_TOPIC", "TopicTest"]
+    frame = vector_bytes("206_get_all_topic_list_from_nameserver_response.bin")
+    vector = bodies.decode_topic_list(rmq.decode_frame(frame).body)[0]
+    assert ref.java_hash_order(ref.java_hash_order(topics, 1024)) == vector
+    assert ref.java_hash_order(["DefaultCluster", "broker-a"]) == ["broker-a", "DefaultCluster"]
+
+
+# ---------------------------------------------------------------- 4.9.8 vectors
+
+def _vector(name):
+    return rmq.decode_frame(vector_bytes(name))
+
+
+def _register_vector(rt, name, now=1_000, conn="broker"):
+    cmd = _vector(name)
+    e = cmd.ext_fields
+    reg_body = bodies.decode_register_broker_body(cmd.body)
+    res = rt.register_broker(e["clusterName"], e["brokerAddr"], e["brokerName"],
+                             int(e["brokerId"]), e["haServerAddr"], body=reg_body, conn=conn,
+                             now_ms=now)
+    return res, reg_body, e
+
+
+def test_replay_4_9_8_register_broker(RT):
+    rt = RT()
+    res, reg_body, e = _register_vector(rt, "103_register_broker_request.bin")
+    # the 4.9.8 answer to the master carries neither masterAddr nor haServerAddr
+    assert _vector("103_register_broker_response.bin").ext_fields == {}
+    assert res["masterAddr"] is None and res["haServerAddr"] is None
+    assert res["first"] and res["changed"]
+    assert len(rt.all_topics()) == 8
+    # mqadmin updateTopic TopicTest (4r/4w): the broker re-registers with a new DataVersion
+    later = copy.deepcopy(reg_body)
+    wrapper = later["topicConfigSerializeWrapper"]
+    wrapper["dataVersion"]["counter"] += 1
+    wrapper["topicConfigTable"]["TopicTest"] = tc("TopicTest", 4, 4, 6)
+    rt.take_invalidations()
+    res = rt.register_broker(e["clusterName"], e["brokerAddr"], e["brokerName"], 0,
+                             e["haServerAddr"], body=later, conn="broker", now_ms=2_000)
+    assert not res["first"] and res["changed"]
+    assert rt.take_invalidations() == {"TopicTest"}
+
+    def topic_list(name):
+        return bodies.decode_topic_list(_vector(name).body)
+
+    assert rt.all_topics() == topic_list("206_get_all_topic_list_from_nameserver_response.bin")[0]
+    assert rt.topics_by_cluster("DefaultCluster") == \
+        topic_list("224_get_topics_by_cluster_response.bin")[0]
+    assert rt.system_topics() == topic_list("304_get_system_topic_list_from_ns_response.bin")
+    assert rt.unit_topics() == topic_list("311_get_unit_topic_list_response.bin")[0] == []
+    assert rt.has_unit_sub_topics() == []
+    assert rt.has_unit_sub_ununit_topics() == []
+    info = rt.cluster_info()
+    cluster_answer = _vector("106_get_broker_cluster_info_response.bin").body
+    assert info == bodies.decode_cluster_info(cluster_answer)
+    assert bodies.encode_cluster_info(*info) == \
+        bytes(_vector("106_get_broker_cluster_info_response.bin").body)
+
+    route = rt.topic_route("TopicTest")
+    answer = _vector("105_get_routeinfo_existing_response.bin").body
+    assert route == bodies.decode_topic_route_data(answer)
+    assert bodies.encode_topic_route_data(route) == bytes(answer)
+    assert rt.topic_route("NoSuchTopic") is None            # 105 -> 17
+    assert rt.topic_route("AutoCreatedTopic") is None
+
+    # 205 / 327 from mqadmin: 9 topics each
+    assert str(rt.wipe_write_perm("broker-a")) == \
+        _vector("205_wipe_write_perm_of_broker_response.bin").ext_fields["wipeTopicCount"]
+    assert str(rt.add_write_perm("broker-a")) == \
+        _vector("327_add_write_perm_of_broker_response.bin").ext_fields["addTopicCount"]
+    # after them TBW102 (registered with perm 7) answers perm 6, as captured
+    tbw = _vector("105_get_routeinfo_producer_tbw102_response.bin").body
+    assert rt.topic_route("TBW102") == bodies.decode_topic_route_data(tbw)
+    assert rt.topic_route("TBW102")["queueDatas"][0]["readQueueNums"] == 8
+    assert bodies.encode_topic_route_data(rt.topic_route("TBW102")) == bytes(tbw)
+
+    rt.delete_topic("AutoCreatedTopic", "DefaultCluster")   # 216: absent, no-op
+    assert len(rt.all_topics()) == 9
+
+    # 104 from the broker's shutdown hook empties the tables (106 after it)
+    u = _vector("104_unregister_broker_request.bin").ext_fields
+    assert rt.unregister_broker(u["clusterName"], u["brokerAddr"], u["brokerName"],
+                                int(u["brokerId"]))
+    assert rt.cluster_info() == bodies.decode_cluster_info(
+        _vector("106_get_broker_cluster_info_empty_response.bin").body)
+    assert rt.all_topics() == []
+
+
+def test_replay_4_9_8_two_brokers(RT):
+    rt = RT()
+    _register_vector(rt, "103_register_broker_request.bin", conn="a")
+    res, _, e = _register_vector(rt, "103_register_broker_rmq_request.bin", conn="b")
+    assert e["brokerName"] == "broker-b" and res["first"]
+    route = rt.topic_route("TBW102")
+    assert sorted(bd["brokerName"] for bd in route["brokerDatas"]) == ["broker-a", "broker-b"]
+    assert {q["brokerName"]: q["writeQueueNums"] for q in route["queueDatas"]} == {
+        "broker-a": 8, "broker-b": 8}
+    # Java's HashSet order, as a 4.9.8 NameServer lists them
+    assert rt.cluster_info()[1] == {"DefaultCluster": ["broker-b", "broker-a"]}
+    u = _vector("104_unregister_broker_rmq_request.bin").ext_fields
+    rt.unregister_broker(u["clusterName"], u["brokerAddr"], u["brokerName"], int(u["brokerId"]))
+    assert [bd["brokerName"] for bd in rt.topic_route("TBW102")["brokerDatas"]] == ["broker-a"]
+    assert rt.topic_route("broker-b") is None
+    assert [d["brokerName"] for d in rt.connection_closed("a")] == ["broker-a"]
+    assert rt.cluster_info() == ({}, {})
