@@ -38,6 +38,7 @@ def pytest_terminal_summary(terminalreporter):
             tr.write_line(f"{name:<48} {rate:>14,.0f} {unit}")
     ratios = [
         ("FrameDecoder compiled / python", "framedecoder compiled", "framedecoder python"),
+        ("serve_routes compiled / python", "serve_routes compiled", "serve_routes python"),
         ("crc32 16MiB rmq / isal", "crc32 16MiB rmq", "crc32 16MiB isal"),
         ("crc32 16MiB rmq / zlib", "crc32 16MiB rmq", "crc32 16MiB zlib"),
         ("route encode standard compiled / python", "route encode standard compiled",

@@ -93,3 +93,22 @@ def test_register_body_encode(benchmark, figure, impl):
     data = benchmark(impl.encode_register_broker_body, body)
     assert len(data) > 1_300_000
     figure(benchmark, f"register body encode {NAME[impl]}", 1, "bodies/s")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_serve_routes_from_cache(benchmark, figure, impl):
+    # The route fast path: requests split, decoded and answered from cached bodies.
+    chunks = _route_request_stream(impl)
+    route = python.encode_topic_route_data(_route())
+    standard = {f"BenchmarkTopic-{i:05d}": route for i in range(10_000)}
+
+    def run():
+        d = impl.FrameDecoder()
+        n = 0
+        for c in chunks:
+            out, others, error = d.serve_routes(c, standard, {})
+            n += len(out)
+        return n
+
+    assert benchmark(run) > FRAMES * len(route)
+    figure(benchmark, f"serve_routes {NAME[impl]}", FRAMES, "answers/s")

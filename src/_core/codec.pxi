@@ -8,7 +8,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 from rmq.errors import (CorruptFrame, FrameTooLarge, HeaderError, ProtocolError,
                         UnknownSerializeType, BodyError)
-from rmq.protocol import CURRENT_VERSION as _CURRENT_VERSION, LANGUAGES as _LANGUAGES_T
+from rmq.protocol import CURRENT_VERSION as _CURRENT_VERSION, LANGUAGES as _LANGUAGES_T, V4_9_4 as _V4_9_4
 
 cdef enum:
     SER_JSON = 0
@@ -18,6 +18,7 @@ cdef enum:
     DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
 cdef int CURRENT_VERSION = _CURRENT_VERSION
+cdef int V4_9_4 = _V4_9_4     # from here on clients get the standard route form
 cdef tuple LANGUAGES = tuple(_LANGUAGES_T)      # interned names, index = binary code
 cdef dict LANGUAGE_CODES = {name: i for i, name in enumerate(LANGUAGES)}
 cdef str LANG_JAVA = LANGUAGES[0]
@@ -123,6 +124,11 @@ cdef class RemotingCommand:
         return (f"<RemotingCommand {kind} code={self.code} opaque={self.opaque} flag={self.flag} "
                 f"language={self.language} version={self.version} remark={self.remark!r} "
                 f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
+
+
+cdef inline bint _is_true(v):
+    # Java's Boolean.parseBoolean: "true" in any case.
+    return v is not None and len(v) == 4 and v.lower() == "true"
 
 
 def _rebuild_command(code, language, version, opaque, flag, remark, ext_fields, body, stype):
@@ -530,12 +536,11 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
     return 0
 
 
-def encode_frame(RemotingCommand cmd):
-    """Encode ``cmd`` as a complete frame in its own serialize type."""
-    cdef WBuf b
+cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
+    """Append ``cmd`` as a complete frame to ``b``."""
     cdef Py_buffer body
     cdef int stype
-    cdef Py_ssize_t header_len, length
+    cdef Py_ssize_t start = b.len, header_len, length
     if cmd.serialize_type == S_JSON:
         stype = SER_JSON
     elif cmd.serialize_type == S_ROCKETMQ:
@@ -544,27 +549,44 @@ def encode_frame(RemotingCommand cmd):
         raise UnknownSerializeType(f"unknown serialize type {cmd.serialize_type!r} "
                                    f"(expected one of ('JSON', 'ROCKETMQ'))")
     PyObject_GetBuffer(cmd.body if cmd.body is not None else EMPTY, &body, PyBUF_SIMPLE)
-    wb_init(&b, 256 + body.len)
     try:
-        b.len = 8
+        wb_put(b, b"\0\0\0\0\0\0\0\0", 8)      # the two length words, patched below
         if stype == SER_JSON:
-            encode_json_header(&b, cmd)
+            encode_json_header(b, cmd)
         else:
-            encode_binary_header(&b, cmd)
-        header_len = b.len - 8
+            encode_binary_header(b, cmd)
+        header_len = b.len - start - 8
         if header_len > 0xFFFFFF:
             raise ProtocolError(f"header of {header_len} bytes exceeds the 24-bit header length")
         length = 4 + header_len + body.len
         if length > 2147483647 - 4:
             raise ProtocolError(f"frame of {length} bytes does not fit the int32 length field")
-        wb_put(&b, <const char*>body.buf, body.len)
-        b.len = 0
-        wb_be32(&b, <int32_t>length)
-        wb_be32(&b, <int32_t>((stype << 24) | header_len))
-        b.len = 4 + length
-        return wb_bytes(&b)
+        wb_put(b, <const char*>body.buf, body.len)
+    except BaseException:
+        b.len = start
+        raise
     finally:
         PyBuffer_Release(&body)
+    put_be32(b.data + start, <int32_t>length)
+    put_be32(b.data + start + 4, <int32_t>((stype << 24) | header_len))
+    return 0
+
+
+cdef inline void put_be32(char* p, int32_t v) noexcept:
+    p[0] = <char>((<uint32_t>v >> 24) & 0xFF)
+    p[1] = <char>((<uint32_t>v >> 16) & 0xFF)
+    p[2] = <char>((<uint32_t>v >> 8) & 0xFF)
+    p[3] = <char>(<uint32_t>v & 0xFF)
+
+
+def encode_frame(RemotingCommand cmd):
+    """Encode ``cmd`` as a complete frame in its own serialize type."""
+    cdef WBuf b
+    wb_init(&b, 256 + (len(cmd.body) if cmd.body is not None else 0))
+    try:
+        encode_into(&b, cmd)
+        return wb_bytes(&b)
+    finally:
         wb_free(&b)
 
 
@@ -652,6 +674,55 @@ cdef class FrameDecoder:
             self.reset()
             PyList_Append(out, cmd)
         return used
+
+    def serve_routes(self, data, dict standard, dict legacy):
+        """Feed bytes and answer route queries from cached bodies.
+
+        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) whose topic has an
+        encoded route in ``standard`` or ``legacy`` (topic -> body bytes; the form
+        the request asks for: standard from version 401 or with
+        acceptStandardJsonOnly=true) are answered here, without a round trip
+        through Python. Returns ``(answers, others, error)``: the answer frames as
+        one bytes object, the other commands for the caller to handle, and the
+        ProtocolError that ended the stream (None while it is healthy).
+        """
+        cdef list cmds, others = []
+        cdef RemotingCommand cmd, resp
+        cdef WBuf b
+        cdef bint std
+        error = None
+        try:
+            cmds = self.feed(data)
+        except ProtocolError as e:
+            cmds, error = list(e.decoded), e
+        if not cmds:
+            return EMPTY, others, error
+        wb_init(&b, 4096)
+        try:
+            for cmd in cmds:
+                body = None
+                if cmd.code == 105 and (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
+                        and cmd.ext_fields is not None:
+                    topic = (<dict>cmd.ext_fields).get("topic")
+                    if topic is not None:
+                        std = cmd.version >= V4_9_4 or _is_true(
+                            (<dict>cmd.ext_fields).get("acceptStandardJsonOnly"))
+                        body = (standard if std else legacy).get(topic)
+                if body is None:
+                    others.append(cmd)
+                    continue
+                resp = RemotingCommand.__new__(RemotingCommand)
+                resp.code = 0
+                resp.language = LANG_JAVA
+                resp.version = CURRENT_VERSION
+                resp.opaque = cmd.opaque
+                resp.flag = FLAG_RESPONSE
+                resp.body = body
+                resp.serialize_type = cmd.serialize_type
+                encode_into(&b, resp)
+            return wb_bytes(&b), others, error
+        finally:
+            wb_free(&b)
 
     def feed(self, data):
         """Add bytes from the stream; returns the commands completed by them."""

@@ -19,6 +19,7 @@ from rmq.protocol import (
     LANGUAGE_CODES,
     LANGUAGES,
     SERIALIZE_TYPES,
+    V4_9_4,
 )
 
 __all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]
@@ -374,6 +375,35 @@ class FrameDecoder:
     def buffered(self):
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
+
+    def serve_routes(self, data, standard, legacy):
+        """Feed bytes and answer route queries from cached bodies.
+
+        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) whose topic has an
+        encoded route in ``standard`` or ``legacy`` (topic -> body bytes; the form
+        the request asks for: standard from version 401 or with
+        acceptStandardJsonOnly=true) are answered here. Returns ``(answers, others,
+        error)``: the answer frames as one bytes object, the other commands for the
+        caller to handle, and the ProtocolError that ended the stream (or None).
+        """
+        try:
+            cmds, error = self.feed(data), None
+        except ProtocolError as e:
+            cmds, error = list(e.decoded), e
+        answers, others = [], []
+        for cmd in cmds:
+            body = None
+            if cmd.code == 105 and not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields:
+                topic = cmd.ext_fields.get("topic")
+                if topic is not None:
+                    accept = cmd.ext_fields.get("acceptStandardJsonOnly")
+                    std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
+                    body = (standard if std else legacy).get(topic)
+            if body is None:
+                others.append(cmd)
+            else:
+                answers.append(encode_frame(cmd.response(0, body=body)))
+        return b"".join(answers), others, error
 
     def feed(self, data):
         if self._error is not None:
