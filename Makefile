@@ -16,6 +16,13 @@ $(STAMP): $(BIN)/python $(SOURCES)
 	$(BIN)/python -m pip install -q ".[test,bench]"
 	touch $(STAMP)
 
+# Real third-party clients for the interop tests: ali-ons (pure JavaScript) and the
+# Apache C++ client bundled in the PyPI package rocketmq 0.4.4 (x86_64 only).
+INTEROP := tests/interop/node_modules/.package-lock.json
+$(INTEROP): tests/interop/package.json tests/interop/package-lock.json
+	npm ci --prefix tests/interop --no-audit --no-fund --loglevel=error
+	-$(BIN)/python -m pip install -q rocketmq==0.4.4
+
 install: $(STAMP)
 
 # The NameServer on 127.0.0.1:9876, its kvConfig.json under ./data (Ctrl-C stops it).
@@ -25,7 +32,7 @@ run: install
 
 # The whole suite twice: the compiled core, then the pure-Python reference;
 # then the benchmarks once as smoke tests (no timing, they must still run).
-test: install
+test: install $(INTEROP)
 	$(BIN)/python -m pytest tests
 	RMQ_PUREPYTHON=1 $(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest bench --benchmark-disable -q
