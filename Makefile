@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 SOURCES := $(shell find src -name '*.py' -o -name '*.pyx' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.pyi') pyproject.toml setup.py
 STAMP  := $(VENV)/.rmq-installed
 
-.PHONY: run test test-core bench install clean
+.PHONY: run test bench load install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,5 +42,13 @@ test: install $(INTEROP)
 bench: install
 	$(BIN)/python -m pytest bench --benchmark-only --benchmark-columns=min,median,ops --benchmark-sort=name
 
+bench/loadgen: bench/loadgen.c
+	$(CC) -O2 -o $@ $<
+
+# The NameServer under load from a separate process (W1 routes at 16 and 1 in flight,
+# 10,000-topic registrations, RSS): ~1 min; LOAD_ARGS=--quick for ~15 s.
+load: install bench/loadgen
+	$(BIN)/python bench/load.py $(LOAD_ARGS)
+
 clean:
-	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks
+	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen

@@ -1,0 +1,552 @@
+"""Load benchmark of the rmq NameServer, from separate processes over 127.0.0.1.
+
+Starts ``python -m rmq namesrv`` (this interpreter, the environment as given, so
+``RMQ_PUREPYTHON=1`` selects the pure-Python core) on a free port with a temporary
+kvConfig.json, then:
+
+1. W1 setup: 8 brokers x 10,000 topics (every topic on every broker), registered
+   through bench/broker_sim.py (one connection per broker, kept open).
+2. W1 queries: bench/loadgen (C, epoll, one thread) sends GET_ROUTEINFO_BY_TOPIC
+   (code 105, Java 4.9.8's JSON header) round-robin over all topics from 4
+   connections, 16 requests in flight per connection; then 1 in flight.
+3. Server RSS after W1 (/proc/PID/status VmRSS, VmHWM).
+4. Registration time: broker-0 re-registers its 10,000 topics (a ~1.4 MB JSON body)
+   with a changed DataVersion counter, N times back to back; median from the
+   start of the send to the whole answer.
+5. Route latency while registrations run: loadgen at a fixed rate (open loop, so a
+   stalled server shows in every request due during the stall), first quiet, then
+   while broker-0 re-registers every --reg-interval seconds.
+
+Prints a table and one JSON line (also written to --json-out). Bounded: every
+step has a timeout, --deadline caps the whole run, and the server is killed at
+the end whatever happens.
+
+    PYTHONPATH=src .venv/bin/python bench/load.py            # ~1 min
+    PYTHONPATH=src .venv/bin/python bench/load.py --quick    # ~15 s
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+SRC = ROOT / "src"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+try:
+    import rmq  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(SRC))
+
+import broker_sim  # noqa: E402
+import rmq  # noqa: E402
+from rmq import bodies  # noqa: E402
+from rmq.codec import RemotingCommand  # noqa: E402
+from rmq.protocol import RequestCode, V4_9_8  # noqa: E402
+
+LOADGEN_SRC = BENCH / "loadgen.c"
+LOADGEN = BENCH / "loadgen"
+
+#: Java 4.9.8 on this machine and the targets for rmq (see bench/README.md).
+REFERENCE = {
+    "w1_16": {"java_rps": "110-120k", "java_p99_us": "1500-2000",
+              "target": ">= 540k req/s, p99 < 2 ms"},
+    "w1_1": {"java_rps": "~20k", "java_p50_us": "~150", "target": ">= 60k req/s, p50 <= 60 us"},
+}
+
+
+class BenchError(Exception):
+    pass
+
+
+class Deadline(Exception):
+    pass
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- helpers
+
+def build_loadgen(force=False):
+    """cc -O2 -o bench/loadgen bench/loadgen.c, when missing or older than its source."""
+    if (not force and LOADGEN.exists()
+            and LOADGEN.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime):
+        return LOADGEN
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    cmd = [cc, "-O2", "-o", str(LOADGEN), str(LOADGEN_SRC)]
+    log("building loadgen:", " ".join(cmd))
+    subprocess.run(cmd, check=True, timeout=120)
+    return LOADGEN
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env():
+    """This environment, with the directory of the rmq imported here first on the path:
+    the server runs the same rmq (and the same core) as this script."""
+    env = os.environ.copy()
+    pkg_root = str(Path(rmq.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def describe_server_python(env):
+    """What the server process will run: the core, its CRC32 kernel, the event loop."""
+    code = ("import rmq, sys\n"
+            "try:\n import uvloop; loop = 'uvloop ' + uvloop.__version__\n"
+            "except ImportError:\n loop = 'asyncio'\n"
+            "print(rmq.IMPLEMENTATION, rmq.CRC32_KERNEL, loop, sys.version.split()[0], sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.strip().split("|")
+    return {"implementation": out[0], "crc32_kernel": out[1], "loop": out[2], "python": out[3]}
+
+
+def proc_status(pid):
+    """VmRSS, VmHWM in MiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+def proc_cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+class Server:
+    """``python -m rmq namesrv`` in a subprocess."""
+
+    def __init__(self, workdir, log_level="info", pin_cpu=None):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.workdir = Path(workdir)
+        self.log_path = self.workdir / "namesrv.log"
+        self.env = server_env()
+        self.cmd = [sys.executable, "-m", "rmq", "namesrv", "--listen", self.address,
+                    "--kv-config", str(self.workdir / "kvConfig.json"), "--log-level", log_level]
+        self.pin_cpu = pin_cpu
+        self.proc = None
+
+    def start(self, timeout=30.0):
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, cwd=str(self.workdir))
+        if self.pin_cpu is not None:
+            os.sched_setaffinity(self.proc.pid, {self.pin_cpu})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"the NameServer exited with {self.proc.returncode}:\n"
+                                 + self.log_tail())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise BenchError("the NameServer did not start listening:\n" + self.log_tail())
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=20):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def query_route(address, topic):
+    """One GET_ROUTEINFO_BY_TOPIC with the Python client (a sanity check)."""
+    b = broker_sim.SimBroker(address, 999, timeout=30)
+    try:
+        resp = b.call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic}, version=V4_9_8))
+    finally:
+        b.close()
+    if resp.code != 0:
+        raise BenchError(f"route of {topic}: code {resp.code} {resp.remark!r}")
+    return bodies.decode_topic_route_data(resp.body), len(resp.body)
+
+
+def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rate=0,
+                pin_cpu=None, profile=None):
+    cmd = [str(LOADGEN), "--port", str(server.port), "--conns", str(conns),
+           "--inflight", str(inflight), "--duration", str(duration), "--warmup", str(warmup),
+           "--topics", str(topics), "--label", label]
+    if rate:
+        cmd += ["--rate", str(rate)]
+    cpu0, ccpu0 = proc_cpu_seconds(server.pid), children_cpu_seconds()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if pin_cpu is not None:
+        os.sched_setaffinity(proc.pid, {pin_cpu})
+    profiler = profile(proc) if profile else None
+    try:
+        out, err = proc.communicate(timeout=duration + warmup + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise BenchError(f"loadgen {label} did not finish") from None
+    except BaseException:           # e.g. --deadline: never leave it running
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if profiler is not None:
+            profiler()
+    if err.strip():
+        log(err.strip())
+    line = out.strip().splitlines()[-1] if out.strip() else ""
+    try:
+        result = json.loads(line)
+    except ValueError:
+        raise BenchError(f"loadgen {label} printed no result (exit {proc.returncode}): "
+                         f"{out!r} {err!r}") from None
+    if "error" in result:
+        raise BenchError(f"loadgen {label}: {result['error']}")
+    result["exit"] = proc.returncode
+    result["server_cpu_s"] = round(proc_cpu_seconds(server.pid) - cpu0, 3)
+    result["loadgen_cpu_s"] = round(children_cpu_seconds() - ccpu0, 3)
+    if result["requests"]:
+        result["server_cpu_us_per_req"] = round(
+            result["server_cpu_s"] * 1e6 / max(result["sent"], 1), 2)
+    return result
+
+
+def summarize(times):
+    ms = sorted(t * 1000 for t in times)
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "median_ms": round(statistics.median(ms), 2),
+            "min_ms": round(ms[0], 2), "max_ms": round(ms[-1], 2),
+            "mean_ms": round(statistics.fmean(ms), 2)}
+
+
+def make_profiler(kind, server, seconds, out_path):
+    """A hook for run_loadgen: starts perf or py-spy on the server, returns the waiter."""
+    if kind is None:
+        return None
+
+    def start(_loadgen_proc):
+        if kind == "perf":
+            cmd = ["perf", "record", "-F", "499", "-g", "-p", str(server.pid), "-o",
+                   str(out_path), "--", "sleep", str(seconds)]
+        else:
+            cmd = ["py-spy", "record", "--pid", str(server.pid), "--duration",
+                   str(max(1, int(seconds))), "--rate", "250", "--native", "--format", "raw",
+                   "--output", str(out_path)]
+        prof = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def wait():
+            try:
+                prof.communicate(timeout=seconds + 60)
+            except subprocess.TimeoutExpired:
+                prof.kill()
+                prof.communicate()
+            log(f"{kind} profile of the server: {out_path}")
+        return wait
+    return start
+
+
+# ---------------------------------------------------------------- the run
+
+def run(args):
+    report = {"args": vars(args).copy()}
+    build_loadgen(args.rebuild)
+    pin_server = pin_client = None
+    ncpu = len(os.sched_getaffinity(0))
+    if args.pin and ncpu >= 2:
+        cpus = sorted(os.sched_getaffinity(0))
+        pin_client, pin_server = cpus[0], cpus[1]
+        os.sched_setaffinity(0, {pin_client})
+    env = server_env()
+    report["env"] = dict(describe_server_python(env), cpus=ncpu, cpu=cpu_model(),
+                         kernel=platform.release(), pinned=bool(args.pin and ncpu >= 2),
+                         rmq=str(Path(rmq.__file__).resolve().parent))
+    if (report["env"]["implementation"] != "compiled"
+            and os.environ.get("RMQ_PUREPYTHON", "") in ("", "0")):
+        log(f"warning: the server runs the pure-Python core ({report['env']['rmq']} has no "
+            "built rmq._core): build it (make install, or an in-place build) to measure it")
+    topics = broker_sim.topic_names(args.topics)
+    workdir = tempfile.mkdtemp(prefix="rmq-load-")
+    server = Server(workdir, args.server_log_level, pin_server)
+    brokers = []
+    try:
+        server.start()
+        report["server"] = {"address": server.address, "pid": server.pid,
+                            "rss_start_mib": proc_status(server.pid)["VmRSS"]}
+        log(f"NameServer {server.address} pid {server.pid} "
+            f"({report['env']['implementation']} core, {report['env']['loop']})")
+
+        # 1. W1 setup
+        body = broker_sim.encode_body(topics, 1, queues=args.queues, compressed=args.compressed)
+        t0 = time.perf_counter()
+        brokers = broker_sim.register_brokers(server.address, args.brokers, topics, body=body,
+                                              compressed=args.compressed)
+        setup_s = time.perf_counter() - t0
+        report["w1_setup"] = dict(summarize([b.last_seconds for b in brokers]),
+                                  brokers=args.brokers, topics=args.topics,
+                                  body_bytes=len(body), compressed=args.compressed,
+                                  seconds=round(setup_s, 3))
+        route, route_len = query_route(server.address, topics[len(topics) // 2])
+        if len(route["brokerDatas"]) != args.brokers:
+            raise BenchError(f"route has {len(route['brokerDatas'])} brokers, "
+                             f"expected {args.brokers}")
+        report["w1_setup"]["route_body_bytes"] = route_len
+        report["server"]["rss_after_register_mib"] = proc_status(server.pid)["VmRSS"]
+        log(f"W1: {args.brokers} brokers x {args.topics} topics registered in {setup_s:.2f} s "
+            f"(first registration median {report['w1_setup']['median_ms']} ms); "
+            f"route body {route_len} bytes")
+
+        # 2. W1 queries
+        prof = make_profiler(args.profile, server, args.duration, args.profile_out)
+        for key, inflight in (("w1_16", 16), ("w1_1", 1)):
+            log(f"W1 queries: {args.conns} connections x {inflight} in flight, "
+                f"{args.duration:g} s (+{args.warmup:g} s warmup)")
+            r = run_loadgen(server, label=key, conns=args.conns, inflight=inflight,
+                            duration=args.duration, warmup=args.warmup, topics=args.topics,
+                            pin_cpu=pin_client, profile=prof if key == "w1_16" else None)
+            report[key] = r
+            log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+                f"p999 {r['p999_us']} us, errors {r['errors']}")
+
+        # 3. memory
+        report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
+                                 "hwm_after_w1_mib": proc_status(server.pid)["VmHWM"]})
+
+        # 4. registration time, no other load
+        reg = brokers[0]
+        series = broker_sim.body_series(topics, 2, queues=args.queues,
+                                        compressed=args.compressed,
+                                        alternate_queues=args.reg_changes_routes)
+        times = []
+        for _ in range(args.reg_count):
+            b = next(series)
+            seconds, _ = reg.register(b, args.compressed)
+            times.append(seconds)
+        report["register"] = dict(summarize(times), body_bytes=len(b),
+                                  changes_routes=args.reg_changes_routes)
+        log(f"register {args.topics} topics (changed DataVersion) x{args.reg_count}: "
+            f"median {report['register']['median_ms']} ms, max {report['register']['max_ms']} ms")
+
+        # 5. route latency, quiet and during registrations
+        rate_args = dict(conns=2, inflight=512, duration=args.during_duration, warmup=0.5,
+                         topics=args.topics, rate=args.during_rate, pin_cpu=pin_client)
+        r = run_loadgen(server, label="routes_quiet", **rate_args)
+        report["routes_quiet"] = r
+        stop = threading.Event()
+        during_times = []
+        errors = []
+
+        def registrar():
+            try:
+                time.sleep(0.5)                         # past loadgen's warmup
+                while not stop.is_set():
+                    t = time.monotonic()
+                    seconds, _ = reg.register(next(series), args.compressed)
+                    during_times.append(seconds)
+                    stop.wait(max(0.0, args.reg_interval - (time.monotonic() - t)))
+            except Exception as e:                      # reported after the run
+                errors.append(e)
+
+        th = threading.Thread(target=registrar, daemon=True)
+        th.start()
+        try:
+            r = run_loadgen(server, label="routes_during_registrations", **rate_args)
+        finally:
+            stop.set()
+            th.join(120)
+        if errors:
+            raise BenchError(f"registration during queries failed: {errors[0]}")
+        r["registrations"] = summarize(during_times)
+        report["routes_during_registrations"] = r
+        log(f"routes at {args.during_rate}/s: quiet p99 {report['routes_quiet']['p99_us']} us "
+            f"max {report['routes_quiet']['max_us']} us; during {len(during_times)} "
+            f"registrations p99 {r['p99_us']} us, max {r['max_us']} us")
+
+        report["server"].update({"rss_end_mib": proc_status(server.pid)["VmRSS"],
+                                 "hwm_end_mib": proc_status(server.pid)["VmHWM"]})
+        if not server.alive():
+            raise BenchError("the NameServer died:\n" + server.log_tail())
+    finally:
+        broker_sim.close_all(brokers)
+        server.stop()
+        report.setdefault("server", {})["log"] = server.log_tail(5)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"work directory kept: {workdir}")
+    return report
+
+
+# ---------------------------------------------------------------- report
+
+def verdict(ok):
+    return "yes" if ok else "NO"
+
+
+def print_table(rep):
+    env = rep["env"]
+    w = rep["w1_setup"]
+    print()
+    print(f"rmq NameServer load benchmark: {env['implementation']} core, {env['loop']}, "
+          f"python {env['python']}, {env['cpus']} CPUs ({env['cpu']})"
+          + (", server and load pinned to separate CPUs" if env["pinned"] else ""))
+    print(f"W1: {w['brokers']} brokers x {w['topics']} topics "
+          f"(register body {w['body_bytes'] / 1e6:.2f} MB, route answer {w['route_body_bytes']} B)")
+    print()
+    hdr = f"{'':38} {'req/s':>10} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'p999 us':>8} " \
+          f"{'max us':>9} {'err':>4} {'srv CPU us/req':>14}"
+    print(hdr)
+    print("-" * len(hdr))
+    rows = [("w1_16", f"W1 route, 4 conns x 16 in flight"),
+            ("w1_1", f"W1 route, 4 conns x 1 in flight"),
+            ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
+            ("routes_during_registrations",
+             f"route at {rep['args']['during_rate']}/s, during registrations")]
+    for key, name in rows:
+        r = rep[key]
+        err = r["errors"] + r["timeouts"] + r["lost"]
+        print(f"{name:38} {r['rps']:>10,.0f} {r['p50_us']:>8.1f} {r['p90_us']:>8.1f} "
+              f"{r['p99_us']:>8.1f} {r['p999_us']:>8.1f} {r['max_us']:>9.1f} {err:>4} "
+              f"{r.get('server_cpu_us_per_req', 0):>14.1f}")
+    print()
+    reg, during = rep["register"], rep["routes_during_registrations"]["registrations"]
+    print(f"REGISTER_BROKER, 1 broker x {w['topics']} topics, changed DataVersion: "
+          f"median {reg['median_ms']} ms (min {reg['min_ms']}, max {reg['max_ms']}, n={reg['n']})"
+          f"; under query load: median {during.get('median_ms')} ms (n={during['n']})")
+    print(f"first registrations (W1 setup): median {w['median_ms']} ms, max {w['max_ms']} ms")
+    s = rep["server"]
+    print(f"server RSS: start {s['rss_start_mib']:.1f} MiB, after W1 registration "
+          f"{s['rss_after_register_mib']:.1f} MiB, after W1 queries {s['rss_after_w1_mib']:.1f} MiB "
+          f"(peak {s['hwm_after_w1_mib']:.1f}), end {s['rss_end_mib']:.1f} MiB")
+    print()
+    r16, r1 = rep["w1_16"], rep["w1_1"]
+    print("targets (Java 4.9.8 on this machine: ~110-120k req/s at 16 in flight, p99 1.5-2 ms;"
+          " ~20k req/s at 1 in flight, p50 ~150 us)")
+    print(f"  16 in flight >= 540k req/s and p99 < 2 ms : {verdict(r16['rps'] >= 540e3)} / "
+          f"{verdict(r16['p99_us'] < 2000)}  ({r16['rps'] / 540e3:.0%} of the rate target)")
+    print(f"  1 in flight  >= 60k req/s and p50 <= 60 us: {verdict(r1['rps'] >= 60e3)} / "
+          f"{verdict(r1['p50_us'] <= 60)}  ({r1['rps'] / 60e3:.0%} of the rate target)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="short runs (2 s per load phase, 5 registrations)")
+    p.add_argument("--duration", type=float, help="seconds per W1 load phase (10; quick 2)")
+    p.add_argument("--warmup", type=float, help="warmup seconds before each W1 phase (2; quick 0.5)")
+    p.add_argument("--brokers", type=int, default=8)
+    p.add_argument("--topics", type=int, default=10000)
+    p.add_argument("--queues", type=int, default=8, help="queues per topic (8)")
+    p.add_argument("--conns", type=int, default=4, help="loadgen connections (4)")
+    p.add_argument("--compressed", action="store_true", help="compressed register bodies")
+    p.add_argument("--reg-count", type=int, help="registrations timed (20; quick 5)")
+    p.add_argument("--reg-changes-routes", action="store_true",
+                   help="alternate the queue numbers so each registration changes every route")
+    p.add_argument("--reg-interval", type=float, default=0.25,
+                   help="seconds between registrations during the route-latency run (0.25)")
+    p.add_argument("--during-rate", type=int, default=5000,
+                   help="route requests/s during the registration run (5000)")
+    p.add_argument("--during-duration", type=float, help="seconds of that run (5; quick 2)")
+    p.add_argument("--pin", action="store_true",
+                   help="pin the server to one CPU and loadgen + this script to another")
+    p.add_argument("--profile", choices=["perf", "py-spy"],
+                   help="profile the server during the 16-in-flight phase")
+    p.add_argument("--profile-out", default="namesrv-profile.data", help="profile output file")
+    p.add_argument("--server-log-level", default="info",
+                   choices=["debug", "info", "warning", "error"])
+    p.add_argument("--json-out", help="write the JSON report to this file too")
+    p.add_argument("--deadline", type=float, default=900, help="abort after this many seconds")
+    p.add_argument("--rebuild", action="store_true", help="rebuild bench/loadgen")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = p.parse_args(argv)
+    quick = args.quick
+    if args.duration is None:
+        args.duration = 2.0 if quick else 10.0
+    if args.warmup is None:
+        args.warmup = 0.5 if quick else 2.0
+    if args.reg_count is None:
+        args.reg_count = 5 if quick else 20
+    if args.during_duration is None:
+        args.during_duration = 2.0 if quick else 5.0
+
+    def on_alarm(signum, frame):
+        raise Deadline(f"--deadline {args.deadline:g} s reached")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, args.deadline)
+    try:
+        rep = run(args)
+    except (BenchError, Deadline, OSError, broker_sim.RegistrationError,
+            subprocess.SubprocessError) as e:
+        log(f"load.py: {type(e).__name__}: {e}")
+        return 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    print_table(rep)
+    line = json.dumps(rep, sort_keys=True)
+    print()
+    print(line)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
