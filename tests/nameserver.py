@@ -3,6 +3,8 @@ uvloop) and a small blocking client speaking the real protocol over TCP."""
 
 import asyncio
 import contextlib
+import json
+import re
 import socket
 import threading
 
@@ -56,11 +58,16 @@ def call_in_loop(app, func, *args):
     return asyncio.run_coroutine_threadsafe(run(), app.loop).result(10)
 
 
+#: The event loops the end-to-end tests run on (uvloop when installed).
+LOOPS = ["asyncio", "uvloop"]
+
+
 class Client:
     """A blocking remoting client for tests: one socket, answers matched by opaque."""
 
     def __init__(self, address, timeout=10):
         host, port = address.rsplit(":", 1)
+        self.timeout = timeout
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = rmq.FrameDecoder()
@@ -81,14 +88,28 @@ class Client:
     def send_raw(self, data):
         self.sock.sendall(data)
 
-    def receive(self):
-        """The next command from the server (raises on EOF)."""
-        while not self.ready:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError("connection closed by the NameServer")
-            self.ready.extend(self.decoder.feed(data))
+    def receive(self, timeout=None):
+        """The next command from the server (raises on EOF, socket.timeout after
+        ``timeout`` seconds when given)."""
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            while not self.ready:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("connection closed by the NameServer")
+                self.ready.extend(self.decoder.feed(data))
+        finally:
+            if timeout is not None:
+                self.sock.settimeout(self.timeout)
         return self.ready.pop(0)
+
+    def poll(self, timeout):
+        """The next command if one arrives within ``timeout`` seconds, else None."""
+        try:
+            return self.receive(timeout)
+        except socket.timeout:
+            return None
 
     def call(self, cmd):
         self.send(cmd)
@@ -97,7 +118,13 @@ class Client:
         return resp
 
     def request(self, code, ext=None, body=b"", **kwargs):
-        return self.call(rmq.RemotingCommand.request(code, ext, body, **kwargs))
+        """Send a request and return its answer; a oneway request (``oneway=True``)
+        is only sent (the server never answers it): returns None."""
+        cmd = rmq.RemotingCommand.request(code, ext, body, **kwargs)
+        if cmd.is_oneway:
+            self.send(cmd)
+            return None
+        return self.call(cmd)
 
     def closed_by_peer(self, timeout=5):
         """True when the server closed this connection (EOF or reset)."""
@@ -111,3 +138,45 @@ class Client:
             return True
         except socket.timeout:
             return False
+
+
+# ---------------------------------------------------------------- helpers for the e2e tests
+
+_LEGACY_KEY = re.compile(rb'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?[0-9]+)(\s*:)')
+
+
+def parse_json_body(data):
+    """``(object, legacy)`` of a JSON body as Java writes it: ``legacy`` is True when
+    the body holds unquoted integer keys (Java's legacy form, ``{0:"addr"}``).
+    Independent of rmq's own JSON reader."""
+    legacy = False
+
+    def quote(m):
+        nonlocal legacy
+        if m.group(1):
+            return m.group(1)
+        legacy = True
+        return m.group(2) + b'"' + m.group(3) + b'"' + m.group(4)
+
+    return json.loads(_LEGACY_KEY.sub(quote, bytes(data))), legacy
+
+
+def register_broker(client, broker_name, broker_addr, *, cluster="c1", broker_id=0,
+                    topics=(), counter=1, ha_addr=None, compressed=False, ext=None, **kwargs):
+    """REGISTER_BROKER with a RegisterBrokerBody built from ``topics`` (TopicConfig
+    dicts, or names for 4/4 perm 6 topics); the answer."""
+    from rmq.bodies import encode_register_broker_body, register_broker_body, topic_config
+    from rmq.crc32 import body_crc32
+    tcs = [topic_config(t, 4, 4) if isinstance(t, str) else t for t in topics]
+    body = encode_register_broker_body(
+        register_broker_body(tcs, {"counter": counter, "stateVersion": 0,
+                                   "timestamp": 1700000000000 + counter}),
+        compressed=compressed)
+    fields = {"clusterName": cluster, "brokerAddr": broker_addr, "brokerName": broker_name,
+              "brokerId": str(broker_id),
+              "haServerAddr": ha_addr or broker_addr.rsplit(":", 1)[0] + ":10912",
+              "compressed": "true" if compressed else "false",
+              "bodyCrc32": str(body_crc32(body))}
+    fields.update(ext or {})
+    return client.request(103, {k: v for k, v in fields.items() if v is not None}, body,
+                          **kwargs)

@@ -10,6 +10,7 @@ unknown request code, where 4.9 leaves the client to time out).
 """
 
 import logging
+import re
 import time
 
 from rmq import bodies
@@ -41,16 +42,22 @@ def _required(cmd, *names):
     return values
 
 
-def _int_field(cmd, name, default=None):
+# Long.parseLong / Integer.parseInt: an optional sign and digits, nothing else (Python's
+# int() would also take blanks and underscores), within the Java type's range.
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def _int_field(cmd, name, default=None, bits=64):
     v = (cmd.ext_fields or {}).get(name)
     if v is None:
         if default is None:
             raise _MissingField(f"the custom field <{name}> is null")
         return default
-    try:
-        return int(v)
-    except ValueError:
-        raise _MissingField(f"the custom field <{name}> is not a number: {v!r}") from None
+    n = int(v) if _JAVA_INT.fullmatch(v) else None
+    if n is None or not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
+        raise _MissingField(f"the custom field <{name}> is not a Java "
+                            f"{'long' if bits == 64 else 'int'}: {v!r}")
+    return n
 
 
 def _bool_field(cmd, name):
@@ -124,6 +131,13 @@ class NameServer:
             except KVConfigError as e:       # the change was not persisted, nor applied
                 log.error("request %d: %s", cmd.code, e)
                 resp = cmd.response(R.SYSTEM_ERROR, str(e))
+            except Exception as e:
+                # A body of an unforeseen shape (e.g. a JSON object where a list is
+                # expected) or a bug: answer SYSTEM_ERROR as Java does for any exception
+                # of a processor, rather than let it escape into the network layer
+                # (which would drop the connection without an answer).
+                log.exception("request %d from %s failed", cmd.code, conn)
+                resp = cmd.response(R.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         self._apply_invalidations()
         return None if cmd.is_oneway else resp
 
@@ -180,7 +194,7 @@ class NameServer:
             cmd, "clusterName", "brokerAddr", "brokerName", "haServerAddr")
         broker_id = _int_field(cmd, "brokerId")
         body = cmd.body
-        crc = _int_field(cmd, "bodyCrc32", 0)
+        crc = _int_field(cmd, "bodyCrc32", 0, bits=32)
         if crc != 0 and crc != body_crc32(body):
             log.warning("register %s %s: body crc32 %d does not match", broker_name,
                         broker_addr, crc)
@@ -235,7 +249,8 @@ class NameServer:
         return cmd.response(R.SUCCESS, None, {"changed": "true" if changed else "false"}, body)
 
     def broker_heartbeat(self, cmd, conn):
-        cluster, broker_addr = _required(cmd, "clusterName", "brokerAddr")
+        # Java's BrokerHeartbeatRequestHeader: the three are @CFNotNull.
+        cluster, broker_addr, _ = _required(cmd, "clusterName", "brokerAddr", "brokerName")
         self.routes.heartbeat(cluster, broker_addr, now_ms=self.clock())
         return cmd.response(R.SUCCESS)
 

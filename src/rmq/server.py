@@ -9,9 +9,11 @@ FrameDecoder, with the limits an exposed server needs.
   one read.
 - At most ``maxConnections`` connections; more are closed at once.
 - Connections idle (neither read nor written) for ``serverChannelMaxIdleTimeSeconds``
-  are closed, as Java's IdleStateHandler does.
-- A liveness scan every ``scanNotActiveBrokerInterval`` ms drops silent brokers;
-  a closed connection drops the brokers registered over it at once.
+  are closed, as Java's IdleStateHandler does. A close that cannot complete (the
+  peer does not read what is queued) is turned into an abort after the same delay.
+- A liveness scan every ``scanNotActiveBrokerInterval`` ms drops silent brokers and
+  closes their connections (as Java's scanNotActiveBroker does); a closed
+  connection drops the brokers registered over it at once.
 """
 
 import asyncio
@@ -21,6 +23,7 @@ import logging
 
 from rmq.codec import FrameDecoder, encode_frame
 from rmq.errors import ProtocolError
+from rmq.protocol import ResponseCode
 
 log = logging.getLogger("rmq.server")
 
@@ -39,6 +42,7 @@ class Connection(asyncio.Protocol):
         self.pending = collections.deque()   # decoded requests waiting for the output to drain
         self.writing_paused = False
         self.closing = False
+        self.closed_at = None                # loop time of close(), for _close_idle
         self.last_active = 0.0
 
     def __repr__(self):
@@ -76,9 +80,16 @@ class Connection(asyncio.Protocol):
             self._answer(cmds)
         if error is not None:
             log.warning("closing %s: %s", self.peer, error)
+            self.close()               # sends what is queued, then closes
+
+    def close(self):
+        """Close after sending what is queued (NameServerApp aborts the connection
+        when that does not happen within serverChannelMaxIdleTimeSeconds)."""
+        if not self.closing:
             self.closing = True
-            self.pending.clear()
-            self.transport.close()     # sends what is queued, then closes
+            self.closed_at = self.server.loop.time()
+        self.pending.clear()
+        self.transport.close()
 
     def pause_writing(self):
         # The client is not reading: stop reading its requests too.
@@ -87,6 +98,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self):
         self.writing_paused = False
+        # The peer read what was queued: activity, for the idle check (as Netty's
+        # IdleStateHandler counts completed writes).
+        self.last_active = self.server.loop.time()
         if self.pending:
             cmds = list(self.pending)
             self.pending.clear()
@@ -110,7 +124,17 @@ class Connection(asyncio.Protocol):
                 continue
             resp = handle(cmd, self)
             if resp is not None:
-                out.append(encode_frame(resp))
+                try:
+                    out.append(encode_frame(resp))
+                except Exception:
+                    # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed
+                    # in a remark: answer anyway rather than let the exception escape
+                    # data_received, which drops the connection and the answers of the
+                    # other requests of this read.
+                    log.exception("cannot encode the answer to request %d from %s",
+                                  cmd.code, self.peer)
+                    out.append(encode_frame(cmd.response(
+                        ResponseCode.SYSTEM_ERROR, "the answer cannot be encoded")))
             if self.writing_paused:
                 self.pending.extend(cmds[i + 1:])
                 break
@@ -152,7 +176,14 @@ class NameServerApp:
         while True:
             await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
             try:
-                self.namesrv.scan_not_active_brokers()
+                dropped = self.namesrv.scan_not_active_brokers()
+                # Java's scanNotActiveBroker closes the expired broker's channel too.
+                for b in dropped:
+                    conn = b.get("conn")
+                    if isinstance(conn, Connection) and not conn.closing:
+                        log.info("closing the connection %s of expired broker %s",
+                                 conn.peer, b.get("brokerAddr"))
+                        conn.close()
             except Exception:       # a scan must never stop the scanning
                 log.exception("broker liveness scan failed")
 
@@ -162,12 +193,19 @@ class NameServerApp:
             await asyncio.sleep(min(max(idle / 4, 0.05), 5.0))
             if idle <= 0:
                 continue
-            deadline = self.loop.time() - idle
+            now = self.loop.time()
+            deadline = now - idle
             for conn in list(self.connections):
-                if conn.last_active < deadline and not conn.closing:
+                if conn.closing:
+                    # transport.close() waits until the queued answers are sent: a peer
+                    # that never reads would hold the connection (and its buffer) forever.
+                    if conn.closed_at is not None and conn.closed_at < deadline:
+                        log.info("aborting connection %s: not closed after %ss", conn.peer,
+                                 idle)
+                        conn.transport.abort()
+                elif conn.last_active < deadline:
                     log.info("closing idle connection %s (%ss)", conn.peer, idle)
-                    conn.closing = True
-                    conn.transport.close()
+                    conn.close()
 
     async def close(self):
         for t in self._tasks:
@@ -175,7 +213,17 @@ class NameServerApp:
         if self._server is not None:
             self._server.close()
             for conn in list(self.connections):
-                conn.transport.close()
+                conn.close()
+            # Give the connections a moment to send what is queued, then abort the rest:
+            # a peer that does not read must not hold up the shutdown (from Python 3.12
+            # on, wait_closed() waits for every connection to be closed).
+            for _ in range(100):
+                if not self.connections:
+                    break
+                await asyncio.sleep(0.01)
+            for conn in list(self.connections):
+                conn.transport.abort()
+            await asyncio.sleep(0)      # let connection_lost run for the aborted ones
             await self._server.wait_closed()
         log.info("NameServer stopped")
 

@@ -1,0 +1,171 @@
+"""KV durability of the real server process (``python -m rmq namesrv``): every
+PUT_KV_CONFIG it acknowledged survives a kill -9 at any moment, the kvConfig.json
+always parses after one; SIGTERM stops it cleanly (exit code 0, "stopped" logged)."""
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import rmq
+from nameserver import Client
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+# The package under test, whether it runs from src/ (PYTHONPATH) or installed.
+_PKG_PARENT = str(Path(rmq.__file__).resolve().parent.parent)
+
+
+class NamesrvProcess:
+    """``python -m rmq namesrv`` on 127.0.0.1, port chosen by the OS (read from its log)."""
+
+    def __init__(self, kv_path, log_path):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PKG_PARENT, env.get("PYTHONPATH")) if p)
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.start_offset = self.log.tell()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rmq", "namesrv", "--listen", "127.0.0.1:0",
+             "--kv-config", str(kv_path)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.address = self._wait_listening()
+
+    def _wait_listening(self, limit=20):
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            text = self.log_text()
+            m = re.search(r"listening on (127\.0\.0\.1:\d+)", text)
+            if m:
+                return m.group(1)
+            if self.proc.poll() is not None:
+                raise AssertionError(f"rmq namesrv exited {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        self.proc.kill()
+        raise AssertionError(f"rmq namesrv did not start:\n{self.log_text()}")
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            f.seek(self.start_offset)
+            return f.read().decode("utf-8", "replace")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(10)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for p in started:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait(10)
+        p.log.close()
+
+
+def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
+    kv_path = tmp_path / "kvConfig.json"
+    log_path = tmp_path / "namesrv.log"
+    rng = random.Random(0x5EED)
+    acknowledged = {}
+    in_flight = set()       # the put each kill interrupted: on disk or not, either is fine
+    for round_no in range(4):
+        p = NamesrvProcess(kv_path, log_path)
+        procs.append(p)
+        # every acknowledged put so far is there after the restart
+        with Client(p.address) as c:
+            for key, value in acknowledged.items():
+                r = c.request(101, {"namespace": "dur", "key": key})
+                assert (r.code, r.ext_fields) == (0, {"value": value}), (round_no, key)
+        # stream puts (and some deletes of never-acknowledged keys, which must not hurt)
+        # until killed at a random moment
+        killer = threading.Timer(rng.uniform(0.05, 0.4), p.proc.kill)
+        killer.start()
+        try:
+            with Client(p.address) as c:
+                i = 0
+                while True:
+                    key, value = f"r{round_no}-k{i}", f"value {i} ü " + "x" * rng.randrange(64)
+                    try:
+                        r = c.request(100, {"namespace": "dur", "key": key, "value": value})
+                    except OSError:
+                        break
+                    assert r.code == 0, r
+                    acknowledged[key] = value
+                    i += 1
+        finally:
+            killer.cancel()
+            p.kill()
+        assert p.proc.returncode == -signal.SIGKILL
+        assert i > 0, "no put was acknowledged before the kill"
+        in_flight.add(f"r{round_no}-k{i}")
+        # the file parses, and holds every acknowledged put (and maybe the ones in flight)
+        table = json.loads(kv_path.read_text("utf-8"))["configTable"]["dur"]
+        missing = {k for k in acknowledged if table.get(k) != acknowledged[k]}
+        assert not missing, sorted(missing)[:5]
+        assert set(table) - set(acknowledged) <= in_flight
+    # a last start: stale temporary files of killed writes are gone, the table is whole
+    p = NamesrvProcess(kv_path, log_path)
+    procs.append(p)
+    with Client(p.address) as c:
+        r = c.request(219, {"namespace": "dur"})
+        table = json.loads(r.body)["table"]
+        assert all(table.get(k) == v for k, v in acknowledged.items())
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    assert p.kill(signal.SIGTERM) == 0
+
+
+def test_sigterm_clean_exit(tmp_path, procs):
+    kv_path = tmp_path / "kvConfig.json"
+    p = NamesrvProcess(kv_path, tmp_path / "namesrv.log")
+    procs.append(p)
+    with Client(p.address) as c:
+        assert c.request(100, {"namespace": "n", "key": "k", "value": "v"}).code == 0
+        # a connection still open at SIGTERM does not hold the shutdown up
+        assert p.kill(signal.SIGTERM) == 0
+    log = p.log_text()
+    assert "stopped" in log, log
+    assert "Traceback" not in log, log
+    assert json.loads(kv_path.read_text("utf-8")) == {"configTable": {"n": {"k": "v"}}}
+
+
+def test_sigterm_with_a_client_that_never_reads(tmp_path, procs):
+    """A client whose answers cannot be delivered does not prevent the shutdown."""
+    p = NamesrvProcess(tmp_path / "kvConfig.json", tmp_path / "namesrv.log")
+    procs.append(p)
+    host, port = p.address.rsplit(":", 1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((host, int(port)))
+    s.setblocking(False)
+    req = rmq.encode_frame(rmq.RemotingCommand.request(319)) * 2000
+    sent = 0
+    end = time.monotonic() + 2
+    while sent < len(req) and time.monotonic() < end:
+        try:
+            sent += s.send(req[sent:sent + 65536])
+        except BlockingIOError:
+            time.sleep(0.01)
+    try:
+        start = time.monotonic()
+        assert p.kill(signal.SIGTERM) == 0
+        assert time.monotonic() - start < 5
+        assert "stopped" in p.log_text()
+    finally:
+        s.close()
