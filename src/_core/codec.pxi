@@ -492,13 +492,12 @@ cdef int language_byte(str language) except -1:
     code = LANGUAGE_CODES.get(language)
     if code is not None:
         return code
-    if language.isdigit() and int(language) < 256:
+    if language.isascii() and language.isdigit() and int(language) < 256:
         return int(language)
     return 7   # OTHER
 
 
 cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
-    cdef const char* s
     cdef Py_ssize_t n, ext_at
     if not -32768 <= cmd.code <= 32767:
         raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
@@ -510,9 +509,9 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
     wb_be32(b, cmd.opaque)
     wb_be32(b, cmd.flag)
     if cmd.remark:
-        s = PyUnicode_AsUTF8AndSize(cmd.remark, &n)
-        wb_be32(b, <int32_t>n)
-        wb_put(b, s, n)
+        raw = java_utf8(cmd.remark)
+        wb_be32(b, <int32_t>len(raw))
+        wb_put(b, PyBytes_AS_STRING(raw), len(raw))
     else:
         wb_be32(b, 0)
     ext_at = b.len
@@ -521,14 +520,14 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
         for k, v in (<dict?>cmd.ext_fields).items():
             if not PyUnicode_Check(k):
                 raise ProtocolError(f"ext field names must be strings, got {k!r}")
-            s = PyUnicode_AsUTF8AndSize(k, &n)
-            if n > 32767:
-                raise ProtocolError(f"ext key of {n} bytes does not fit an int16 length")
-            wb_be16(b, <int16_t>n)
-            wb_put(b, s, n)
-            s = PyUnicode_AsUTF8AndSize(ext_str(k, v), &n)
-            wb_be32(b, <int32_t>n)
-            wb_put(b, s, n)
+            raw = java_utf8(ext_str(k, v))
+            key = java_utf8(k)
+            if len(key) > 32767:
+                raise ProtocolError(f"ext key of {len(key)} bytes does not fit an int16 length")
+            wb_be16(b, <int16_t>len(key))
+            wb_put(b, PyBytes_AS_STRING(key), len(key))
+            wb_be32(b, <int32_t>len(raw))
+            wb_put(b, PyBytes_AS_STRING(raw), len(raw))
     n = b.len - ext_at - 4
     b.len = ext_at
     wb_be32(b, <int32_t>n)

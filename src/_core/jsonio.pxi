@@ -574,6 +574,11 @@ cdef int wb_escape_byte(WBuf* b, uint8_t c) except -1:
     return wb_uescape(b, c)
 
 
+cdef bytes java_utf8(str s):
+    """UTF-8 as Java's encoder writes it: a lone surrogate becomes '?'."""
+    return s.encode("utf-8", "replace")
+
+
 cdef int wb_str(WBuf* b, object s, bint ascii_only) except -1:
     """A quoted JSON string. ascii_only: non-ASCII (and DEL) as \\uXXXX, the
     standard form; otherwise UTF-8 as is, like fastjson and json(ensure_ascii=False)."""
@@ -584,8 +589,14 @@ cdef int wb_str(WBuf* b, object s, bint ascii_only) except -1:
     cdef void* data
     cdef Py_UCS4 cp
     cdef uint32_t u
+    cdef bytes replaced
     if PyUnicode_IS_ASCII(s) or not ascii_only:
-        p = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
+        try:
+            p = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
+        except UnicodeEncodeError:
+            replaced = java_utf8(s)
+            p = <const uint8_t*>PyBytes_AS_STRING(replaced)
+            n = len(replaced)
         if b.len + n + 2 > b.cap:
             wb_grow(b, n + 2)
         b.data[b.len] = 34

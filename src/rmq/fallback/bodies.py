@@ -95,7 +95,7 @@ def json_dumps(obj, legacy=False):
         if legacy:
             out = []
             _dumps_legacy(obj, out)
-            return "".join(out).encode("utf-8")
+            return "".join(out).encode("utf-8", "replace")   # a lone surrogate: '?', as Java
         return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
     except (TypeError, ValueError, RecursionError) as e:
         raise BodyError(f"cannot encode body: {e}") from None

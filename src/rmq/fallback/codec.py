@@ -301,14 +301,19 @@ def _encode_json_header(cmd):
     if cmd.remark is not None:
         parts += [',"remark":', _json_str(cmd.remark)]
     parts += [',"serializeTypeCurrentRPC":"JSON","version":', str(cmd.version), "}"]
-    return "".join(parts).encode("utf-8")
+    return _java_utf8("".join(parts))
+
+
+def _java_utf8(s):
+    # Java's UTF-8 encoder writes '?' for a lone surrogate.
+    return s.encode("utf-8", "replace")
 
 
 def _language_byte(language):
     code = LANGUAGE_CODES.get(language)
     if code is not None:
         return code
-    if language.isdigit() and int(language) < 256:
+    if language.isascii() and language.isdigit() and int(language) < 256:
         return int(language)
     return LANGUAGE_CODES["OTHER"]
 
@@ -318,12 +323,12 @@ def _encode_binary_header(cmd):
         raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
     if not -32768 <= cmd.version <= 32767:
         raise ProtocolError(f"version {cmd.version} does not fit the int16 of a ROCKETMQ header")
-    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    remark = _java_utf8(cmd.remark) if cmd.remark else b""
     ext = bytearray()
     if cmd.ext_fields:
         for k, v in cmd.ext_fields.items():
-            vb = _ext_str(k, v).encode("utf-8")
-            kb = k.encode("utf-8")
+            vb = _java_utf8(_ext_str(k, v))
+            kb = _java_utf8(k)
             if len(kb) > 32767:
                 raise ProtocolError(f"ext key of {len(kb)} bytes does not fit an int16 length")
             ext += struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb

@@ -33,6 +33,8 @@ for a topic records that topic (``take_invalidations``) and bumps ``version``.
 import copy
 from functools import lru_cache
 
+from rmq.errors import BodyError
+
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
            "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME", "SYNC_BROKER_MEMBER_GROUP_PREFIX"]
@@ -106,6 +108,54 @@ def _data_version(dv, now_ms=0):
     return {"counter": int(dv.get("counter") or 0),
             "stateVersion": int(dv.get("stateVersion") or 0),
             "timestamp": int(dv["timestamp"]) if dv.get("timestamp") is not None else now_ms}
+
+
+def _int32(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
+        raise BodyError(f"RegisterBrokerBody: {what} is not an int32: {v!r}")
+    return v
+
+
+def _checked_body(body, now_ms):
+    """(wrapper, dataVersion, topicConfigTable, mappings, filterServerList) of a
+    RegisterBrokerBody dict, every field checked; BodyError on a bad shape."""
+    if not isinstance(body, dict):
+        raise BodyError(f"RegisterBrokerBody is not an object: {body!r:.80}")
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    if not isinstance(wrapper, dict):
+        raise BodyError(f"topicConfigSerializeWrapper is not an object: {wrapper!r:.80}")
+    raw_dv = wrapper.get("dataVersion") or {}
+    if not isinstance(raw_dv, dict):
+        raise BodyError(f"dataVersion is not an object: {raw_dv!r:.80}")
+    for k in ("counter", "stateVersion", "timestamp"):
+        if raw_dv.get(k) is not None and (isinstance(raw_dv[k], bool)
+                                          or not isinstance(raw_dv[k], int)):
+            raise BodyError(f"dataVersion.{k} is not an integer: {raw_dv[k]!r}")
+    dv = _data_version(raw_dv, now_ms)
+    table = wrapper.get("topicConfigTable") or {}
+    if not isinstance(table, dict):
+        raise BodyError(f"topicConfigTable is not an object: {table!r:.80}")
+    checked = {}
+    for key, tc in table.items():
+        if not isinstance(tc, dict):
+            raise BodyError(f"topic config {key!r} is not an object: {tc!r:.80}")
+        name = tc.get("topicName", key)
+        if not isinstance(name, str):
+            raise BodyError(f"topic config {key!r}: topicName is not a string: {name!r}")
+        checked[key] = {
+            "topicName": name,
+            "perm": _int32(tc.get("perm", PERM_READ | PERM_WRITE), f"{key}.perm"),
+            "readQueueNums": _int32(tc.get("readQueueNums", 16), f"{key}.readQueueNums"),
+            "writeQueueNums": _int32(tc.get("writeQueueNums", 16), f"{key}.writeQueueNums"),
+            "topicSysFlag": _int32(tc.get("topicSysFlag", 0), f"{key}.topicSysFlag"),
+        }
+    mappings = wrapper.get("topicQueueMappingInfoMap") or {}
+    if not isinstance(mappings, dict):
+        raise BodyError(f"topicQueueMappingInfoMap is not an object: {mappings!r:.80}")
+    filter_servers = body.get("filterServerList") or []
+    if not isinstance(filter_servers, list) or not all(isinstance(f, str) for f in filter_servers):
+        raise BodyError(f"filterServerList is not a list of addresses: {filter_servers!r:.80}")
+    return wrapper, dv, checked, mappings, filter_servers
 
 
 def _queue_data(broker_name, read, write, perm, sys_flag):
@@ -290,11 +340,9 @@ class RouteTable:
             body = {"filterServerList": [], "topicConfigSerializeWrapper": {
                 "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0},
                 "topicConfigTable": {}}}
-        wrapper = body.get("topicConfigSerializeWrapper") or {}
-        dv = _data_version(wrapper.get("dataVersion"), now_ms)
-        tc_table = wrapper.get("topicConfigTable") or {}
-        mappings = wrapper.get("topicQueueMappingInfoMap") or {}
-        filter_servers = body.get("filterServerList", [])
+        # Decode and check everything before any table changes (as Java decodes the
+        # whole body first): a bad body is refused, never half applied.
+        wrapper, dv, tc_table, mappings, filter_servers = _checked_body(body, now_ms)
 
         # init or update the cluster info
         names = self._clusters.setdefault(cluster, {})
