@@ -95,3 +95,15 @@ def test_compiled_and_python_agree_under_any_chunking(topics, versions, cut):
             others += [x.opaque for x in rest]
         results.append((out, others))
     assert results[0] == results[1]
+
+
+def test_answers_stop_at_the_limit(impl):
+    reqs = [route_request(impl, "T1", opaque=i) for i in range(10)]
+    one = len(impl.encode_frame(reqs[0].response(0, body=STANDARD["T1"])))
+    data = b"".join(impl.encode_frame(r) for r in reqs)
+    out, others, error = impl.FrameDecoder().serve_routes(data, STANDARD, LEGACY, 3 * one - 1)
+    assert error is None
+    assert [c.opaque for c in answers_of(impl, out)] == [0, 1, 2]
+    assert [c.opaque for c in others] == list(range(3, 10))
+    out, others, _ = impl.FrameDecoder().serve_routes(data, STANDARD, LEGACY, 0)
+    assert out == b"" and len(others) == 10

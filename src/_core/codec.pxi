@@ -674,7 +674,7 @@ cdef class FrameDecoder:
             PyList_Append(out, cmd)
         return used
 
-    def serve_routes(self, data, dict standard, dict legacy):
+    def serve_routes(self, data, dict standard, dict legacy, Py_ssize_t limit=-1):
         """Feed bytes and answer route queries from cached bodies.
 
         GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) whose topic has an
@@ -683,7 +683,9 @@ cdef class FrameDecoder:
         acceptStandardJsonOnly=true) are answered here, without a round trip
         through Python. Returns ``(answers, others, error)``: the answer frames as
         one bytes object, the other commands for the caller to handle, and the
-        ProtocolError that ended the stream (None while it is healthy).
+        ProtocolError that ended the stream (None while it is healthy). Once the
+        answers reach ``limit`` bytes (the room left in the connection's output
+        buffer; -1: no limit), later route queries are handed back unanswered.
         """
         cdef list cmds, others = []
         cdef RemotingCommand cmd, resp
@@ -707,7 +709,7 @@ cdef class FrameDecoder:
                         std = cmd.version >= V4_9_4 or _is_true(
                             (<dict>cmd.ext_fields).get("acceptStandardJsonOnly"))
                         body = (standard if std else legacy).get(topic)
-                if body is None:
+                if body is None or (limit >= 0 and b.len >= limit):
                     others.append(cmd)
                     continue
                 resp = RemotingCommand.__new__(RemotingCommand)

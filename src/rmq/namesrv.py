@@ -83,9 +83,11 @@ class NameServer:
             support_acting_master=config.supportActingMaster,
             delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration)
         self.clock = clock
-        # topic -> [standard body or None, legacy body or None], built on first demand
-        # and dropped exactly when the route table says the topic's route may differ.
-        self._route_cache = {}
+        # Encoded route answers, topic -> body, one table per form: built on first
+        # demand, dropped exactly when the route table says a topic's route may
+        # differ. The network layer answers hits inside the core (serve_routes).
+        self.route_standard = {}
+        self.route_legacy = {}
         self._handlers = {
             RC.PUT_KV_CONFIG: self.put_kv_config,
             RC.GET_KV_CONFIG: self.get_kv_config,
@@ -144,11 +146,19 @@ class NameServer:
     def _apply_invalidations(self):
         topics = self.routes.take_invalidations()
         if topics is None:
-            self._route_cache.clear()
+            self._forget_routes()
         elif topics:
-            cache = self._route_cache
-            for t in topics:
-                cache.pop(t, None)
+            self._forget_routes(topics)
+
+    def _forget_routes(self, topics=None):
+        if topics is None:
+            self.route_standard.clear()
+            self.route_legacy.clear()
+            return
+        standard, legacy = self.route_standard, self.route_legacy
+        for t in topics:
+            standard.pop(t, None)
+            legacy.pop(t, None)
 
     # ---------------------------------------------------------------- KV config
 
@@ -157,7 +167,7 @@ class NameServer:
         self.kv.put(namespace, key, value)
         log.info("kv put %s/%s=%s", namespace, key, value)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-            self._route_cache.pop(key, None)
+            self._forget_routes((key,))
         return cmd.response(R.SUCCESS)
 
     def get_kv_config(self, cmd, conn):
@@ -173,7 +183,7 @@ class NameServer:
         self.kv.delete(namespace, key)
         log.info("kv delete %s/%s", namespace, key)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-            self._route_cache.pop(key, None)
+            self._forget_routes((key,))
         return cmd.response(R.SUCCESS)
 
     def get_kv_list(self, cmd, conn):
@@ -281,8 +291,8 @@ class NameServer:
     def get_route_info(self, cmd, conn):
         (topic,) = _required(cmd, "topic")
         standard = cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
-        entry = self._route_cache.get(topic)
-        body = None if entry is None else entry[0 if standard else 1]
+        cache = self.route_standard if standard else self.route_legacy
+        body = cache.get(topic)
         if body is None:
             route = self.routes.topic_route(topic)
             if route is None:
@@ -291,10 +301,7 @@ class NameServer:
                                     + _FAQ_APPLY_TOPIC)
             if self.config.orderMessageEnable:
                 route["orderTopicConf"] = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-            body = bodies.encode_topic_route_data(route, legacy=not standard)
-            if entry is None:
-                entry = self._route_cache[topic] = [None, None]
-            entry[0 if standard else 1] = body
+            body = cache[topic] = bodies.encode_topic_route_data(route, legacy=not standard)
         return cmd.response(R.SUCCESS, body=body)
 
     def register_topic(self, cmd, conn):
@@ -371,7 +378,7 @@ class NameServer:
             self.config.deleteTopicWithBrokerRegistration
         if self.config.orderMessageEnable != before_order or \
                 "supportActingMaster" in changed:
-            self._route_cache.clear()
+            self._forget_routes()
         return cmd.response(R.SUCCESS)
 
     def get_config(self, cmd, conn):

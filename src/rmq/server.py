@@ -69,15 +69,24 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         self.last_active = self.server.loop.time()
-        error = None
-        try:
-            cmds = self.decoder.feed(data)
-        except ProtocolError as e:
-            cmds, error = e.decoded, e
         if self.pending or self.writing_paused:
+            # Output is backed up: decode only, answer when it drains.
+            try:
+                cmds, error = self.decoder.feed(data), None
+            except ProtocolError as e:
+                cmds, error = list(e.decoded), e
             self.pending.extend(cmds)
         else:
-            self._answer(cmds)
+            # Route queries with a cached answer are answered inside the core; the
+            # rest go through the request handlers.
+            ns = self.server.namesrv
+            room = self.server.config.maxOutputBufferBytes - self.transport.get_write_buffer_size()
+            answers, cmds, error = self.decoder.serve_routes(
+                data, ns.route_standard, ns.route_legacy, max(room, 0))
+            if answers:
+                self.transport.write(answers)
+            if cmds:
+                self._answer(cmds)
         if error is not None:
             log.warning("closing %s: %s", self.peer, error)
             self.close()               # sends what is queued, then closes

@@ -381,7 +381,7 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
-    def serve_routes(self, data, standard, legacy):
+    def serve_routes(self, data, standard, legacy, limit=-1):
         """Feed bytes and answer route queries from cached bodies.
 
         GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) whose topic has an
@@ -390,12 +390,14 @@ class FrameDecoder:
         acceptStandardJsonOnly=true) are answered here. Returns ``(answers, others,
         error)``: the answer frames as one bytes object, the other commands for the
         caller to handle, and the ProtocolError that ended the stream (or None).
+        Once the answers reach ``limit`` bytes (-1: no limit), later route queries
+        are handed back unanswered.
         """
         try:
             cmds, error = self.feed(data), None
         except ProtocolError as e:
             cmds, error = list(e.decoded), e
-        answers, others = [], []
+        answers, others, size = [], [], 0
         for cmd in cmds:
             body = None
             if cmd.code == 105 and not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields:
@@ -404,10 +406,11 @@ class FrameDecoder:
                     accept = cmd.ext_fields.get("acceptStandardJsonOnly")
                     std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
                     body = (standard if std else legacy).get(topic)
-            if body is None:
+            if body is None or 0 <= limit <= size:
                 others.append(cmd)
             else:
                 answers.append(encode_frame(cmd.response(0, body=body)))
+                size += len(answers[-1])
         return b"".join(answers), others, error
 
     def feed(self, data):
