@@ -161,7 +161,7 @@ def test_route_standard_form(impl):
 
 def test_route_legacy_form(impl):
     assert impl.encode_topic_route_data(ROUTE, legacy=True) == (
-        b'{"brokerDatas":[{"brokerAddrs":{1:"10.0.0.2:10911",0:"10.0.0.1:10911"},'
+        b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'
         b'"brokerName":"b\xc3\xa9","cluster":"c"}],"filterServerTable":{},'
         b'"queueDatas":[{"brokerName":"b\xc3\xa9","perm":6,"readQueueNums":4,'
         b'"topicSysFlag":0,"writeQueueNums":4}]}')

@@ -355,3 +355,24 @@ def test_register_body_mutated_zlib_stream(compiled, fallback, data):
 @given(body=st.binary(max_size=100))
 def test_register_body_random_bytes(compiled, fallback, body):
     same(compiled.decode_register_broker_body, fallback.decode_register_broker_body, body)
+
+
+def test_escaped_header_keys_name_their_fields(compiled, fallback):
+    header = b'{"\\u0063ode":105,"fl\\u0061g":2,"extFields":{"topic":"T"}}'
+    c = same(compiled.decode_frame, fallback.decode_frame, frame(header, 0))
+    assert compiled.decode_frame(frame(header, 0)).code == 105
+
+
+def test_compressed_ints_with_leading_zeros(compiled, fallback):
+    inner = b"".join([chunk(b'{"counter":1}'), struct.pack(">i", 1),
+                      chunk(b"T 0004 00000000008 06 SINGLE_TAG"), chunk(b"[]")])
+    data = zlib.compress(inner)
+    same(compiled.decode_register_broker_body, fallback.decode_register_broker_body, data)
+    tc = compiled.decode_register_broker_body(data)["topicConfigSerializeWrapper"][
+        "topicConfigTable"]["T"]
+    assert (tc["readQueueNums"], tc["writeQueueNums"], tc["perm"]) == (4, 8, 6)
+
+
+@pytest.mark.parametrize("value", [-1, 1 << 32, (1 << 40) + 5, 0xFFFFFFFF])
+def test_crc32_start_value_is_masked_like_zlib(compiled, value):
+    assert compiled.crc32(b"rocketmq", value) == zlib.crc32(b"rocketmq", value)

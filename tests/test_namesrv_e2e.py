@@ -538,3 +538,28 @@ def test_lone_surrogate_topic_does_not_break_topic_lists(client):
             '{"\\ud800":%s,"U":%s}}}' % (tc % "\\ud800", tc % "U")).encode()
     assert client.request(103, dict(IDENT, haServerAddr="h:1"), body).code == 0
     assert client.request(206).code == 0
+
+
+def test_register_with_an_empty_body_object(client):
+    # Java fills a missing wrapper with its defaults: the broker is registered.
+    r = client.request(103, dict(IDENT, haServerAddr="h:1"), b"{}")
+    assert r.code == 0, r.remark
+    assert body_of(client.request(106))["clusterAddrTable"] == {"c1": ["bk"]}
+
+
+def test_bad_mapping_info_changes_nothing(client):
+    body = (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1},'
+            b'"topicConfigTable":{"T":{"topicName":"T","readQueueNums":4,"writeQueueNums":4,'
+            b'"perm":6},"U":{"topicName":"U"}},"topicQueueMappingInfoMap":{"T":5}}}')
+    assert client.request(103, dict(IDENT, haServerAddr="h:1"), body).code == 1
+    assert client.request(105, {"topic": "T"}).code == 17
+    assert body_of(client.request(106)) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+def test_a_remote_update_cannot_lift_the_connection_limit(tmp_path):
+    with running_namesrv(tmp_path, maxConnections=2) as app:
+        with Client(app.address) as a, Client(app.address) as b:
+            assert a.request(318, body=b"maxConnections=100\n").code == 0
+            assert b.request(319).code == 0
+            with Client(app.address) as c:
+                assert c.closed_by_peer(timeout=5)

@@ -107,3 +107,15 @@ def test_answers_stop_at_the_limit(impl):
     assert [c.opaque for c in others] == list(range(3, 10))
     out, others, _ = impl.FrameDecoder().serve_routes(data, STANDARD, LEGACY, 0)
     assert out == b"" and len(others) == 10
+
+
+def test_a_route_query_behind_a_change_waits_for_it(impl):
+    # [DELETE_TOPIC T1, GET_ROUTEINFO T1] in one read: the query must see the delete,
+    # so it is handed back (in order) instead of answered from the cache.
+    reqs = [route_request(impl, "T1", opaque=1),
+            impl.RemotingCommand(216, opaque=2, ext_fields={"topic": "T1"}),
+            route_request(impl, "T1", opaque=3)]
+    data = b"".join(impl.encode_frame(r) for r in reqs)
+    out, others, error = impl.FrameDecoder().serve_routes(data, STANDARD, LEGACY)
+    assert [c.opaque for c in answers_of(impl, out)] == [1]
+    assert [c.opaque for c in others] == [2, 3]

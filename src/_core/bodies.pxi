@@ -176,7 +176,12 @@ cdef int32_t parse_int32(const uint8_t* s, Py_ssize_t n, str what) except? -1:
     if n > 0 and (s[0] == 43 or s[0] == 45):
         neg = s[0] == 45
         i = 1
-    if i == n or n - i > 11:
+    if i == n:
+        raise BodyError(f"compressed topic config: {what} is not an integer: "
+                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
+    while i < n - 1 and s[i] == 48:     # leading zeros, as Integer.parseInt allows
+        i += 1
+    if n - i > 11:
         raise BodyError(f"compressed topic config: {what} is not an int32: "
                         f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
     while i < n:
@@ -354,7 +359,9 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
             ordered = False
         prev = k
         items.append((k, v))
-    if not legacy and not ordered:      # standard form sorts map keys (MapSortField)
+    # Both forms list broker ids in ascending order: the standard form sorts map
+    # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
+    if not ordered:
         items.sort(key=_first)
     wb_put(b, b'{"brokerAddrs":{', 16)
     first = True

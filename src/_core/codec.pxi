@@ -237,6 +237,7 @@ cdef int decode_json_header(RemotingCommand cmd, const uint8_t* data, Py_ssize_t
     cdef const uint8_t* s
     cdef Py_ssize_t kn
     cdef int flags
+    cdef object key = None
     r.start = data
     r.p = data
     r.end = data + n
@@ -262,9 +263,13 @@ cdef int decode_json_header(RemotingCommand cmd, const uint8_t* data, Py_ssize_t
                 jr_fail(&r, "expected a string key")
             jr_scan_string(&r, &s, &kn, &flags)
             if flags:
-                # An escaped or non-ASCII key is never a known field; validate it.
-                jr_decode_span(&r, s, kn, flags)
-                kn = -1
+                # An escaped key ("\u0063ode") names a field as Java's parser reads it.
+                key = jr_decode_span(&r, s, kn, flags)
+                if PyUnicode_IS_ASCII(key):
+                    s = <const uint8_t*>PyUnicode_DATA(key)
+                    kn = PyUnicode_GET_LENGTH(key)
+                else:
+                    kn = -1
             jr_expect(&r, 58, "':'")
             if key_is(s, kn, "code", 4):
                 jr_int32(&r, &cmd.code, "code")
@@ -540,6 +545,10 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
     cdef Py_buffer body
     cdef int stype
     cdef Py_ssize_t start = b.len, header_len, length
+    if cmd.language is None:
+        raise ProtocolError("language must be a string, got NoneType")
+    if cmd.remark is not None and not PyUnicode_Check(cmd.remark):
+        raise ProtocolError(f"remark must be a string, got {type(cmd.remark).__name__}")
     if cmd.serialize_type == S_JSON:
         stype = SER_JSON
     elif cmd.serialize_type == S_ROCKETMQ:
@@ -686,11 +695,14 @@ cdef class FrameDecoder:
         ProtocolError that ended the stream (None while it is healthy). Once the
         answers reach ``limit`` bytes (the room left in the connection's output
         buffer; -1: no limit), later route queries are handed back unanswered.
+        Only route queries before the first other request of the batch are
+        answered here: one behind a change (a registration, a deletion...) must
+        see that change, so it is handed back too and answered in order.
         """
         cdef list cmds, others = []
         cdef RemotingCommand cmd, resp
         cdef WBuf b
-        cdef bint std
+        cdef bint std, in_order = False
         error = None
         try:
             cmds = self.feed(data)
@@ -702,7 +714,12 @@ cdef class FrameDecoder:
         try:
             for cmd in cmds:
                 body = None
-                if cmd.code == 105 and (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
+                if in_order:
+                    others.append(cmd)
+                    continue
+                if cmd.code != 105:
+                    in_order = True     # it may change routes: the rest waits for it
+                elif (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
                         and cmd.ext_fields is not None:
                     topic = (<dict>cmd.ext_fields).get("topic")
                     if topic is not None:

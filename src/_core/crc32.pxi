@@ -45,9 +45,9 @@ cdef uint32_t crc_of_object(uint32_t crc, object data) except? 0xFFFFFFFF:
         PyBuffer_Release(&view)
 
 
-def crc32(data, unsigned long value=0):
+def crc32(data, value=0):
     """CRC-32/IEEE of ``data`` (any bytes-like) continuing from ``value``, as zlib.crc32."""
-    return crc_of_object(<uint32_t>value, data)
+    return crc_of_object(<uint32_t>(value & 0xFFFFFFFF), data)
 
 
 def body_crc32(data):

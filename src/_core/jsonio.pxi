@@ -528,7 +528,7 @@ cdef inline int wb_byte(WBuf* b, char c) except -1:
 cdef int wb_int(WBuf* b, long long v) except -1:
     cdef char tmp[24]
     cdef int i = 24
-    cdef unsigned long long u = <unsigned long long>(-v) if v < 0 else <unsigned long long>v
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if v < 0 else <unsigned long long>v
     while True:
         i -= 1
         tmp[i] = <char>(48 + u % 10)
@@ -590,7 +590,9 @@ cdef int wb_str(WBuf* b, object s, bint ascii_only) except -1:
     cdef Py_UCS4 cp
     cdef uint32_t u
     cdef bytes replaced
-    if PyUnicode_IS_ASCII(s) or not ascii_only:
+    if not PyUnicode_Check(s):
+        raise TypeError(f"expected a string, got {type(s).__name__}")
+    if not ascii_only or PyUnicode_IS_ASCII(s):
         try:
             p = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
         except UnicodeEncodeError:

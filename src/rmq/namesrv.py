@@ -69,6 +69,11 @@ def _opt_bool_field(cmd, name):
     return None if v is None else v.lower() == "true"
 
 
+def _topic_count(reg):
+    wrapper = reg.get("topicConfigSerializeWrapper") if isinstance(reg, dict) else None
+    return len((wrapper or {}).get("topicConfigTable") or {})
+
+
 def _now_ms():
     return int(time.time() * 1000)
 
@@ -225,10 +230,10 @@ class NameServer:
         if result.get("first"):
             log.info("new broker registered: %s %s/%s id=%d ha=%s topics=%d", cluster,
                      broker_name, broker_addr, broker_id, ha_addr,
-                     len(reg["topicConfigSerializeWrapper"].get("topicConfigTable") or {}))
+                     _topic_count(reg))
         elif result.get("changed"):
             log.info("broker %s %s topic config changed (%d topics)", broker_name, broker_addr,
-                     len(reg["topicConfigSerializeWrapper"].get("topicConfigTable") or {}))
+                     _topic_count(reg))
         ext = {}
         if result.get("haServerAddr") is not None:
             ext["haServerAddr"] = result["haServerAddr"]

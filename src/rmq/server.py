@@ -2,7 +2,8 @@
 FrameDecoder, with the limits an exposed server needs.
 
 - Frames above ``maxFrameLength`` and undecodable bytes close that connection only
-  (after the answers to the frames before the bad one are sent).
+  (after the answers to the frames before the bad one are sent; a client that had
+  stopped reading loses the requests still queued for it, with the connection).
 - Output is bounded per connection: when a client stops reading and its queued
   answers pass ``maxOutputBufferBytes``, rmq stops reading (and answering) its
   requests until the queue drains; the requests already decoded wait, bounded by
@@ -38,7 +39,7 @@ class Connection(asyncio.Protocol):
         self.id = next(_conn_ids)
         self.transport = None
         self.peer = None
-        self.decoder = FrameDecoder(server.config.maxFrameLength)
+        self.decoder = FrameDecoder(server.max_frame_length)
         self.pending = collections.deque()   # decoded requests waiting for the output to drain
         self.writing_paused = False
         self.closing = False
@@ -55,13 +56,13 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.last_active = self.server.loop.time()
-        if len(self.server.connections) >= self.server.config.maxConnections:
+        if len(self.server.connections) >= self.server.max_connections:
             log.warning("connection limit %d reached: closing %s",
-                        self.server.config.maxConnections, self.peer)
+                        self.server.max_connections, self.peer)
             self.closing = True
             transport.abort()
             return
-        limit = self.server.config.maxOutputBufferBytes
+        limit = self.server.max_output
         transport.set_write_buffer_limits(high=limit, low=limit // 4)
         self.server.connections.add(self)
 
@@ -80,7 +81,7 @@ class Connection(asyncio.Protocol):
             # Route queries with a cached answer are answered inside the core; the
             # rest go through the request handlers.
             ns = self.server.namesrv
-            room = self.server.config.maxOutputBufferBytes - self.transport.get_write_buffer_size()
+            room = self.server.max_output - self.transport.get_write_buffer_size()
             answers, cmds, error = self.decoder.serve_routes(
                 data, ns.route_standard, ns.route_legacy, max(room, 0))
             if answers:
@@ -160,7 +161,14 @@ class NameServerApp:
 
     def __init__(self, namesrv):
         self.namesrv = namesrv
-        self.config = namesrv.config
+        self.config = config = namesrv.config
+        # Limits and periods are fixed at start, as Java reads them once: a remote
+        # UPDATE_NAMESRV_CONFIG shows the new value but cannot lift a limit.
+        self.max_frame_length = config.maxFrameLength
+        self.max_connections = config.maxConnections
+        self.max_output = config.maxOutputBufferBytes
+        self.idle_seconds = config.serverChannelMaxIdleTimeSeconds
+        self.scan_interval = config.scanNotActiveBrokerInterval / 1000
         self.connections = set()
         self.loop = None
         self._server = None
@@ -183,7 +191,7 @@ class NameServerApp:
 
     async def _scan_brokers(self):
         while True:
-            await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+            await asyncio.sleep(self.scan_interval)
             try:
                 dropped = self.namesrv.scan_not_active_brokers()
                 # Java's scanNotActiveBroker closes the expired broker's channel too.
@@ -198,7 +206,7 @@ class NameServerApp:
 
     async def _close_idle(self):
         while True:
-            idle = self.config.serverChannelMaxIdleTimeSeconds
+            idle = self.idle_seconds
             await asyncio.sleep(min(max(idle / 4, 0.05), 5.0))
             if idle <= 0:
                 continue

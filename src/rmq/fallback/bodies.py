@@ -253,9 +253,10 @@ def encode_register_broker_body(body, compressed=False):
 # ---------------------------------------------------------------- TopicRouteData
 
 def _sorted_addrs(addrs, legacy):
-    # Standard form sorts map keys (MapSortField); legacy keeps the table's order.
-    items = addrs.items() if legacy else sorted(addrs.items(), key=lambda kv: int(kv[0]))
-    return {int(k): v for k, v in items}
+    # Both forms list broker ids in ascending order: the standard form sorts map
+    # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
+    return {k: v for k, v in sorted(((int(k), v) for k, v in addrs.items()),
+                                    key=lambda kv: kv[0])}
 
 
 def _broker_data(bd, legacy):

@@ -288,6 +288,11 @@ def _json_str(s):
     return json.dumps(s, ensure_ascii=False)
 
 
+def _check_text(name, v, optional):
+    if not (isinstance(v, str) or (optional and v is None)):
+        raise ProtocolError(f"{name} must be a string, got {type(v).__name__}")
+
+
 def _encode_json_header(cmd):
     # Java (fastjson) writes bean fields in alphabetical order and omits nulls.
     parts = ['{"code":', str(cmd.code)]
@@ -344,6 +349,8 @@ def encode_frame(cmd):
     _check_int32("version", cmd.version)
     _check_int32("opaque", cmd.opaque)
     _check_int32("flag", cmd.flag)
+    _check_text("language", cmd.language, False)
+    _check_text("remark", cmd.remark, True)
     if cmd.serialize_type == "JSON":
         header, stype = _encode_json_header(cmd), 0
     elif cmd.serialize_type == "ROCKETMQ":
@@ -391,16 +398,20 @@ class FrameDecoder:
         error)``: the answer frames as one bytes object, the other commands for the
         caller to handle, and the ProtocolError that ended the stream (or None).
         Once the answers reach ``limit`` bytes (-1: no limit), later route queries
-        are handed back unanswered.
+        are handed back unanswered. Only route queries before the first other
+        request of the batch are answered here: one behind a change must see it.
         """
         try:
             cmds, error = self.feed(data), None
         except ProtocolError as e:
             cmds, error = list(e.decoded), e
         answers, others, size = [], [], 0
-        for cmd in cmds:
+        for i, cmd in enumerate(cmds):
+            if cmd.code != 105:         # it may change routes: the rest waits for it
+                others.extend(cmds[i:])
+                break
             body = None
-            if cmd.code == 105 and not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields:
+            if not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields:
                 topic = cmd.ext_fields.get("topic")
                 if topic is not None:
                     accept = cmd.ext_fields.get("acceptStandardJsonOnly")

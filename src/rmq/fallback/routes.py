@@ -152,6 +152,10 @@ def _checked_body(body, now_ms):
     mappings = wrapper.get("topicQueueMappingInfoMap") or {}
     if not isinstance(mappings, dict):
         raise BodyError(f"topicQueueMappingInfoMap is not an object: {mappings!r:.80}")
+    for topic, info in mappings.items():
+        if not isinstance(info, dict) or not isinstance(info.get("bname"), (str, type(None))):
+            raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
+                            f"{info!r:.80}")
     filter_servers = body.get("filterServerList") or []
     if not isinstance(filter_servers, list) or not all(isinstance(f, str) for f in filter_servers):
         raise BodyError(f"filterServerList is not a list of addresses: {filter_servers!r:.80}")
@@ -242,7 +246,10 @@ class RouteTable:
     def take_invalidations(self):
         """Topics whose route may differ since the last call (a set, possibly empty),
         or None when every route may differ."""
-        taken, self._invalid = self._invalid, set()
+        taken = self._invalid
+        if taken is not None and not taken:
+            return taken            # nothing changed: the common case, no allocation
+        self._invalid = set()
         return taken
 
     def _touch(self, topics):
