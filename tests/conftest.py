@@ -14,6 +14,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from nameserver import LOOPS
 from support import load_compiled, load_fallback
 
 settings.register_profile("default", max_examples=200, deadline=None)
@@ -53,3 +54,12 @@ def bodies(impl):
         for name in _BODIES_FROM_CORE:
             mp.setattr(rmq.bodies, name, getattr(impl, name))
         yield rmq.bodies
+
+
+@pytest.fixture(params=LOOPS)
+def loop(request):
+    """The event loop a NameServer under test runs on (uvloop's tests, like uvloop's
+    own Test_UV_TCP / Test_AIO_TCP, run once per loop)."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    return request.param

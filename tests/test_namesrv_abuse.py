@@ -11,18 +11,11 @@ import time
 import pytest
 
 import rmq
-from nameserver import LOOPS, Client, call_in_loop, register_broker, running_namesrv
+from nameserver import Client, call_in_loop, register_broker, running_namesrv
 from support import binary_header, frame
 
 MAX_FRAME = 65536
 MAX_OUTPUT = 65536
-
-
-@pytest.fixture(params=LOOPS)
-def loop(request):
-    if request.param == "uvloop":
-        pytest.importorskip("uvloop")
-    return request.param
 
 
 @pytest.fixture

@@ -11,18 +11,11 @@ import os
 import pytest
 
 import rmq
-from nameserver import LOOPS, Client, parse_json_body, register_broker, running_namesrv
+from nameserver import Client, parse_json_body, register_broker, running_namesrv
 from rmq.bodies import topic_config
 from support import frame
 
 STYPES = ["JSON", "ROCKETMQ"]
-
-
-@pytest.fixture(params=LOOPS)
-def loop(request):
-    if request.param == "uvloop":
-        pytest.importorskip("uvloop")
-    return request.param
 
 
 @pytest.fixture

@@ -6,20 +6,13 @@ import time
 
 import pytest
 
-from nameserver import LOOPS, Client, call_in_loop, register_broker, running_namesrv
+from nameserver import Client, call_in_loop, register_broker, running_namesrv
 
 TIMEOUT_MS = 300        # the broker's heartbeatTimeoutMillis
 SCAN_MS = 100           # scanNotActiveBrokerInterval
 SLACK = 0.6             # scheduling slack on a loaded machine (seconds)
 IDENT = {"clusterName": "c1", "brokerAddr": "10.0.0.1:10911", "brokerName": "bk",
          "brokerId": "0"}
-
-
-@pytest.fixture(params=LOOPS)
-def loop(request):
-    if request.param == "uvloop":
-        pytest.importorskip("uvloop")
-    return request.param
 
 
 @pytest.fixture
