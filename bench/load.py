@@ -454,8 +454,8 @@ def print_table(rep):
           f"{'max us':>9} {'err':>4} {'srv CPU us/req':>14}"
     print(hdr)
     print("-" * len(hdr))
-    rows = [("w1_16", f"W1 route, 4 conns x 16 in flight"),
-            ("w1_1", f"W1 route, 4 conns x 1 in flight"),
+    rows = [("w1_16", "W1 route, 4 conns x 16 in flight"),
+            ("w1_1", "W1 route, 4 conns x 1 in flight"),
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
              f"route at {rep['args']['during_rate']}/s, during registrations")]

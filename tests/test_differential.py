@@ -359,7 +359,7 @@ def test_register_body_random_bytes(compiled, fallback, body):
 
 def test_escaped_header_keys_name_their_fields(compiled, fallback):
     header = b'{"\\u0063ode":105,"fl\\u0061g":2,"extFields":{"topic":"T"}}'
-    c = same(compiled.decode_frame, fallback.decode_frame, frame(header, 0))
+    same(compiled.decode_frame, fallback.decode_frame, frame(header, 0))
     assert compiled.decode_frame(frame(header, 0)).code == 105
 
 

@@ -171,13 +171,11 @@ cdef int jr_scan_string(JReader* r, const uint8_t** body, Py_ssize_t* n,
 cdef object jr_decode_span(JReader* r, const uint8_t* s, Py_ssize_t n, int flags):
     """The str of a scanned string body; escapes go through Python's json for
     exact agreement with the reference (they are rare on the wire)."""
-    cdef const uint8_t* save
     if flags == 0:
         return ascii_str(s, n)
     try:
         text = PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
     except UnicodeDecodeError:
-        save = r.p
         r.p = s
         jr_fail(r, "string is not valid UTF-8")
     if flags & 2:

@@ -41,10 +41,10 @@ Where rmq differs, on purpose:
 
 import logging
 import os
-import re
 import threading
 
 from rmq.errors import RmqError
+from rmq.protocol import parse_java_int
 
 __all__ = [
     "ConfigError",
@@ -367,9 +367,6 @@ def is_path_key(key):
     return "path" in k or k.endswith(_PATH_SUFFIXES)
 
 
-_JAVA_INT = re.compile(r"[+-]?\d+")  # Integer.parseInt / Long.parseLong (Unicode digits too)
-
-
 def _convert(field, raw):
     """``properties2Object`` for one key: trim, then parse as the field's type."""
     s = raw.strip(_JAVA_TRIM)
@@ -380,7 +377,7 @@ def _convert(field, raw):
             log.warning("config %s=%r is neither true nor false: taken as false "
                         "(Java Boolean.parseBoolean)", field.key, raw)
         return s.lower() == "true"
-    if not _JAVA_INT.fullmatch(s):
+    if parse_java_int(s, 64) is None:
         raise ConfigError(f"config {field.key}={raw!r}: not a Java {field.type}",
                           key=field.key, value=raw)
     v = int(s)

@@ -10,7 +10,6 @@ unknown request code, where 4.9 leaves the client to time out).
 """
 
 import logging
-import re
 import time
 
 from rmq import bodies
@@ -18,7 +17,7 @@ from rmq.config import ConfigError, ConfigNoPermission
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.kvconfig import KVConfigError
-from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R
+from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.routes import RouteTable
 
 log = logging.getLogger("rmq.namesrv")
@@ -42,19 +41,14 @@ def _required(cmd, *names):
     return values
 
 
-# Long.parseLong / Integer.parseInt: an optional sign and digits, nothing else (Python's
-# int() would also take blanks and underscores), within the Java type's range.
-_JAVA_INT = re.compile(r"[+-]?\d+")
-
-
 def _int_field(cmd, name, default=None, bits=64):
     v = (cmd.ext_fields or {}).get(name)
     if v is None:
         if default is None:
             raise _MissingField(f"the custom field <{name}> is null")
         return default
-    n = int(v) if _JAVA_INT.fullmatch(v) else None
-    if n is None or not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
+    n = parse_java_int(v, bits)
+    if n is None:
         raise _MissingField(f"the custom field <{name}> is not a Java "
                             f"{'long' if bits == 64 else 'int'}: {v!r}")
     return n

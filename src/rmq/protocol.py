@@ -3,6 +3,8 @@
 Pure data, shared by both codec implementations and by the server.
 """
 
+import re
+
 # MQVersion.Version ordinals (each release also has a SNAPSHOT entry before it).
 V3_0_11 = 37
 V4_9_4 = 401
@@ -68,3 +70,16 @@ class ResponseCode:
 
 REQUEST_NAMES = {v: k for k, v in vars(RequestCode).items() if k.isupper()}
 RESPONSE_NAMES = {v: k for k, v in vars(ResponseCode).items() if k.isupper()}
+
+
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def parse_java_int(text, bits=32):
+    """``Integer.parseInt`` (bits=32) / ``Long.parseLong`` (bits=64) of a header or
+    config value: a sign and digits, nothing else (Python's int() would also take
+    blanks and underscores), within the Java type's range; None when Java would throw."""
+    if not _JAVA_INT.fullmatch(text):
+        return None
+    n = int(text)
+    return n if -(1 << (bits - 1)) <= n < 1 << (bits - 1) else None

@@ -17,3 +17,11 @@ from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
 
 IMPLEMENTATION = "python"
 
+
+__all__ = [
+    "IMPLEMENTATION", "CRC32_KERNEL", "DEFAULT_MAX_INFLATED",
+    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
+    "crc32", "body_crc32",
+    "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",
+    "encode_topic_route_data",
+]
