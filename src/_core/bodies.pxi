@@ -333,20 +333,6 @@ def encode_register_broker_body(body, bint compressed=False):
 
 # ---------------------------------------------------------------- TopicRouteData
 
-cdef extern from "Python.h":
-    PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
-    bint PyDict_CheckExact(object o)
-
-
-cdef inline object dget(object d, object key, object default):
-    """d.get(key, default), without a method call for plain dicts."""
-    cdef PyObject* v
-    if PyDict_CheckExact(d):
-        v = PyDict_GetItemWithError(d, key)
-        return default if v == NULL else <object>v
-    return d.get(key, default)
-
-
 cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
     cdef list items
     cdef bint ordered = True

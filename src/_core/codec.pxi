@@ -705,7 +705,7 @@ cdef class FrameDecoder:
         cdef bint std, in_order = False
         error = None
         try:
-            cmds = self.feed(data)
+            cmds = self._feed(data)
         except ProtocolError as e:
             cmds, error = list(e.decoded), e
         if not cmds:
@@ -721,11 +721,11 @@ cdef class FrameDecoder:
                     in_order = True     # it may change routes: the rest waits for it
                 elif (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
                         and cmd.ext_fields is not None:
-                    topic = (<dict>cmd.ext_fields).get("topic")
+                    topic = dget(cmd.ext_fields, "topic", None)
                     if topic is not None:
                         std = cmd.version >= V4_9_4 or _is_true(
-                            (<dict>cmd.ext_fields).get("acceptStandardJsonOnly"))
-                        body = (standard if std else legacy).get(topic)
+                            dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
+                        body = dget(standard if std else legacy, topic, None)
                 if body is None or (limit >= 0 and b.len >= limit):
                     others.append(cmd)
                     continue
@@ -744,6 +744,9 @@ cdef class FrameDecoder:
 
     def feed(self, data):
         """Add bytes from the stream; returns the commands completed by them."""
+        return self._feed(data)
+
+    cdef list _feed(self, data):
         cdef Py_buffer view
         cdef const uint8_t* p
         cdef Py_ssize_t n, pos = 0

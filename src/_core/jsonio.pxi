@@ -35,6 +35,8 @@ cdef extern from "Python.h":
     void Py_INCREF(PyObject* o)
     void Py_DECREF(PyObject* o)
     ctypedef struct PyObject
+    PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
+    bint PyDict_CheckExact(object o)
 
 from libc.string cimport memcpy, memcmp
 from libc.stdlib cimport malloc, realloc, free
@@ -79,6 +81,15 @@ cdef inline int jr_expect(JReader* r, uint8_t c, str what) except -1:
         jr_fail(r, "expected " + what)
     r.p += 1
     return 0
+
+
+cdef inline object dget(object d, object key, object default):
+    """d.get(key, default), without a method call for plain dicts."""
+    cdef PyObject* v
+    if PyDict_CheckExact(d):
+        v = PyDict_GetItemWithError(d, key)
+        return default if v == NULL else <object>v
+    return d.get(key, default)
 
 
 # ---- key cache: repeated short ASCII keys ("perm", "topicName", ...) are

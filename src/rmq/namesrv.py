@@ -144,9 +144,7 @@ class NameServer:
 
     def _apply_invalidations(self):
         topics = self.routes.take_invalidations()
-        if topics is None:
-            self._forget_routes()
-        elif topics:
+        if topics is None or topics:    # None: every route may differ
             self._forget_routes(topics)
 
     def _forget_routes(self, topics=None):

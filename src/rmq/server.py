@@ -23,7 +23,6 @@ import itertools
 import logging
 
 from rmq.codec import FrameDecoder, encode_frame
-from rmq.errors import ProtocolError
 from rmq.protocol import ResponseCode
 
 log = logging.getLogger("rmq.server")
@@ -70,24 +69,21 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         self.last_active = self.server.loop.time()
-        if self.pending or self.writing_paused:
-            # Output is backed up: decode only, answer when it drains.
-            try:
-                cmds, error = self.decoder.feed(data), None
-            except ProtocolError as e:
-                cmds, error = list(e.decoded), e
+        # Route queries with a cached answer are answered inside the core, within
+        # the room left in the output buffer; the rest go through the handlers.
+        # With output backed up there is no room: decode only, answer on drain.
+        backed_up = self.pending or self.writing_paused
+        room = 0 if backed_up else max(
+            self.server.max_output - self.transport.get_write_buffer_size(), 0)
+        ns = self.server.namesrv
+        answers, cmds, error = self.decoder.serve_routes(
+            data, ns.route_standard, ns.route_legacy, room)
+        if answers:
+            self.transport.write(answers)
+        if backed_up:
             self.pending.extend(cmds)
-        else:
-            # Route queries with a cached answer are answered inside the core; the
-            # rest go through the request handlers.
-            ns = self.server.namesrv
-            room = self.server.max_output - self.transport.get_write_buffer_size()
-            answers, cmds, error = self.decoder.serve_routes(
-                data, ns.route_standard, ns.route_legacy, max(room, 0))
-            if answers:
-                self.transport.write(answers)
-            if cmds:
-                self._answer(cmds)
+        elif cmds:
+            self._answer(cmds)
         if error is not None:
             log.warning("closing %s: %s", self.peer, error)
             self.close()               # sends what is queued, then closes
