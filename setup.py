@@ -41,9 +41,11 @@ setup(
     ext_modules=[
         Extension(
             "rmq._core",
-            sources=["src/_core/_core.pyx", "src/_core/crc32.c"],
+            sources=["src/_core/_core.pyx", "src/_core/crc32.c", "src/_core/scan.c",
+                     "src/_core/routetable.c"],
             include_dirs=["src/_core"],
-            depends=["src/_core/crc32.h", "src/_core/codec.pxi", "src/_core/bodies.pxi",
+            depends=["src/_core/crc32.h", "src/_core/scan.h", "src/_core/routetable.h",
+                     "src/_core/scan.pxi", "src/_core/routes.pxi", "src/_core/codec.pxi", "src/_core/bodies.pxi",
                      "src/_core/crc32.pxi", "src/_core/jsonio.pxi"],
             extra_compile_args=cflags,
             define_macros=[("RMQ_DEBUG", "1" if DEBUG else "0")],

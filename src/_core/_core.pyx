@@ -10,6 +10,8 @@ include "jsonio.pxi"
 include "codec.pxi"
 include "bodies.pxi"
 include "crc32.pxi"
+include "scan.pxi"
+include "routes.pxi"
 
 # The typed public surface is src/rmq/_core.pyi (installed beside the module).
 IMPLEMENTATION = "compiled"

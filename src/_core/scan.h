@@ -1,0 +1,4 @@
+/* placeholder */
+#ifndef RMQ_SCAN_H
+#define RMQ_SCAN_H
+#endif
