@@ -7,6 +7,7 @@ NameServer's answers.
 """
 
 import copy
+import weakref
 
 import pytest
 
@@ -28,9 +29,24 @@ def RT(request):
         from rmq import _core
     except ImportError:
         pytest.skip("rmq._core is not built")
-    if not hasattr(_core, "RouteTable"):
-        pytest.skip("the compiled core has no RouteTable yet")
     return _core.RouteTable
+
+
+_warmed = weakref.WeakKeyDictionary()
+
+
+def invalidated(rt):
+    """The route cache's invalidations: topics (known at the previous call or now)
+    whose cached answer, in either form, is gone. Each call then caches every
+    topic's answer in both forms again."""
+    cached = rt.cached_topics() & rt.cached_topics(legacy=True)
+    known = _warmed.get(rt, set()) | set(rt.all_topics())
+    gone = {t for t in known if t not in cached}
+    for t in rt.all_topics():
+        rt.route_body(t)
+        rt.route_body(t, legacy=True)
+    _warmed[rt] = rt.cached_topics() & rt.cached_topics(legacy=True)
+    return gone
 
 
 def tc(name, r=4, w=4, perm=6, flag=0):
@@ -74,14 +90,14 @@ def perms(rt, topic):
 
 def test_first_registration(RT):
     rt = RT()
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     v = rt.version
     res = reg(rt)
     assert res["masterAddr"] is None and res["haServerAddr"] is None   # the master's own answer
     assert res["first"] and res["changed"]
     assert not res["ignored"] and not res["failed"]
     assert rt.version > v
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     assert rt.topic_route("T1") == {
         "brokerDatas": [{"brokerAddrs": {0: A0}, "brokerName": "broker-a", "cluster": CLUSTER}],
         "filterServerTable": {},
@@ -93,11 +109,11 @@ def test_first_registration(RT):
 def test_reregistration_unchanged_has_no_effect(RT):
     rt = RT()
     reg(rt, now=0)
-    rt.take_invalidations()
+    invalidated(rt)
     v = rt.version
     res = reg(rt, now=30_000)
     assert not res["first"] and not res["changed"]
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     assert rt.version == v
     (live,) = rt.live_brokers()
     assert live["lastUpdateTimestamp"] == 30_000 and live["brokerAddr"] == A0
@@ -106,10 +122,10 @@ def test_reregistration_unchanged_has_no_effect(RT):
 def test_changed_data_version_reapplies_topics(RT):
     rt = RT()
     reg(rt, [tc("T1"), tc("T2")], counter=1)
-    rt.take_invalidations()
+    invalidated(rt)
     res = reg(rt, [tc("T1", 8, 8), tc("T2"), tc("T3")], counter=2)
     assert res["changed"] and not res["first"]
-    assert rt.take_invalidations() == {"T1", "T3"}          # T2 re-applied, identical
+    assert invalidated(rt) == {"T1", "T3"}          # T2 re-applied, identical
     assert rt.topic_route("T1")["queueDatas"] == [qd("broker-a", 8, 8)]
     # an unchanged DataVersion does not apply a changed table
     reg(rt, [tc("T1", 2, 2), tc("T2"), tc("T3")], counter=2)
@@ -125,10 +141,10 @@ def test_deleted_topic_comes_back_with_unchanged_version(RT):
     reg(rt)
     rt.delete_topic("T1")
     assert rt.topic_route("T1") is None
-    rt.take_invalidations()
+    invalidated(rt)
     res = reg(rt)
     assert res["changed"]
-    assert rt.take_invalidations() == {"T1"}
+    assert invalidated(rt) == {"T1"}
     assert rt.topic_route("T1") is not None
 
 
@@ -161,21 +177,21 @@ def test_slave_joining_invalidates_the_brokers_topics_only(RT):
     rt = RT()
     reg(rt, ["T1", "T2"])
     reg(rt, ["X", "Y"], name="broker-b", addr=B0)
-    rt.take_invalidations()
+    invalidated(rt)
     reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     reg(rt, ["T1", "T2"], addr=A1, broker_id=1)
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
 
 
 def test_new_address_for_the_same_id_replaces_the_old(RT):
     rt = RT()
     reg(rt, ["T1", "T2"], addr=A0, conn="old")
-    rt.take_invalidations()
+    invalidated(rt)
     res = reg(rt, ["T1", "T2"], addr=A2, conn="new")
     assert not res["first"]
     assert addrs(rt, "T1") == {"broker-a": {0: A2}}
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     # Java keeps the old address's live entry; it expires without touching the route
     dropped = rt.scan_not_active(200_000)
     assert {d["brokerAddr"] for d in dropped} == {A0, A2}
@@ -196,14 +212,14 @@ def test_slave_promoted_to_master_on_the_same_address(RT):
 def test_higher_state_version_wins_the_id(RT):
     rt = RT()
     reg(rt, ["T1", "T2"], addr=A0, state=5)
-    rt.take_invalidations()
+    invalidated(rt)
     res = reg(rt, ["T1", "T9"], addr=A2, state=3, counter=9)
     assert res["ignored"]
     assert res["masterAddr"] is None
     assert addrs(rt, "T1") == {"broker-a": {0: A0}}
     assert rt.topic_route("T9") is None
     assert [b["brokerAddr"] for b in rt.live_brokers()] == [A0]
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     # an equal or higher stateVersion takes over
     res = reg(rt, ["T1"], addr=A2, state=5)
     assert not res["ignored"]
@@ -240,9 +256,9 @@ def test_delete_topic_with_broker_registration(RT):
     reg(rt, ["T1"], counter=2)                              # off: nothing removed
     assert rt.topic_route("T2") is not None
     rt.delete_topic_with_broker_registration = True
-    rt.take_invalidations()
+    invalidated(rt)
     reg(rt, ["T1", "T3"], counter=3)
-    assert rt.take_invalidations() == {"T2", "Shared", "T3"}
+    assert invalidated(rt) == {"T2", "Shared", "T3"}
     assert rt.topic_route("T2") is None
     assert addrs(rt, "Shared") == {"broker-b": {0: B0}}     # still on broker-b
     # runs on every registration, also with an unchanged DataVersion
@@ -261,11 +277,11 @@ def test_filter_servers(RT):
     reg(rt, ["T1", "T2"], filters=["10.0.0.1:3000"])
     reg(rt, [], addr=A1, broker_id=1)
     assert rt.topic_route("T1")["filterServerTable"] == {A0: ["10.0.0.1:3000"]}
-    rt.take_invalidations()
+    invalidated(rt)
     reg(rt, ["T1"], filters=["10.0.0.1:3000"])              # unchanged
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     reg(rt, ["T1"], filters=[])                             # an empty list removes them
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     assert rt.topic_route("T1")["filterServerTable"] == {}
 
 
@@ -278,9 +294,9 @@ def test_topic_queue_mappings(RT):
     assert route["topicQueueMappingByBroker"] == {"broker-a": info}
     assert "topicQueueMappingByBroker" not in rt.topic_route("T1")
     info2 = dict(info, epoch=8)
-    rt.take_invalidations()
+    invalidated(rt)
     reg(rt, ["Static", "T1"], mappings={"Static": info2}, counter=2)
-    assert rt.take_invalidations() == {"Static"}
+    assert invalidated(rt) == {"Static"}
     assert rt.topic_route("Static")["topicQueueMappingByBroker"]["broker-a"]["epoch"] == 8
 
 
@@ -292,9 +308,9 @@ def test_broker_data_fields_of_5x_brokers(RT):
     (new,) = rt.topic_route("New")["brokerDatas"]
     assert "enableActingMaster" not in old and "zoneName" not in old
     assert new["enableActingMaster"] is False and new["zoneName"] == "zone-1"
-    rt.take_invalidations()
+    invalidated(rt)
     reg(rt, ["New"], enable_acting_master=False, zone_name="zone-2")
-    assert rt.take_invalidations() == {"New", "New2"}
+    assert invalidated(rt) == {"New", "New2"}
     assert rt.cluster_info()[0]["broker-a"]["zoneName"] == "zone-2"
 
 
@@ -321,13 +337,13 @@ def test_master_unregistered_wipes_write_perm_and_acting_master_route(RT):
     for broker_id, addr in ((0, A0), (1, A1), (2, A2)):
         reg(rt, ["T1", "T2"], addr=addr, broker_id=broker_id, enable_acting_master=True)
     assert perms(rt, "T1") == {"broker-a": 6}
-    rt.take_invalidations()
+    invalidated(rt)
     assert rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     assert perms(rt, "T1") == {"broker-a": 4}
     assert addrs(rt, "T1") == {"broker-a": {1: A1, 2: A2}}  # without supportActingMaster
     rt.support_acting_master = True
-    assert rt.take_invalidations() is None                  # every route may change
+    assert invalidated(rt) == {"T1", "T2"}          # every route may change
     assert addrs(rt, "T1") == {"broker-a": {0: A1, 2: A2}}
     # the table itself is untouched
     assert rt.cluster_info()[0]["broker-a"]["brokerAddrs"] == {1: A1, 2: A2}
@@ -355,9 +371,9 @@ def test_unregister_cleans_up(RT):
     reg(rt, ["T1", "Shared"], addr=A0)
     reg(rt, ["T1", "Shared"], addr=A1, broker_id=1)
     reg(rt, ["X", "Shared"], name="broker-b", addr=B0, cluster="Other")
-    rt.take_invalidations()
+    invalidated(rt)
     assert rt.unregister_broker(CLUSTER, A1, "broker-a", 1)
-    assert rt.take_invalidations() == {"T1", "Shared"}
+    assert invalidated(rt) == {"T1", "Shared"}
     assert addrs(rt, "T1") == {"broker-a": {0: A0}}
     assert rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
     assert rt.topic_route("T1") is None
@@ -377,11 +393,11 @@ def test_scan_not_active_uses_each_brokers_timeout(RT):
     reg(rt, ["T1", "T2"], now=1_000, conn="a")                                  # default 120 s
     reg(rt, ["X", "Y"], name="broker-b", addr=B0, now=1_000, timeout_ms=10_000, conn="b")
     assert rt.scan_not_active(11_000) == []                 # last + timeout == now: kept
-    rt.take_invalidations()
+    invalidated(rt)
     dropped = rt.scan_not_active(11_001)
     assert dropped == [{"cluster": CLUSTER, "brokerName": "broker-b", "brokerAddr": B0,
                         "brokerId": 0, "reason": "expired", "conn": "b"}]
-    assert rt.take_invalidations() == {"X", "Y"}
+    assert invalidated(rt) == {"X", "Y"}
     assert rt.topic_route("X") is None
     rt.heartbeat(CLUSTER, A0, now_ms=100_000)
     assert rt.scan_not_active(200_000) == []
@@ -398,12 +414,12 @@ def test_connection_closed(RT):
     reg(rt, ["T1", "T2"], conn="c1")
     reg(rt, [], addr=A1, broker_id=1, conn="c1")
     reg(rt, ["X", "Y"], name="broker-b", addr=B0, conn="c2")
-    rt.take_invalidations()
+    invalidated(rt)
     assert rt.connection_closed("nobody") == []
     dropped = rt.connection_closed("c1")
     assert sorted((d["brokerAddr"], d["brokerId"], d["reason"]) for d in dropped) == [
         (A0, 0, "connection closed"), (A1, 1, "connection closed")]
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
     assert rt.topic_route("T1") is None
     assert rt.topic_route("X") is not None
     # re-registration over a new connection moves the broker to it
@@ -444,9 +460,9 @@ def test_wipe_and_add_write_perm(RT):
     rt = RT()
     reg(rt, [tc("T1", perm=6), tc("T2", perm=7), tc("RO", perm=4)])
     reg(rt, ["T1", "Z"], name="broker-b", addr=B0)
-    rt.take_invalidations()
+    invalidated(rt)
     assert rt.wipe_write_perm("broker-a") == 3              # every topic counts
-    assert rt.take_invalidations() == {"T1", "T2"}          # RO did not change
+    assert invalidated(rt) == {"T1", "T2"}          # RO did not change
     assert perms(rt, "T1") == {"broker-a": 4, "broker-b": 6}
     assert perms(rt, "T2") == {"broker-a": 5}
     assert rt.add_write_perm("broker-a") == 3
@@ -459,27 +475,27 @@ def test_delete_topic(RT):
     rt = RT()
     reg(rt, ["T1", "T2"])
     reg(rt, ["T1", "Z"], name="broker-b", addr=B0, cluster="Other")
-    rt.take_invalidations()
+    invalidated(rt)
     rt.delete_topic("T1", "NoSuchCluster")
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     rt.delete_topic("T1", CLUSTER)
-    assert rt.take_invalidations() == {"T1"}
+    assert invalidated(rt) == {"T1"}
     assert addrs(rt, "T1") == {"broker-b": {0: B0}}
     rt.delete_topic("T1", "Other")
     assert rt.topic_route("T1") is None
     rt.delete_topic("T2")
     assert rt.all_topics() == ["Z"]
     rt.delete_topic("T2")                                   # absent: no-op
-    assert rt.take_invalidations() == {"T1", "T2"}
+    assert invalidated(rt) == {"T1", "T2"}
 
 
 def test_register_topic(RT):
     rt = RT()
     reg(rt, ["T1", "T2"])
     reg(rt, ["X", "Y"], name="broker-b", addr=B0)
-    rt.take_invalidations()
+    invalidated(rt)
     rt.register_topic("New", [qd("broker-a", 2, 2), qd("broker-b", 3, 3)])
-    assert rt.take_invalidations() == {"New"}
+    assert invalidated(rt) == {"New"}
     assert {q["brokerName"]: q["readQueueNums"] for q in rt.topic_route("New")["queueDatas"]} == {
         "broker-a": 2, "broker-b": 3}
     rt.register_topic("Bad", [qd("broker-a"), qd("ghost")])     # new topic: all or nothing
@@ -521,19 +537,138 @@ def test_topic_and_system_lists(RT):
         "cluster": CLUSTER, "brokerName": "nope", "brokerAddrs": {}}
 
 
-def test_invalidations_accumulate_until_taken(RT):
+def test_invalidations_accumulate(RT):
     rt = RT()
     reg(rt, ["T1", "T2"])
     reg(rt, ["X", "Y"], name="broker-b", addr=B0)
     rt.wipe_write_perm("broker-b")
-    assert rt.take_invalidations() == {"T1", "T2", "X", "Y"}
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == {"T1", "T2", "X", "Y"}
+    assert invalidated(rt) == set()
     rt.support_acting_master = False                        # unchanged: nothing
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == set()
     rt.support_acting_master = True
     reg(rt, ["T1", "T2"], counter=2)
-    assert rt.take_invalidations() is None                  # "everything" absorbs the rest
-    assert rt.take_invalidations() == set()
+    assert invalidated(rt) == {"T1", "T2", "X", "Y"}   # "everything" absorbs the rest
+    assert invalidated(rt) == set()
+
+
+# ---------------------------------------------------------------- route answers
+
+def _both_forms(rt, topic):
+    return rt.route_body(topic), rt.route_body(topic, legacy=True)
+
+
+def test_route_body_is_the_encoded_route_in_both_forms(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    reg(rt, ["T1"], name="broker-b", addr=B0)
+    for topic in ("T1", "T2"):
+        route = rt.topic_route(topic)
+        assert _both_forms(rt, topic) == (
+            bodies.encode_topic_route_data(route),
+            bodies.encode_topic_route_data(route, legacy=True))
+    assert rt.route_body("Nope") is None and rt.route_body("Nope", legacy=True) is None
+    assert rt.cached_topics() == rt.cached_topics(legacy=True) == {"T1", "T2"}
+
+
+def test_route_bodies_agree_across_implementations(RT):
+    """Many brokers (past Java's HashMap resize at 12), slaves, 5.x fields, zones,
+    non-ASCII names: the answers equal the reference's byte for byte."""
+    tables = (RT(), ref.RouteTable())
+    for rt in tables:
+        for i in range(14):
+            name = f"broker-{i}" if i % 5 else f"brøker-{i}"
+            kw = {"enable_acting_master": False, "zone_name": "z1"} if i % 3 == 0 else {}
+            reg(rt, ["Shared", f"Own{i}", "Tö"], name=name, addr=f"10.0.2.{i}:10911", **kw)
+            if i % 4 == 0:
+                reg(rt, ["Shared"], name=name, addr=f"10.0.3.{i}:10911", broker_id=1, **kw)
+        rt.wipe_write_perm("broker-2")
+    a, b = tables
+    assert a.all_topics() == b.all_topics()
+    for topic in a.all_topics():
+        assert _both_forms(a, topic) == _both_forms(b, topic), topic
+
+
+def test_forget_route(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    invalidated(rt)
+    rt.forget_route("T1")
+    assert invalidated(rt) == {"T1"}
+    rt.forget_route()
+    assert invalidated(rt) == {"T1", "T2"}
+
+
+def test_order_topic_conf_in_answers(RT):
+    rt = RT()
+    reg(rt, ["T1", "T2"])
+    plain = rt.route_body("T1")
+    conf = {"T1": "broker-a:4"}
+    rt.order_topic_conf = conf.get
+    assert invalidated(rt) == {"T1", "T2"}
+    route = rt.topic_route("T1")
+    route["orderTopicConf"] = "broker-a:4"
+    assert rt.route_body("T1") == bodies.encode_topic_route_data(route)
+    assert rt.route_body("T2") == bodies.encode_topic_route_data(rt.topic_route("T2"))
+    rt.order_topic_conf = None
+    assert rt.route_body("T1") == plain
+
+
+def test_registration_from_raw_bytes_equals_decoded(RT):
+    raw, decoded = RT(), RT()
+    topics = [tc(f"T{i}", r=i % 7 + 1, perm=(6, 4, 2)[i % 3], flag=i % 4) for i in range(50)]
+    b = body(topics, counter=7, timestamp=123)
+    for compressed in (False, True):
+        data = bodies.encode_register_broker_body(b, compressed=compressed)
+        r1 = raw.register_broker(CLUSTER, A0, "broker-a", 0, "ha", body=data, now_ms=5)
+        r2 = decoded.register_broker(CLUSTER, A0, "broker-a", 0, "ha", body=b, now_ms=5)
+        assert r1 == r2
+        assert raw.all_topics() == decoded.all_topics()
+        for topic in raw.all_topics():
+            assert raw.topic_route(topic) == decoded.topic_route(topic)
+        assert raw.live_brokers() == decoded.live_brokers()
+
+
+def test_bad_raw_body_changes_nothing(RT):
+    rt = RT()
+    reg(rt, ["T1"] * 1 + ["T2"])
+    before = (rt.all_topics(), rt.live_brokers(), rt.version)
+    for data in (b"{", b"[]", b'{"topicConfigSerializeWrapper":{"topicConfigTable":'
+                              b'{"X":{"perm":1.5}}}}'):
+        with pytest.raises(rmq.errors.BodyError):
+            rt.register_broker(CLUSTER, A0, "broker-a", 0, "ha", body=data, now_ms=1)
+    assert (rt.all_topics(), rt.live_brokers(), rt.version) == before
+
+
+def test_routes_while_registering_from_another_thread(RT):
+    """A writer thread re-registering with new DataVersions while this thread reads
+    answers: every answer is one the table could give (the broker's topics with
+    queue numbers of some registration), and nothing deadlocks."""
+    import threading
+    rt = RT()
+    names = [f"T{i}" for i in range(300)]
+    reg(rt, names, counter=0)
+    valid = set()
+    for n in range(0, 41):
+        probe = RT()
+        reg(probe, [tc(t, r=n % 8 + 1) for t in names], counter=n)
+        valid.add(last := probe.route_body("T7"))
+    reg(rt, [tc(t, r=1) for t in names], counter=0)
+    done = threading.Event()
+
+    def writer():
+        for n in range(1, 41):
+            reg(rt, [tc(t, r=n % 8 + 1) for t in names], counter=n)
+        done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen = 0
+    while not done.is_set() or seen == 0:
+        assert rt.route_body("T7") in valid
+        seen += 1
+    t.join()
+    assert rt.route_body("T7") == last
 
 
 def test_java_hash_order():
@@ -574,11 +709,11 @@ def test_replay_4_9_8_register_broker(RT):
     wrapper = later["topicConfigSerializeWrapper"]
     wrapper["dataVersion"]["counter"] += 1
     wrapper["topicConfigTable"]["TopicTest"] = tc("TopicTest", 4, 4, 6)
-    rt.take_invalidations()
+    invalidated(rt)
     res = rt.register_broker(e["clusterName"], e["brokerAddr"], e["brokerName"], 0,
                              e["haServerAddr"], body=later, conn="broker", now_ms=2_000)
     assert not res["first"] and res["changed"]
-    assert rt.take_invalidations() == {"TopicTest"}
+    assert invalidated(rt) == {"TopicTest"}
 
     def topic_list(name):
         return bodies.decode_topic_list(_vector(name).body)

@@ -1,1 +1,534 @@
+/* The hot half of the NameServer's route tables; see routetable.h. */
 #include "routetable.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PERM_READ 4
+#define PERM_WRITE 2
+#define INITIAL_BUCKETS 1024
+
+/* ---------------------------------------------------------------- the lock */
+
+/* Writer-preferring: once a writer waits, new readers wait behind it, so a
+ * stream of route queries cannot starve a registration (nor the reverse: a
+ * writer holds the lock only for the apply, never for decoding). */
+
+static void lock_init(rt_rwlock *l)
+{
+    pthread_mutex_init(&l->m, NULL);
+    pthread_cond_init(&l->readers_cv, NULL);
+    pthread_cond_init(&l->writers_cv, NULL);
+    l->readers = l->writer = l->waiting_writers = 0;
+}
+
+static void lock_destroy(rt_rwlock *l)
+{
+    pthread_cond_destroy(&l->writers_cv);
+    pthread_cond_destroy(&l->readers_cv);
+    pthread_mutex_destroy(&l->m);
+}
+
+void rt_rdlock(rt_table *t)
+{
+    rt_rwlock *l = &t->lock;
+    pthread_mutex_lock(&l->m);
+    while (l->writer || l->waiting_writers)
+        pthread_cond_wait(&l->readers_cv, &l->m);
+    l->readers++;
+    pthread_mutex_unlock(&l->m);
+}
+
+void rt_rdunlock(rt_table *t)
+{
+    rt_rwlock *l = &t->lock;
+    pthread_mutex_lock(&l->m);
+    if (--l->readers == 0 && l->waiting_writers)
+        pthread_cond_signal(&l->writers_cv);
+    pthread_mutex_unlock(&l->m);
+}
+
+void rt_wrlock(rt_table *t)
+{
+    rt_rwlock *l = &t->lock;
+    pthread_mutex_lock(&l->m);
+    l->waiting_writers++;
+    while (l->writer || l->readers)
+        pthread_cond_wait(&l->writers_cv, &l->m);
+    l->waiting_writers--;
+    l->writer = 1;
+    pthread_mutex_unlock(&l->m);
+}
+
+void rt_wrunlock(rt_table *t)
+{
+    rt_rwlock *l = &t->lock;
+    pthread_mutex_lock(&l->m);
+    l->writer = 0;
+    if (l->waiting_writers)
+        pthread_cond_signal(&l->writers_cv);
+    else
+        pthread_cond_broadcast(&l->readers_cv);
+    pthread_mutex_unlock(&l->m);
+}
+
+/* ---------------------------------------------------------------- blobs */
+
+static rt_blob *blob_new(const char *data, size_t len)
+{
+    rt_blob *b = malloc(sizeof(rt_blob) + len);
+    if (b) {
+        b->len = len;
+        memcpy(b->data, data, len);
+    }
+    return b;
+}
+
+/* Cached answers are installed by readers (compare-and-swap from NULL) and
+ * dropped only by writers, so a reader holding the lock sees a stable blob. */
+static void drop_bodies(rt_topic *e)
+{
+    for (int f = 0; f < 2; f++) {
+        free(e->body[f]);
+        e->body[f] = NULL;
+    }
+}
+
+static const rt_blob *install_body(rt_topic *e, int legacy, rt_blob *b)
+{
+    rt_blob *expected = NULL;
+    if (__atomic_compare_exchange_n(&e->body[legacy], &expected, b, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return b;
+    free(b);                        /* another reader built it first */
+    return expected;
+}
+
+/* ---------------------------------------------------------------- the map */
+
+static uint32_t hash_name(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;    /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)p[i];
+        h *= 1099511628211ULL;
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+rt_table *rt_new(void)
+{
+    rt_table *t = calloc(1, sizeof(rt_table));
+    if (!t)
+        return NULL;
+    t->buckets = calloc(INITIAL_BUCKETS, sizeof(rt_topic *));
+    if (!t->buckets) {
+        free(t);
+        return NULL;
+    }
+    t->mask = INITIAL_BUCKETS - 1;
+    lock_init(&t->lock);
+    return t;
+}
+
+static void free_topic(rt_topic *e)
+{
+    drop_bodies(e);
+    free(e->qds);
+    free(e);
+}
+
+void rt_free(rt_table *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i <= t->mask; i++) {
+        rt_topic *e = t->buckets[i];
+        while (e) {
+            rt_topic *next = e->next;
+            free_topic(e);
+            e = next;
+        }
+    }
+    free(t->buckets);
+    for (int32_t b = 0; b < t->nbrokers; b++) {
+        for (int f = 0; f < 2; f++) {
+            free(t->brokers[b].frag[f]);
+            free(t->brokers[b].qd_prefix[f]);
+        }
+    }
+    free(t->brokers);
+    lock_destroy(&t->lock);
+    free(t);
+}
+
+rt_topic *rt_find(const rt_table *t, const char *name, size_t len)
+{
+    uint32_t h = hash_name(name, len);
+    for (rt_topic *e = t->buckets[h & t->mask]; e; e = e->next)
+        if (e->hash == h && e->len == len && memcmp(e->name, name, len) == 0)
+            return e;
+    return NULL;
+}
+
+static void grow(rt_table *t)
+{
+    size_t n = (t->mask + 1) * 2;
+    rt_topic **nb = calloc(n, sizeof(rt_topic *));
+    if (!nb)
+        return;                     /* longer chains, still correct */
+    for (size_t i = 0; i <= t->mask; i++) {
+        rt_topic *e = t->buckets[i];
+        while (e) {
+            rt_topic *next = e->next;
+            e->next = nb[e->hash & (n - 1)];
+            nb[e->hash & (n - 1)] = e;
+            e = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = nb;
+    t->mask = n - 1;
+}
+
+static rt_topic *insert_topic(rt_table *t, const char *name, size_t len)
+{
+    rt_topic *e = calloc(1, sizeof(rt_topic) + len);
+    if (!e)
+        return NULL;
+    memcpy(e->name, name, len);
+    e->len = len;
+    e->hash = hash_name(name, len);
+    e->seq = t->seq++;
+    if (t->count >= t->mask + 1)
+        grow(t);
+    e->next = t->buckets[e->hash & t->mask];
+    t->buckets[e->hash & t->mask] = e;
+    t->count++;
+    return e;
+}
+
+static void unlink_topic(rt_table *t, rt_topic *e)
+{
+    rt_topic **pp = &t->buckets[e->hash & t->mask];
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    t->count--;
+    free_topic(e);
+}
+
+static int find_qd(const rt_topic *e, int32_t broker)
+{
+    for (int i = 0; i < e->nqd; i++)
+        if (e->qds[i].broker == broker)
+            return i;
+    return -1;
+}
+
+static void changed(rt_table *t, rt_topic *e)
+{
+    drop_bodies(e);
+    t->version++;
+}
+
+static int put_qd(rt_table *t, rt_topic *e, const rt_qd *qd)
+{
+    int i = find_qd(e, qd->broker);
+    if (i >= 0) {
+        rt_qd *old = &e->qds[i];
+        if (old->perm == qd->perm && old->read == qd->read && old->write == qd->write
+            && old->sysflag == qd->sysflag)
+            return 0;
+        *old = *qd;
+    } else {
+        if (e->nqd == e->cap) {
+            int32_t cap = e->cap ? e->cap * 2 : 4;
+            rt_qd *q = realloc(e->qds, cap * sizeof(rt_qd));
+            if (!q)
+                return RT_NOMEM;
+            e->qds = q;
+            e->cap = cap;
+        }
+        e->qds[e->nqd++] = *qd;
+    }
+    changed(t, e);
+    return 1;
+}
+
+int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd)
+{
+    rt_topic *e = rt_find(t, name, len);
+    if (!e && !(e = insert_topic(t, name, len)))
+        return RT_NOMEM;
+    int r = put_qd(t, e, qd);
+    if (r == RT_NOMEM && e->nqd == 0)
+        unlink_topic(t, e);
+    return r;
+}
+
+/* Remove position i of e; frees e when it was the last. */
+static void remove_at(rt_table *t, rt_topic *e, int i)
+{
+    memmove(&e->qds[i], &e->qds[i + 1], (e->nqd - i - 1) * sizeof(rt_qd));
+    e->nqd--;
+    changed(t, e);
+    if (e->nqd == 0)
+        unlink_topic(t, e);
+}
+
+int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
+{
+    rt_topic *e = rt_find(t, name, len);
+    int i = e ? find_qd(e, broker) : -1;
+    if (i < 0)
+        return 0;
+    remove_at(t, e, i);
+    return 1;
+}
+
+/* Calls fn on every topic with a QueueData of broker (fn may free the topic). */
+#define FOR_BROKER_TOPICS(t, broker, e, i, body)                         \
+    for (size_t _b = 0; _b <= (t)->mask; _b++) {                        \
+        rt_topic *e = (t)->buckets[_b], *_next;                         \
+        for (; e; e = _next) {                                          \
+            _next = e->next;                                            \
+            int i = find_qd(e, (broker));                               \
+            if (i >= 0) { body }                                        \
+        }                                                               \
+    }
+
+size_t rt_remove_broker(rt_table *t, int32_t broker)
+{
+    size_t n = 0;
+    FOR_BROKER_TOPICS(t, broker, e, i, { remove_at(t, e, i); n++; })
+    return n;
+}
+
+size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
+{
+    size_t n = 0;
+    FOR_BROKER_TOPICS(t, broker, e, i, {
+        rt_qd *q = &e->qds[i];
+        int32_t perm = wipe ? (q->perm & ~PERM_WRITE) : (PERM_READ | PERM_WRITE);
+        if (perm != q->perm) {
+            q->perm = perm;
+            changed(t, e);
+        }
+        n++;
+    })
+    return n;
+}
+
+int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
+             int delete_missing)
+{
+    int wrote = 0;
+    if (delete_missing) {
+        uint32_t stamp = ++t->stamp;
+        for (size_t k = 0; k < n; k++) {
+            rt_topic *e = rt_find(t, recs[k].key, recs[k].key_len);
+            if (e)
+                e->stamp = stamp;
+        }
+        FOR_BROKER_TOPICS(t, b, e, i, {
+            if (e->stamp != stamp)
+                remove_at(t, e, i);
+        })
+    }
+    for (size_t k = 0; k < n; k++) {
+        const rt_rec *r = &recs[k];
+        rt_topic *e = rt_find(t, r->name, r->name_len);
+        if (!force && e && find_qd(e, b) >= 0)
+            continue;
+        rt_qd qd = {b, readonly ? (r->perm & ~PERM_WRITE) : r->perm, r->read, r->write,
+                    r->sysflag};
+        if (!e && !(e = insert_topic(t, r->name, r->name_len)))
+            return RT_NOMEM;
+        if (put_qd(t, e, &qd) == RT_NOMEM) {
+            if (e->nqd == 0)
+                unlink_topic(t, e);
+            return RT_NOMEM;
+        }
+        wrote = 1;
+    }
+    return wrote;
+}
+
+void rt_forget(rt_table *t, const char *name, size_t len)
+{
+    if (name) {
+        rt_topic *e = rt_find(t, name, len);
+        if (e)
+            drop_bodies(e);
+    } else {
+        for (size_t i = 0; i <= t->mask; i++)
+            for (rt_topic *e = t->buckets[i]; e; e = e->next)
+                drop_bodies(e);
+    }
+    t->version++;
+}
+
+int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
+                  const char *legacy, size_t legacy_len, const char *qd_std,
+                  size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
+                  uint32_t jhash, int python_only)
+{
+    if (b >= t->cap_brokers) {
+        int32_t cap = t->cap_brokers ? t->cap_brokers : 16;
+        while (cap <= b)
+            cap *= 2;
+        rt_broker *nb = realloc(t->brokers, cap * sizeof(rt_broker));
+        if (!nb)
+            return RT_NOMEM;
+        memset(nb + t->cap_brokers, 0, (cap - t->cap_brokers) * sizeof(rt_broker));
+        t->brokers = nb;
+        t->cap_brokers = cap;
+    }
+    rt_blob *s = NULL, *l = NULL;
+    rt_blob *qs = blob_new(qd_std, qd_std_len), *ql = blob_new(qd_legacy, qd_legacy_len);
+    if (std) {
+        s = blob_new(std, std_len);
+        l = blob_new(legacy, legacy_len);
+    }
+    if (!qs || !ql || (std && (!s || !l))) {
+        free(s);
+        free(l);
+        free(qs);
+        free(ql);
+        return RT_NOMEM;
+    }
+    rt_broker *br = &t->brokers[b];
+    for (int f = 0; f < 2; f++) {
+        free(br->frag[f]);
+        free(br->qd_prefix[f]);
+    }
+    br->frag[0] = s;
+    br->frag[1] = l;
+    br->qd_prefix[0] = qs;
+    br->qd_prefix[1] = ql;
+    br->jhash = jhash;
+    br->python_only = python_only;
+    if (b >= t->nbrokers)
+        t->nbrokers = b + 1;
+    FOR_BROKER_TOPICS(t, b, e, i, { (void)i; drop_bodies(e); })
+    t->version++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- routes */
+
+void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
+{
+    uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
+    while ((uint32_t)e->nqd > cap * 3 / 4)
+        cap <<= 1;
+    uint32_t mask = cap - 1;
+    for (int32_t i = 0; i < e->nqd; i++) {       /* stable insertion sort by bucket */
+        uint32_t key = t->brokers[e->qds[i].broker].jhash & mask;
+        int32_t j = i;
+        while (j > 0 && (t->brokers[e->qds[order[j - 1]].broker].jhash & mask) > key) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+}
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, s) put((p), (s), sizeof(s) - 1)
+
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status)
+{
+    rt_topic *e = rt_find(t, name, len);
+    if (!e) {
+        *status = RT_NOT_FOUND;
+        return NULL;
+    }
+    const rt_blob *cached = __atomic_load_n(&e->body[legacy], __ATOMIC_ACQUIRE);
+    if (cached) {
+        *status = RT_OK;
+        return cached;
+    }
+    if (t->python_routes) {
+        *status = RT_PYTHON;
+        return NULL;
+    }
+    int32_t small[32], *order = e->nqd <= 32 ? small : malloc(e->nqd * sizeof(int32_t));
+    if (!order) {
+        *status = RT_NOMEM;
+        return NULL;
+    }
+    rt_java_order(t, e, order);
+    /* {"brokerDatas":[...],"filterServerTable":{},"queueDatas":[...]} */
+    size_t size = 64, registered = 0;
+    for (int32_t k = 0; k < e->nqd; k++) {
+        const rt_broker *br = &t->brokers[e->qds[k].broker];
+        if (br->frag[legacy]) {
+            if (br->python_only) {
+                *status = RT_PYTHON;
+                goto done;
+            }
+            size += br->frag[legacy]->len + 1;
+            registered++;
+        }
+        size += br->qd_prefix[legacy]->len + 128;
+    }
+    if (!registered) {
+        *status = RT_NOT_FOUND;
+        goto done;
+    }
+    rt_blob *b = malloc(sizeof(rt_blob) + size);
+    if (!b) {
+        *status = RT_NOMEM;
+        goto done;
+    }
+    char *p = PUT_LIT(b->data, "{\"brokerDatas\":[");
+    int first = 1;
+    for (int32_t k = 0; k < e->nqd; k++) {
+        const rt_blob *f = t->brokers[e->qds[order[k]].broker].frag[legacy];
+        if (f) {
+            if (!first)
+                *p++ = ',';
+            first = 0;
+            p = put(p, f->data, f->len);
+        }
+    }
+    p = PUT_LIT(p, "],\"filterServerTable\":{},\"queueDatas\":[");
+    for (int32_t k = 0; k < e->nqd; k++) {
+        const rt_qd *q = &e->qds[order[k]];
+        const rt_blob *pre = t->brokers[q->broker].qd_prefix[legacy];
+        if (k)
+            *p++ = ',';
+        p = put(p, pre->data, pre->len);
+        p += sprintf(p, ",\"perm\":%d,\"readQueueNums\":%d,\"topicSysFlag\":%d,"
+                     "\"writeQueueNums\":%d}", q->perm, q->read, q->sysflag, q->write);
+    }
+    p = PUT_LIT(p, "]}");
+    b->len = (size_t)(p - b->data);
+    cached = install_body(e, legacy, b);
+    *status = RT_OK;
+done:
+    if (order != small)
+        free(order);
+    return cached;
+}
+
+int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
+             size_t body_len, uint64_t version)
+{
+    rt_topic *e = rt_find(t, name, len);
+    if (!e || t->version != version)
+        return 0;
+    rt_blob *b = blob_new(body, body_len);
+    if (!b)
+        return RT_NOMEM;
+    install_body(e, legacy, b);
+    return 1;
+}

@@ -1,4 +1,117 @@
-/* placeholder: the route tables (owner: routes.pxi author) */
+/* The hot half of the NameServer's route tables, in plain C.
+ *
+ * topicQueueTable (topic -> QueueData per broker) and each topic's encoded route
+ * answers (GET_ROUTEINFO_BY_TOPIC bodies, standard and legacy form), behind a
+ * writer-preferring read/write lock, so that a 10,000-topic registration is
+ * applied and a route is built or served with the GIL released. The cold tables
+ * (clusters, live brokers, filter servers, mappings: a handful of entries each)
+ * stay Python objects in routes.pxi; each broker's encoded BrokerData is pushed
+ * here whenever it changes (rt_set_broker).
+ *
+ * Locking: functions marked [W] need the write lock, [R] the read lock (or the
+ * write lock). The lock is never held across a call into Python.
+ */
 #ifndef RMQ_ROUTETABLE_H
 #define RMQ_ROUTETABLE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    pthread_mutex_t m;
+    pthread_cond_t readers_cv, writers_cv;
+    int readers, writer, waiting_writers;
+} rt_rwlock;
+
+typedef struct { size_t len; char data[]; } rt_blob;
+
+typedef struct {                    /* one broker's QueueData of a topic */
+    int32_t broker, perm, read, write, sysflag;
+} rt_qd;
+
+typedef struct rt_topic {
+    struct rt_topic *next;          /* hash chain */
+    uint64_t seq;                   /* insertion order: Java's answers follow it */
+    uint32_t hash, stamp;
+    int32_t nqd, cap;
+    rt_qd *qds;                     /* in insertion order (a Java/Python map's order) */
+    rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */
+    size_t len;
+    char name[];                    /* UTF-8, not terminated */
+} rt_topic;
+
+typedef struct {
+    rt_blob *frag[2];               /* BrokerData JSON per form; NULL: not registered */
+    rt_blob *qd_prefix[2];          /* {"brokerName":"<name>" per form */
+    uint32_t jhash;                 /* Java HashMap spread hash of the name */
+    int python_only;                /* filter servers or acting master: built in Python */
+} rt_broker;
+
+typedef struct {                    /* one topic config of a registration */
+    const char *key; size_t key_len;
+    const char *name; size_t name_len;
+    int32_t perm, read, write, sysflag;
+} rt_rec;
+
+typedef struct {
+    rt_rwlock lock;
+    rt_topic **buckets;
+    size_t mask, count;
+    uint64_t seq, version;
+    uint32_t stamp;
+    rt_broker *brokers;
+    int32_t nbrokers, cap_brokers;
+    int python_routes;              /* every route is built in Python (extras) */
+} rt_table;
+
+enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
+
+rt_table *rt_new(void);
+void rt_free(rt_table *t);
+
+void rt_rdlock(rt_table *t);
+void rt_rdunlock(rt_table *t);
+void rt_wrlock(rt_table *t);
+void rt_wrunlock(rt_table *t);
+
+/* [W] Set broker b's encoded BrokerData (std NULL: not registered), QueueData
+ * prefix and hash; drops the cached answers of its topics. 0, or RT_NOMEM. */
+int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
+                  const char *legacy, size_t legacy_len, const char *qd_std,
+                  size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
+                  uint32_t jhash, int python_only);
+/* [W] Insert or replace broker qd->broker's QueueData of a topic: 1 changed, 0 same. */
+int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd);
+/* [W] Remove a broker's QueueData of a topic (and the topic when none is left). */
+int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker);
+/* [W] Remove every QueueData of a broker; returns how many. */
+size_t rt_remove_broker(rt_table *t, int32_t broker);
+/* [W] Wipe (clear PERM_WRITE) or add (set perm to READ|WRITE) the write permission
+ * of a broker's QueueData; returns how many it has (changed or not). */
+size_t rt_write_perm(rt_table *t, int32_t broker, int wipe);
+/* [W] Apply a registration's topic configs for broker b (RouteInfoManager's loop):
+ * a topic is (re)written when `force` (first registration or a new DataVersion)
+ * or when b has no QueueData for it yet; `readonly` clears PERM_WRITE (acting
+ * master); `delete_missing` first removes b's topics whose name is not a key of
+ * recs. Returns 1 when some topic was written, 0 when none, RT_NOMEM. */
+int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
+             int delete_missing);
+/* [W] Drop the cached answers of a topic (name NULL: of every topic). */
+void rt_forget(rt_table *t, const char *name, size_t len);
+
+/* [R] The topic's entry, or NULL. */
+rt_topic *rt_find(const rt_table *t, const char *name, size_t len);
+/* [R] The topic's encoded answer, built and cached on first demand when the
+ * table can build it. NULL with *status RT_NOT_FOUND (no route: Java answers 17),
+ * RT_PYTHON (built by the caller) or RT_NOMEM. The blob lives while the lock is held. */
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status);
+/* [R] Cache an answer built by the caller, unless the table changed since
+ * `version` was read. 1 stored, 0 not, RT_NOMEM. */
+int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
+             size_t body_len, uint64_t version);
+/* [R] Positions in e->qds in the iteration order of a Java HashMap of the broker
+ * names (capacity 16): by bucket, then by insertion. */
+void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order);
+
 #endif

@@ -63,11 +63,6 @@ def _opt_bool_field(cmd, name):
     return None if v is None else v.lower() == "true"
 
 
-def _topic_count(reg):
-    wrapper = reg.get("topicConfigSerializeWrapper") if isinstance(reg, dict) else None
-    return len((wrapper or {}).get("topicConfigTable") or {})
-
-
 def _now_ms():
     return int(time.time() * 1000)
 
@@ -82,11 +77,10 @@ class NameServer:
             support_acting_master=config.supportActingMaster,
             delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration)
         self.clock = clock
-        # Encoded route answers, topic -> body, one table per form: built on first
-        # demand, dropped exactly when the route table says a topic's route may
-        # differ. The network layer answers hits inside the core (serve_routes).
-        self.route_standard = {}
-        self.route_legacy = {}
+        # Route answers are cached in the table, built on first demand and dropped
+        # exactly when a change may alter them; the network layer answers route
+        # queries inside the core (FrameDecoder.serve_routes).
+        self._sync_order_topic_conf()
         self._handlers = {
             RC.PUT_KV_CONFIG: self.put_kv_config,
             RC.GET_KV_CONFIG: self.get_kv_config,
@@ -139,23 +133,18 @@ class NameServer:
                 # (which would drop the connection without an answer).
                 log.exception("request %d from %s failed", cmd.code, conn)
                 resp = cmd.response(R.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        self._apply_invalidations()
         return None if cmd.is_oneway else resp
 
-    def _apply_invalidations(self):
-        topics = self.routes.take_invalidations()
-        if topics is None or topics:    # None: every route may differ
-            self._forget_routes(topics)
+    def _sync_order_topic_conf(self):
+        # With orderMessageEnable, route answers carry the topic's ORDER_TOPIC_CONFIG.
+        get = None
+        if self.config.orderMessageEnable:
+            kv = self.kv
 
-    def _forget_routes(self, topics=None):
-        if topics is None:
-            self.route_standard.clear()
-            self.route_legacy.clear()
-            return
-        standard, legacy = self.route_standard, self.route_legacy
-        for t in topics:
-            standard.pop(t, None)
-            legacy.pop(t, None)
+            def get(topic):
+                return kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        if (get is None) != (self.routes.order_topic_conf is None):
+            self.routes.order_topic_conf = get
 
     # ---------------------------------------------------------------- KV config
 
@@ -164,7 +153,7 @@ class NameServer:
         self.kv.put(namespace, key, value)
         log.info("kv put %s/%s=%s", namespace, key, value)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-            self._forget_routes((key,))
+            self.routes.forget_route(key)
         return cmd.response(R.SUCCESS)
 
     def get_kv_config(self, cmd, conn):
@@ -180,7 +169,7 @@ class NameServer:
         self.kv.delete(namespace, key)
         log.info("kv delete %s/%s", namespace, key)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
-            self._forget_routes((key,))
+            self.routes.forget_route(key)
         return cmd.response(R.SUCCESS)
 
     def get_kv_list(self, cmd, conn):
@@ -206,13 +195,10 @@ class NameServer:
             log.warning("register %s %s: body crc32 %d does not match", broker_name,
                         broker_addr, crc)
             return cmd.response(R.SYSTEM_ERROR, "crc32 not match")
-        if body:
-            reg = bodies.decode_register_broker_body(body)
-        else:
-            reg = bodies.register_broker_body([], {"counter": 0, "timestamp": 0})
         timeout = _int_field(cmd, "heartbeatTimeoutMillis", 120_000)
+        # The raw body: the table reads it (with the GIL released when compiled).
         result = self.routes.register_broker(
-            cluster, broker_addr, broker_name, broker_id, ha_addr, body=reg, conn=conn,
+            cluster, broker_addr, broker_name, broker_id, ha_addr, body=body or None, conn=conn,
             now_ms=self.clock(), timeout_ms=timeout,
             zone_name=(cmd.ext_fields or {}).get("__ZONE_NAME"),
             # None for 4.9 brokers, which do not send it: they never act as master.
@@ -221,11 +207,10 @@ class NameServer:
             return cmd.response(R.SYSTEM_ERROR, "register broker failed")
         if result.get("first"):
             log.info("new broker registered: %s %s/%s id=%d ha=%s topics=%d", cluster,
-                     broker_name, broker_addr, broker_id, ha_addr,
-                     _topic_count(reg))
+                     broker_name, broker_addr, broker_id, ha_addr, result["topics"])
         elif result.get("changed"):
             log.info("broker %s %s topic config changed (%d topics)", broker_name, broker_addr,
-                     _topic_count(reg))
+                     result["topics"])
         ext = {}
         if result.get("haServerAddr") is not None:
             ext["haServerAddr"] = result["haServerAddr"]
@@ -288,17 +273,11 @@ class NameServer:
     def get_route_info(self, cmd, conn):
         (topic,) = _required(cmd, "topic")
         standard = cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
-        cache = self.route_standard if standard else self.route_legacy
-        body = cache.get(topic)
+        body = self.routes.route_body(topic, legacy=not standard)
         if body is None:
-            route = self.routes.topic_route(topic)
-            if route is None:
-                return cmd.response(R.TOPIC_NOT_EXIST,
-                                    f"No topic route info in name server for the topic: {topic}"
-                                    + _FAQ_APPLY_TOPIC)
-            if self.config.orderMessageEnable:
-                route["orderTopicConf"] = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-            body = cache[topic] = bodies.encode_topic_route_data(route, legacy=not standard)
+            return cmd.response(R.TOPIC_NOT_EXIST,
+                                f"No topic route info in name server for the topic: {topic}"
+                                + _FAQ_APPLY_TOPIC)
         return cmd.response(R.SUCCESS, body=body)
 
     def register_topic(self, cmd, conn):
@@ -358,7 +337,6 @@ class NameServer:
             text = cmd.body.decode("utf-8")
         except UnicodeDecodeError:
             return cmd.response(R.SYSTEM_ERROR, "string2Properties error")
-        before_order = self.config.orderMessageEnable
         try:
             changed = self.config.update_from_properties_text(text)
         except ConfigNoPermission as e:
@@ -373,9 +351,7 @@ class NameServer:
         self.routes.support_acting_master = self.config.supportActingMaster
         self.routes.delete_topic_with_broker_registration = \
             self.config.deleteTopicWithBrokerRegistration
-        if self.config.orderMessageEnable != before_order or \
-                "supportActingMaster" in changed:
-            self._forget_routes()
+        self._sync_order_topic_conf()
         return cmd.response(R.SUCCESS)
 
     def get_config(self, cmd, conn):
@@ -390,7 +366,6 @@ class NameServer:
             log.warning("broker expired: %s %s/%s id=%s (%s)", b.get("cluster"),
                         b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"),
                         b.get("reason", "not active"))
-        self._apply_invalidations()
         return dropped
 
     def connection_closed(self, conn):
@@ -399,5 +374,4 @@ class NameServer:
         for b in dropped:
             log.info("broker connection closed, removed: %s %s/%s id=%s", b.get("cluster"),
                      b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"))
-        self._apply_invalidations()
         return dropped

@@ -1,14 +1,11 @@
 """The NameServer's route tables (Java's RouteInfoManager).
 
-The pure-Python reference is ``rmq.fallback.routes``; the compiled core provides
-the same ``RouteTable`` when it has one.
+The pure-Python reference is ``rmq.fallback.routes``; the compiled core's
+``RouteTable`` is a subclass of it with the topic table and the route answers in C.
 """
 
 from rmq._impl import core
 
-try:
-    RouteTable = core.RouteTable
-except AttributeError:  # the compiled core does not carry the tables yet
-    from rmq.fallback.routes import RouteTable
+RouteTable = core.RouteTable
 
 __all__ = ["RouteTable"]

@@ -75,9 +75,7 @@ class Connection(asyncio.Protocol):
         backed_up = self.pending or self.writing_paused
         room = 0 if backed_up else max(
             self.server.max_output - self.transport.get_write_buffer_size(), 0)
-        ns = self.server.namesrv
-        answers, cmds, error = self.decoder.serve_routes(
-            data, ns.route_standard, ns.route_legacy, room)
+        answers, cmds, error = self.decoder.serve_routes(data, self.server.namesrv.routes, room)
         if answers:
             self.transport.write(answers)
         if backed_up:

@@ -14,6 +14,7 @@ from rmq.fallback.bodies import (
 )
 from rmq.fallback.codec import FrameDecoder, RemotingCommand, decode_frame, encode_frame
 from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
+from rmq.fallback.routes import RouteTable
 
 IMPLEMENTATION = "python"
 
@@ -23,5 +24,5 @@ __all__ = [
     "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
     "crc32", "body_crc32",
     "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",
-    "encode_topic_route_data",
+    "encode_topic_route_data", "RouteTable",
 ]

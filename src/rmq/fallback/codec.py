@@ -388,18 +388,18 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
-    def serve_routes(self, data, standard, legacy, limit=-1):
-        """Feed bytes and answer route queries from cached bodies.
+    def serve_routes(self, data, table, limit=-1):
+        """Feed bytes and answer route queries from the route table.
 
-        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) whose topic has an
-        encoded route in ``standard`` or ``legacy`` (topic -> body bytes; the form
-        the request asks for: standard from version 401 or with
-        acceptStandardJsonOnly=true) are answered here. Returns ``(answers, others,
-        error)``: the answer frames as one bytes object, the other commands for the
-        caller to handle, and the ProtocolError that ended the stream (or None).
-        Once the answers reach ``limit`` bytes (-1: no limit), later route queries
-        are handed back unanswered. Only route queries before the first other
-        request of the batch are answered here: one behind a change must see it.
+        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) are answered here
+        with ``table.route_body(topic, legacy)`` in the form the request asks for
+        (standard from version 401 or with acceptStandardJsonOnly=true). Returns
+        ``(answers, others, error)``: the answer frames as one bytes object, the
+        other commands for the caller to handle (including route queries without
+        an answer), and the ProtocolError that ended the stream (or None). Once the
+        answers reach ``limit`` bytes (-1: no limit), later route queries are
+        handed back unanswered. Only route queries before the first other request
+        of the batch are answered here: one behind a change must see it.
         """
         try:
             cmds, error = self.feed(data), None
@@ -411,13 +411,14 @@ class FrameDecoder:
                 others.extend(cmds[i:])
                 break
             body = None
-            if not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields:
+            if not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields \
+                    and not 0 <= limit <= size:
                 topic = cmd.ext_fields.get("topic")
-                if topic is not None:
+                if isinstance(topic, str):
                     accept = cmd.ext_fields.get("acceptStandardJsonOnly")
                     std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
-                    body = (standard if std else legacy).get(topic)
-            if body is None or 0 <= limit <= size:
+                    body = table.route_body(topic, not std)
+            if body is None:
                 others.append(cmd)
             else:
                 answers.append(encode_frame(cmd.response(0, body=body)))

@@ -26,14 +26,18 @@ in hash-bucket order. The lists this module returns reproduce that order (see
 ``java_hash_order``), so the 206/224/304 answers match the 4.9.8 vectors element for
 element. It is not a protocol contract; it only makes answers comparable byte for byte.
 
-Route cache support: every change that may alter the answer of GET_ROUTEINFO_BY_TOPIC
-for a topic records that topic (``take_invalidations``) and bumps ``version``.
+Route cache: each topic's encoded GET_ROUTEINFO_BY_TOPIC answer (standard and
+legacy form) is built on first demand (``route_body``) and dropped exactly when a
+change may alter it; every such change bumps ``version``. The compiled table keeps
+its topics and answers in C (``rmq._core.RouteTable``, a subclass of this class
+that overrides the topic-table primitives: the ``_``-methods marked "primitive").
 """
 
 import copy
 from functools import lru_cache
 
 from rmq.errors import BodyError
+from rmq.fallback import bodies as _bodies
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
@@ -222,50 +226,94 @@ class RouteTable:
     the first invalidates every cached route.
     """
 
+    #: The body codecs used to decode registrations and encode route answers.
+    _bodies = _bodies
+
     def __init__(self, *, support_acting_master=False,
                  delete_topic_with_broker_registration=False):
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
         self._broker_topics = {}    # brokerName -> {topic: None} (ordered set)
+        self._routes = ({}, {})     # encoded answers, topic -> body: standard, legacy
+        self._order_topic_conf = None
         self._brokers = {}          # brokerName -> _BrokerData
         self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
         self._live = {}             # (cluster, addr) -> _LiveInfo
         self._filters = {}          # (cluster, addr) -> [filter server]
         self._mappings = {}         # topic -> {bname -> TopicQueueMappingInfo dict}
         self._version = 0
-        self._invalid = set()       # topics whose route may have changed; None = all
         self._support_acting_master = bool(support_acting_master)
         self.delete_topic_with_broker_registration = bool(delete_topic_with_broker_registration)
 
-    # ------------------------------------------------------------ invalidation
+    # ------------------------------------------------------------ route cache
 
     @property
     def version(self):
         """Incremented on every change that may alter some topic's route."""
         return self._version
 
-    def take_invalidations(self):
-        """Topics whose route may differ since the last call (a set, possibly empty),
-        or None when every route may differ."""
-        taken = self._invalid
-        if taken is not None and not taken:
-            return taken            # nothing changed: the common case, no allocation
-        self._invalid = set()
-        return taken
+    def route_body(self, topic, legacy=False):
+        """The encoded GET_ROUTEINFO_BY_TOPIC answer of ``topic`` in the standard or
+        the legacy form, built on first demand and cached until its route changes;
+        None when the topic has no route (Java answers 17)."""
+        cache = self._routes[bool(legacy)]
+        body = cache.get(topic)
+        if body is None:
+            body = self._build_route_body(topic, legacy)
+            if body is not None:
+                cache[topic] = body
+        return body
 
+    def _build_route_body(self, topic, legacy):
+        route = self.topic_route(topic)
+        if route is None:
+            return None
+        if self._order_topic_conf is not None:
+            route["orderTopicConf"] = self._order_topic_conf(topic)
+        return self._bodies.encode_topic_route_data(route, legacy=bool(legacy))
+
+    def forget_route(self, topic=None):
+        """Drop the cached answers of ``topic`` (None: of every topic), e.g. when
+        something outside the tables that an answer carries (orderTopicConf) changed."""
+        if topic is None:
+            self._touch_all()
+        else:
+            self._touch((topic,))
+
+    def cached_topics(self, legacy=False):
+        """The topics whose answer (in that form) is cached: for tests and admin."""
+        return set(self._routes[bool(legacy)])
+
+    @property
+    def order_topic_conf(self):
+        """None, or a function topic -> its ORDER_TOPIC_CONFIG value: with
+        orderMessageEnable, route answers carry it as ``orderTopicConf``."""
+        return self._order_topic_conf
+
+    @order_topic_conf.setter
+    def order_topic_conf(self, get):
+        self._order_topic_conf = get
+        self._touch_all()
+
+    # primitive
     def _touch(self, topics):
+        """The routes of ``topics`` may have changed."""
         if not topics:
             return
-        if self._invalid is not None:
-            self._invalid.update(topics)
+        for cache in self._routes:
+            for t in topics:
+                cache.pop(t, None)
         self._version += 1
 
+    # primitive
     def _touch_broker(self, broker_name):
-        """Every topic that has queue data on ``broker_name`` (their BrokerData,
-        filter servers or acting-master rewrite may change)."""
+        """The BrokerData (or its filter servers, or acting-master state) of
+        ``broker_name`` may have changed: every topic with queue data on it."""
         self._touch(self._broker_topics.get(broker_name))
 
+    # primitive
     def _touch_all(self):
-        self._invalid = None
+        for cache in self._routes:
+            cache.clear()
         self._version += 1
 
     @property
@@ -281,6 +329,65 @@ class RouteTable:
 
     # ------------------------------------------------------------ queue data primitives
 
+    # primitive
+    def _qmap(self, topic):
+        """{brokerName: QueueData dict} of a topic in insertion order, or None."""
+        return self._topics.get(topic)
+
+    # primitive
+    def _topic_names(self):
+        """Every topic with queue data, in insertion order."""
+        return list(self._topics)
+
+    # primitive
+    def _first_flags(self):
+        """(topic, topicSysFlag of its first QueueData in Java's order) per topic."""
+        return [(t, self._first_flag(qmap)) for t, qmap in self._topics.items() if qmap]
+
+    # primitive
+    def _topics_of_brokers(self, names):
+        """Topics with queue data on any of the broker ``names``, in insertion order."""
+        members = set()
+        for name in names:
+            members.update(self._broker_topics.get(name, ()))
+        return [t for t in self._topics if t in members]
+
+    # primitive
+    def _read_body(self, body, now_ms):
+        """(dataVersion, topic configs, mappings, filter servers) of a registration
+        body (bytes, a decoded dict or None), checked in full: BodyError."""
+        if body is None:
+            body = {"filterServerList": [], "topicConfigSerializeWrapper": {
+                "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0},
+                "topicConfigTable": {}}}
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            body = self._bodies.decode_register_broker_body(bytes(body))
+        return _checked_body(body, now_ms)[1:]
+
+    # primitive
+    def _apply_topic_configs(self, broker_name, configs, *, force, readonly, delete_missing):
+        """Registration's topic loop: write a topic's queue data when ``force`` or
+        when the broker has none for it; ``readonly`` clears PERM_WRITE;
+        ``delete_missing`` first drops the broker's topics absent from ``configs``.
+        True when some topic was written."""
+        if delete_missing:
+            for topic in self._broker_topic_list(broker_name):
+                if topic not in configs:
+                    self._remove_queue_data(topic, broker_name)
+        written = False
+        for key, tc in configs.items():
+            topic = tc.get("topicName", key)
+            if force or broker_name not in self._topics.get(topic, ()):
+                perm = int(tc.get("perm", PERM_READ | PERM_WRITE))
+                if readonly:
+                    perm &= ~PERM_WRITE
+                self._put_queue_data(topic, _queue_data(
+                    broker_name, int(tc.get("readQueueNums", 16)),
+                    int(tc.get("writeQueueNums", 16)), perm, int(tc.get("topicSysFlag", 0))))
+                written = True
+        return written
+
+    # primitive
     def _put_queue_data(self, topic, qd):
         """Insert or replace one broker's QueueData of a topic; records the topic
         when it changed (createAndUpdateQueueData / registerTopic)."""
@@ -295,6 +402,7 @@ class RouteTable:
         self._touch((topic,))
         return True
 
+    # primitive
     def _remove_queue_data(self, topic, broker_name):
         """Remove one broker's QueueData of a topic, and the topic when it has none left."""
         qmap = self._topics.get(topic)
@@ -310,6 +418,7 @@ class RouteTable:
         self._touch((topic,))
         return True
 
+    # primitive
     def _remove_topic_by_broker_name(self, broker_name):
         """removeTopicByBrokerName / cleanTopicByUnRegisterRequests(removedBroker)."""
         for topic in list(self._broker_topics.get(broker_name, ())):
@@ -325,13 +434,13 @@ class RouteTable:
                         zone_name=None, enable_acting_master=None):
         """REGISTER_BROKER (RouteInfoManager.registerBroker, 5.x).
 
-        ``body``: a decoded RegisterBrokerBody dict (None: no body, as Java's empty
-        RegisterBrokerBody). ``enable_acting_master``: the header's value, None when
+        ``body``: the RegisterBrokerBody, raw (bytes: JSON or compressed) or decoded
+        (a dict); None: no body, as Java's empty RegisterBrokerBody. ``enable_acting_master``: the header's value, None when
         the broker did not send it (pre-5.x broker: never a prime slave, and its
         BrokerData carries no ``enableActingMaster``). ``timeout_ms`` None: 120 s.
 
         Returns ``{"masterAddr", "haServerAddr", "changed", "first", "ignored",
-        "failed"}``: masterAddr/haServerAddr are set for a slave whose master is
+        "failed", "topics"}`` (``topics``: how many topic configs the body has): masterAddr/haServerAddr are set for a slave whose master is
         registered and alive (None for the master itself, as in the 4.9.8 vector);
         ``first`` when the broker (brokerName, or this broker id) was new; ``changed``
         when topic configs were applied; ``ignored`` when Java ignores the registration
@@ -343,13 +452,10 @@ class RouteTable:
         result = {"masterAddr": None, "haServerAddr": None, "changed": False,
                   "first": False, "ignored": False, "failed": False}
         broker_id = int(broker_id)
-        if body is None:
-            body = {"filterServerList": [], "topicConfigSerializeWrapper": {
-                "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0},
-                "topicConfigTable": {}}}
         # Decode and check everything before any table changes (as Java decodes the
         # whole body first): a bad body is refused, never half applied.
-        wrapper, dv, tc_table, mappings, filter_servers = _checked_body(body, now_ms)
+        dv, tc_table, mappings, filter_servers = self._read_body(body, now_ms)
+        result["topics"] = len(tc_table)
 
         # init or update the cluster info
         names = self._clusters.setdefault(cluster, {})
@@ -393,6 +499,7 @@ class RouteTable:
             # just created it; undo that creation instead.
             if created and not addrs:
                 del self._brokers[broker_name]
+                self._touch_broker(broker_name)
                 if added_to_cluster:
                     self._discard_from_cluster(cluster, broker_name)
             result["failed"] = True
@@ -412,23 +519,12 @@ class RouteTable:
             prev = self._live.get((cluster, broker_addr))
             dv_changed = prev is None or prev.data_version != dv
 
-            # Topics the broker no longer reports (static topics not supported).
-            if self.delete_topic_with_broker_registration and not mappings:
-                for topic in self._broker_topic_list(broker_name):
-                    if topic not in tc_table:
-                        self._remove_queue_data(topic, broker_name)
-
-            for key, tc in tc_table.items():
-                topic = tc.get("topicName", key)
-                if register_first or dv_changed or broker_name not in self._topics.get(topic, ()):
-                    perm = int(tc.get("perm", PERM_READ | PERM_WRITE))
-                    if is_prime_slave and bd.acting_master_enabled:
-                        perm &= ~PERM_WRITE         # the acting master is read-only
-                    self._put_queue_data(topic, _queue_data(
-                        broker_name, int(tc.get("readQueueNums", 16)),
-                        int(tc.get("writeQueueNums", 16)), perm,
-                        int(tc.get("topicSysFlag", 0))))
-                    result["changed"] = True
+            result["changed"] = self._apply_topic_configs(
+                broker_name, tc_table, force=register_first or dv_changed,
+                # the acting master is read-only
+                readonly=is_prime_slave and bd.acting_master_enabled,
+                # topics the broker no longer reports (static topics not supported)
+                delete_missing=self.delete_topic_with_broker_registration and not mappings)
 
             if dv_changed or register_first:
                 for topic, info in mappings.items():
@@ -496,14 +592,12 @@ class RouteTable:
                 self._touch_broker(broker_name)
             if not bd.addrs:
                 del self._brokers[broker_name]
+                self._touch_broker(broker_name)
                 self._discard_from_cluster(cluster, broker_name)
                 self._remove_topic_by_broker_name(broker_name)
             elif bd.acting_master_enabled and min(bd.addrs) > MASTER_ID:
                 # Master has been unregistered: wipe the write perm
-                for topic in self._broker_topic_list(broker_name):
-                    qd = self._topics[topic][broker_name]
-                    if qd["perm"] & PERM_WRITE:
-                        self._put_queue_data(topic, dict(qd, perm=qd["perm"] & ~PERM_WRITE))
+                self._operate_write_perm(broker_name, True)
         return removed_live or removed_addr
 
     # ------------------------------------------------------------ liveness
@@ -583,7 +677,7 @@ class RouteTable:
         """GET_ROUTEINFO_BY_TOPIC (pickupTopicRouteData): a TopicRouteData dict, or
         None when the topic has no queue data or none of its brokers is registered
         (Java answers 17). ``orderTopicConf`` is left to the caller."""
-        qmap = self._topics.get(topic)
+        qmap = self._qmap(topic)
         if not qmap:
             return None
         names = java_hash_order(qmap)
@@ -643,7 +737,7 @@ class RouteTable:
             qds.append(_queue_data(q.get("brokerName"), int(q.get("readQueueNums") or 0),
                                    int(q.get("writeQueueNums") or 0), int(q.get("perm") or 0),
                                    int(flag or 0)))
-        exists = topic in self._topics
+        exists = self._qmap(topic) is not None
         for qd in qds:
             if qd["brokerName"] not in self._brokers:
                 return
@@ -658,14 +752,15 @@ class RouteTable:
         queue data on that cluster's brokers (nothing when the cluster is unknown)."""
         if cluster:
             names = self._clusters.get(cluster)
-            if not names or topic not in self._topics:
+            if not names or self._qmap(topic) is None:
                 return
             for name in list(names):
                 self._remove_queue_data(topic, name)
         else:
-            for name in list(self._topics.get(topic, ())):
+            for name in list(self._qmap(topic) or ()):
                 self._remove_queue_data(topic, name)
 
+    # primitive
     def _operate_write_perm(self, broker_name, wipe):
         count = 0
         for topic in self._broker_topic_list(broker_name):
@@ -705,15 +800,12 @@ class RouteTable:
 
     def all_topics(self):
         """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)."""
-        return _topic_list_order(self._topics)
+        return _topic_list_order(self._topic_names())
 
     def topics_by_cluster(self, cluster):
         """GET_TOPICS_BY_CLUSTER (224): topics with queue data on a broker of the
         cluster (empty for an unknown cluster)."""
-        members = set()
-        for name in self._clusters.get(cluster, ()):
-            members.update(self._broker_topics.get(name, ()))
-        return _topic_list_order(t for t in self._topics if t in members)
+        return _topic_list_order(self._topics_of_brokers(self._clusters.get(cluster, ())))
 
     def system_topics(self):
         """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): cluster names and broker names, and the
@@ -735,8 +827,7 @@ class RouteTable:
         return qmap[java_hash_order(qmap)[0]]["topicSysFlag"]
 
     def _topics_by_flag(self, test):
-        return _topic_list_order(t for t, qmap in self._topics.items()
-                                 if qmap and test(self._first_flag(qmap)))
+        return _topic_list_order(t for t, flag in self._first_flags() if test(flag))
 
     def unit_topics(self):
         """GET_UNIT_TOPIC_LIST (311): topics with FLAG_UNIT."""
