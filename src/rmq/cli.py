@@ -30,13 +30,25 @@ def _setup_logging(level):
 
 
 async def _serve_namesrv(app, host, port):
-    await app.start(host, port)
+    """Serve until SIGTERM or SIGINT, then shut down (see NameServerApp.close); a
+    second signal ends a graceful shutdown's GO_AWAY period at once."""
+    log = logging.getLogger("rmq.namesrv")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig):
+        if stop.is_set():
+            log.info("%s received again: not waiting any longer", sig.name)
+            app.hurry()
+            return
+        log.info("%s received, shutting down", sig.name)
+        stop.set()
+
+    # before listening: a signal that comes as soon as the port is open stops it cleanly
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    await app.start(host, port)
     await stop.wait()
-    logging.getLogger("rmq.namesrv").info("signal received, shutting down")
     await app.close()
 
 

@@ -318,6 +318,9 @@ FIELDS = (
     Field("notifyMinBrokerIdChanged", "bool", False, _NS5),
     Field("notifyMinBrokerIdChangeTimeoutMillis", "long", 3000, _NS5),
     Field("enableControllerInNamesrv", "bool", False, _NS5),
+    # Route queries answer SYSTEM_ERROR "name server not ready" for the first
+    # waitSecondsForService s (ClientRequestProcessor, fixed by apache/rocketmq#9183;
+    # rmq.server does it): brokers re-register within 30 s of a restart.
     Field("needWaitForService", "bool", False, _NS5),
     Field("waitSecondsForService", "int", 45, _NS5),
     Field("deleteTopicWithBrokerRegistration", "bool", False, _NS5),
@@ -325,19 +328,28 @@ FIELDS = (
     # NettyServerConfig (listenPort: NamesrvStartup sets 9876 over the class default)
     Field("bindAddress", "str", "0.0.0.0", _NET5, attr="listenHost"),
     Field("listenPort", "int", 9876, _NET, check=(0, 65535)),
+    # Thread pools, semaphores and Netty internals (serverWorkerThreads ...
+    # serverAsyncSemaphoreValue, serverNettyWorkerGroupEnable,
+    # serverPooledByteBufAllocatorEnable, useEpollNativeSelector and NamesrvConfig's
+    # pools and queues): accepted and shown, without effect on one event loop.
     Field("serverWorkerThreads", "int", 8, _NET),
     Field("serverCallbackExecutorThreads", "int", 0, _NET),
     Field("serverSelectorThreads", "int", 3, _NET),
     Field("serverOnewaySemaphoreValue", "int", 256, _NET),
     Field("serverAsyncSemaphoreValue", "int", 64, _NET),
     Field("serverChannelMaxIdleTimeSeconds", "int", 120, _NET),
+    # SO_SNDBUF / SO_RCVBUF of the accepted sockets, 0: the OS default.
     Field("serverSocketSndBufSize", "int", 0, _NET),
     Field("serverSocketRcvBufSize", "int", 0, _NET),
+    # When both are > 0: the output bounds at which reading stops and resumes (Netty's
+    # WRITE_BUFFER_WATER_MARK), capped by maxOutputBufferBytes; else rmq's own bounds.
     Field("writeBufferHighWaterMark", "int", 0, _NET),
     Field("writeBufferLowWaterMark", "int", 0, _NET),
     Field("serverSocketBacklog", "int", 1024, _NET),
     Field("serverNettyWorkerGroupEnable", "bool", True, _NET5),
     Field("serverPooledByteBufAllocatorEnable", "bool", True, _NET),
+    # On shutdown, serve shutdownWaitTimeSeconds more, answering GO_AWAY to every
+    # request of a client above V5_3_1 (NettyRemotingServer.shutdown).
     Field("enableShutdownGracefully", "bool", False, _NET5),
     Field("shutdownWaitTimeSeconds", "int", 30, _NET5),
     Field("useEpollNativeSelector", "bool", False, _NET),

@@ -15,15 +15,35 @@ FrameDecoder, with the limits an exposed server needs.
 - A liveness scan every ``scanNotActiveBrokerInterval`` ms drops silent brokers and
   closes their connections (as Java's scanNotActiveBroker does); a closed
   connection drops the brokers registered over it at once.
+- Accepted sockets get ``serverSocketSndBufSize`` / ``serverSocketRcvBufSize``
+  (SO_SNDBUF / SO_RCVBUF, 0: the OS default) and, when both are set,
+  ``writeBufferLowWaterMark`` / ``writeBufferHighWaterMark`` as the output bounds at
+  which rmq stops and resumes reading (Java: NettyRemotingServer.addCustomConfig,
+  Netty's WRITE_BUFFER_WATER_MARK and channelWritabilityChanged), capped by
+  ``maxOutputBufferBytes``.
+- ``needWaitForService``: for ``waitSecondsForService`` seconds after the start, route
+  queries are answered SYSTEM_ERROR "name server not ready" (Java 5.x
+  ClientRequestProcessor, as fixed by apache/rocketmq#9183): a restarted NameServer
+  has empty tables until the brokers re-register (every 30 s), and "not ready" keeps
+  clients from taking TOPIC_NOT_EXIST for an answer (e.g. falling back to TBW102).
+- Shutdown (:meth:`NameServerApp.close`): with ``enableShutdownGracefully`` the server
+  first keeps serving for ``shutdownWaitTimeSeconds``, answering every request from
+  a client above V5_3_1 (version > 475) with GO_AWAY (1500, "please go away"; none
+  to a oneway request), as Java 5.x NettyRemotingServer.shutdown and
+  NettyRemotingAbstract.processRequestCommand do; such clients reconnect elsewhere.
+  Then it stops accepting, closes every connection after sending what is queued
+  (aborting those that do not take it within a second) and stops. Nothing is
+  written: KV changes were persisted as they were made.
 """
 
 import asyncio
 import collections
 import itertools
 import logging
+import socket
 
 from rmq.codec import FrameDecoder, encode_frame
-from rmq.protocol import ResponseCode
+from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.server")
 
@@ -61,8 +81,8 @@ class Connection(asyncio.Protocol):
             self.closing = True
             transport.abort()
             return
-        limit = self.server.max_output
-        transport.set_write_buffer_limits(high=limit, low=limit // 4)
+        self.server.tune_socket(transport)
+        transport.set_write_buffer_limits(high=self.server.write_high, low=self.server.write_low)
         self.server.connections.add(self)
 
     def data_received(self, data):
@@ -150,11 +170,63 @@ class Connection(asyncio.Protocol):
             self.last_active = self.server.loop.time()
 
 
+class _Gate:
+    """Stands in for the NameServer (as ``NameServerApp.namesrv``) while the network
+    layer answers some requests itself: route queries before ``needWaitForService``'s
+    delay is over, every request of a client above V5_3_1 during a graceful shutdown.
+
+    Its route caches stay empty, so the core answers no route query from its cache
+    and hands them all to :meth:`handle`; anything else is the NameServer's.
+    """
+
+    def __init__(self, app, namesrv):
+        self._app = app
+        self._ns = namesrv
+        self.route_standard = {}
+        self.route_legacy = {}
+        self._told = set()          # connections told to go away (logged once each)
+
+    def __getattr__(self, name):
+        return getattr(self._ns, name)
+
+    def handle(self, cmd, conn=None):
+        app = self._app
+        # Java: NettyRemotingAbstract.processRequestCommand, before any processor;
+        # writeResponse sends nothing for a oneway request.
+        if app.going_away and cmd.version > V5_3_1:
+            app.go_away_count += 1
+            if conn is not None and conn.id not in self._told:
+                self._told.add(conn.id)
+                log.info("shutting down: GO_AWAY to %s (version %d, request %d)",
+                         getattr(conn, "peer", conn), cmd.version, cmd.code)
+            return None if cmd.is_oneway else cmd.response(ResponseCode.GO_AWAY,
+                                                           "please go away")
+        # Java: ClientRequestProcessor.getRouteInfoByTopic
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and not app.ready():
+            log.warning("name server not ready. request code %d", cmd.code)
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR,
+                                                           "name server not ready")
+        return self._ns.handle(cmd, conn)
+
+
+#: Java settings of thread pools, queues and Netty internals: accepted (they are
+#: shown by GET_NAMESRV_CONFIG), without effect on one event loop.
+_NO_EFFECT = (
+    "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
+    "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
+    "serverNettyWorkerGroupEnable", "serverPooledByteBufAllocatorEnable",
+    "useEpollNativeSelector", "clientRequestThreadPoolNums", "defaultThreadPoolNums",
+    "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity",
+    "unRegisterBrokerQueueCapacity",
+)
+
+
 class NameServerApp:
     """Listens, owns the connections and the periodic tasks of a NameServer."""
 
     def __init__(self, namesrv):
         self.namesrv = namesrv
+        self._namesrv = namesrv      # namesrv is a _Gate while one is needed
         self.config = config = namesrv.config
         # Limits and periods are fixed at start, as Java reads them once: a remote
         # UPDATE_NAMESRV_CONFIG shows the new value but cannot lift a limit.
@@ -163,25 +235,123 @@ class NameServerApp:
         self.max_output = config.maxOutputBufferBytes
         self.idle_seconds = config.serverChannelMaxIdleTimeSeconds
         self.scan_interval = config.scanNotActiveBrokerInterval / 1000
+        self.sndbuf = max(config.serverSocketSndBufSize, 0)
+        self.rcvbuf = max(config.serverSocketRcvBufSize, 0)
+        self.write_high, self.write_low = self._water_marks(config)
+        self.graceful_seconds = (max(config.shutdownWaitTimeSeconds, 0)
+                                 if config.enableShutdownGracefully else 0)
+        self.wait_for_service = (max(config.waitSecondsForService, 0)
+                                 if config.needWaitForService else 0)
         self.connections = set()
         self.loop = None
+        self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
+        self.go_away_count = 0
+        self._ready_at = None        # loop time route queries are answered from
         self._server = None
         self._tasks = []
+        self._closing = None
+        self._hurry = None
+
+    def _water_marks(self, config):
+        """(high, low) output bounds: Java's water marks when both are set (as
+        addCustomConfig requires), within maxOutputBufferBytes; else rmq's own."""
+        high, low = config.writeBufferHighWaterMark, config.writeBufferLowWaterMark
+        if high > 0 and low > 0:
+            if low > high:
+                log.warning("writeBufferLowWaterMark %d > writeBufferHighWaterMark %d: "
+                            "both ignored", low, high)
+            else:
+                high = min(high, self.max_output)
+                return high, min(low, high)
+        return self.max_output, self.max_output // 4
 
     @property
     def sockets(self):
         return self._server.sockets if self._server else ()
 
+    # ---------------------------------------------------------------- start
+
     async def start(self, host, port):
         self.loop = asyncio.get_running_loop()
+        if self.wait_for_service:
+            # Java counts from the processor's creation, just before it listens.
+            self._ready_at = self.loop.time() + self.wait_for_service
+            self._use_gate()
         self._server = await self.loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True,
             backlog=self.config.serverSocketBacklog)
+        for sock in self._server.sockets:
+            # Inherited by the accepted sockets; RCVBUF before listen() also sizes
+            # the window scale offered in the handshake.
+            self._set_buffers(sock)
         self._tasks = [self.loop.create_task(self._scan_brokers()),
                        self.loop.create_task(self._close_idle())]
+        if self._ready_at is not None:
+            self._tasks.append(self.loop.create_task(self._wait_for_service()))
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
         log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
+        self._log_settings()
         return self
+
+    def _log_settings(self):
+        c = self.config
+        if self.sndbuf:
+            log.info("server set SO_SNDBUF to %d", self.sndbuf)
+        if self.rcvbuf:
+            log.info("server set SO_RCVBUF to %d", self.rcvbuf)
+        if (self.write_high, self.write_low) != (self.max_output, self.max_output // 4):
+            log.info("server set write buffer water marks to %d,%d", self.write_low,
+                     self.write_high)
+        if self.wait_for_service:
+            log.info("needWaitForService: route queries answered \"name server not "
+                     "ready\" for %d s", self.wait_for_service)
+        if self.graceful_seconds:
+            log.info("enableShutdownGracefully: on shutdown, GO_AWAY to clients above "
+                     "V5_3_1 for %d s first", self.graceful_seconds)
+        defaults = {f.key: f.default_value() for f in c.fields()}
+        changed = [f"{k}={getattr(c, k)}" for k in _NO_EFFECT
+                   if getattr(c, k) != defaults[k]]
+        if changed:
+            log.info("accepted without effect (one event loop, no thread pools): %s",
+                     ", ".join(changed))
+
+    def _set_buffers(self, sock):
+        if self.sndbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
+        if self.rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+
+    def tune_socket(self, transport):
+        """Socket options of an accepted connection (Java's childOption)."""
+        if self.sndbuf or self.rcvbuf:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    self._set_buffers(sock)
+                except OSError as e:
+                    log.warning("cannot set the socket buffers of a connection: %s", e)
+
+    # ---------------------------------------------------------------- gate
+
+    def ready(self):
+        """False while needWaitForService holds route queries back."""
+        return self._ready_at is None or self.loop.time() >= self._ready_at
+
+    def _use_gate(self):
+        if self.namesrv is self._namesrv:
+            self.namesrv = _Gate(self, self._namesrv)
+
+    def _drop_gate(self):
+        if not self.going_away and self.ready():
+            self.namesrv = self._namesrv
+
+    async def _wait_for_service(self):
+        await asyncio.sleep(max(self._ready_at - self.loop.time(), 0))
+        self._ready_at = None
+        self._drop_gate()
+        log.info("name server ready: answering route queries")
+
+    # ---------------------------------------------------------------- periodic tasks
 
     async def _scan_brokers(self):
         while True:
@@ -218,11 +388,47 @@ class NameServerApp:
                     log.info("closing idle connection %s (%ss)", conn.peer, idle)
                     conn.close()
 
+    # ---------------------------------------------------------------- shutdown
+
+    def hurry(self):
+        """End a graceful shutdown's GO_AWAY period now (a second signal)."""
+        if self._hurry is not None:
+            self._hurry.set()
+
     async def close(self):
+        """Stop, in Java's order (NettyRemotingServer.shutdown): the GO_AWAY period
+        when enableShutdownGracefully, then no more connections, then the open ones
+        closed after sending what is queued. Idempotent."""
+        if self._closing is not None:
+            return await self._closing
+        self._closing = (self.loop or asyncio.get_running_loop()).create_future()
+        try:
+            await self._close()
+        finally:
+            self._closing.set_result(None)
+
+    async def _close(self):
+        loop = self.loop or asyncio.get_running_loop()
+        started = loop.time()
+        if self._server is not None and self.graceful_seconds:
+            log.info("shutting down gracefully: answering GO_AWAY to clients above "
+                     "V5_3_1 for %d s (%d connections)", self.graceful_seconds,
+                     len(self.connections))
+            self.going_away = True
+            self._use_gate()
+            self._hurry = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._hurry.wait(), self.graceful_seconds)
+            except asyncio.TimeoutError:
+                pass
+            log.info("GO_AWAY period over: %d GO_AWAY answers sent", self.go_away_count)
         for t in self._tasks:
             t.cancel()
         if self._server is not None:
             self._server.close()
+            log.info("stopped accepting connections")
+            if self.connections:
+                log.info("closing %d connections", len(self.connections))
             for conn in list(self.connections):
                 conn.close()
             # Give the connections a moment to send what is queued, then abort the rest:
@@ -232,11 +438,14 @@ class NameServerApp:
                 if not self.connections:
                     break
                 await asyncio.sleep(0.01)
+            if self.connections:
+                log.warning("aborting %d connections whose peers do not take their "
+                            "answers", len(self.connections))
             for conn in list(self.connections):
                 conn.transport.abort()
             await asyncio.sleep(0)      # let connection_lost run for the aborted ones
             await self._server.wait_closed()
-        log.info("NameServer stopped")
+        log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
 
 
 def new_event_loop():
