@@ -170,20 +170,27 @@ class Connection(asyncio.Protocol):
             self.last_active = self.server.loop.time()
 
 
+class _NoAnswers:
+    """What FrameDecoder.serve_routes sees of the tables behind a _Gate."""
+
+    @staticmethod
+    def route_body(topic, legacy=False):
+        return None
+
+
 class _Gate:
     """Stands in for the NameServer (as ``NameServerApp.namesrv``) while the network
     layer answers some requests itself: route queries before ``needWaitForService``'s
     delay is over, every request of a client above V5_3_1 during a graceful shutdown.
 
-    Its route caches stay empty, so the core answers no route query from its cache
-    and hands them all to :meth:`handle`; anything else is the NameServer's.
+    Its ``routes`` have no answers, so the core answers no route query itself and
+    hands them all to :meth:`handle`; anything else is the NameServer's.
     """
 
     def __init__(self, app, namesrv):
         self._app = app
         self._ns = namesrv
-        self.route_standard = {}
-        self.route_legacy = {}
+        self.routes = _NoAnswers()
         self._told = set()          # connections told to go away (logged once each)
 
     def __getattr__(self, name):
