@@ -206,6 +206,7 @@ class RouteTable(_ref.RouteTable):
     """
 
     _bodies = _CoreBodies
+    concurrent = True
 
     def __init__(self, **kwargs):
         self._tt = _TopicTable()

@@ -38,6 +38,8 @@ FrameDecoder, with the limits an exposed server needs.
 
 import asyncio
 import collections
+import concurrent.futures
+import functools
 import itertools
 import logging
 import socket
@@ -59,7 +61,9 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.peer = None
         self.decoder = FrameDecoder(server.max_frame_length)
-        self.pending = collections.deque()   # decoded requests waiting for the output to drain
+        self.pending = collections.deque()   # decoded requests waiting their turn
+        self.busy = False                    # a request of ours runs in the writer thread
+        self.lost = False
         self.writing_paused = False
         self.closing = False
         self.closed_at = None                # loop time of close(), for _close_idle
@@ -92,7 +96,7 @@ class Connection(asyncio.Protocol):
         # Route queries with a cached answer are answered inside the core, within
         # the room left in the output buffer; the rest go through the handlers.
         # With output backed up there is no room: decode only, answer on drain.
-        backed_up = self.pending or self.writing_paused
+        backed_up = self.pending or self.writing_paused or self.busy
         room = 0 if backed_up else max(
             self.server.max_output - self.transport.get_write_buffer_size(), 0)
         answers, cmds, error = self.decoder.serve_routes(data, self.server.namesrv.routes, room)
@@ -125,7 +129,7 @@ class Connection(asyncio.Protocol):
         # The peer read what was queued: activity, for the idle check (as Netty's
         # IdleStateHandler counts completed writes).
         self.last_active = self.server.loop.time()
-        if self.pending:
+        if self.pending and not self.busy:
             cmds = list(self.pending)
             self.pending.clear()
             self._answer(cmds)
@@ -134,6 +138,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closing = True
+        self.lost = True
         self.pending.clear()
         self.server.connections.discard(self)
         self.server.namesrv.connection_closed(self)
@@ -142,23 +147,22 @@ class Connection(asyncio.Protocol):
 
     def _answer(self, cmds):
         handle = self.server.namesrv.handle
+        offload = self.server.offload
         out = []
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
+            if offload is not None and offload(cmd):
+                # Run it in the writer thread; this connection's later requests
+                # wait for it, the other connections do not.
+                if out:
+                    self.transport.writelines(out)
+                self.pending.extend(cmds[i + 1:])
+                self._offload(cmd)
+                return
             resp = handle(cmd, self)
             if resp is not None:
-                try:
-                    out.append(encode_frame(resp))
-                except Exception:
-                    # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed
-                    # in a remark: answer anyway rather than let the exception escape
-                    # data_received, which drops the connection and the answers of the
-                    # other requests of this read.
-                    log.exception("cannot encode the answer to request %d from %s",
-                                  cmd.code, self.peer)
-                    out.append(encode_frame(cmd.response(
-                        ResponseCode.SYSTEM_ERROR, "the answer cannot be encoded")))
+                out.append(self._encode(cmd, resp))
             if self.writing_paused:
                 self.pending.extend(cmds[i + 1:])
                 break
@@ -168,6 +172,54 @@ class Connection(asyncio.Protocol):
         if out:
             self.transport.writelines(out)
             self.last_active = self.server.loop.time()
+
+    def _encode(self, cmd, resp):
+        try:
+            return encode_frame(resp)
+        except Exception:
+            # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed in a
+            # remark: answer anyway rather than let the exception escape
+            # data_received, which drops the connection and the answers of the
+            # other requests of this read.
+            log.exception("cannot encode the answer to request %d from %s", cmd.code, self.peer)
+            return encode_frame(cmd.response(ResponseCode.SYSTEM_ERROR,
+                                             "the answer cannot be encoded"))
+
+    def _offload(self, cmd):
+        self.busy = True
+        fut = self.server.loop.run_in_executor(self.server.writer, self.server.namesrv.handle,
+                                               cmd, self)
+        fut.add_done_callback(functools.partial(self._offloaded, cmd))
+
+    def _offloaded(self, cmd, fut):
+        self.busy = False
+        resp = fut.result()              # handle() answers every exception itself
+        if self.lost:
+            # A broker that registered over a connection closed meanwhile goes now.
+            if cmd.code == RequestCode.REGISTER_BROKER:
+                self.server.namesrv.connection_closed(self)
+            return
+        if self.closing:
+            return
+        if resp is not None:
+            self.transport.write(self._encode(cmd, resp))
+            self.last_active = self.server.loop.time()
+        if self.pending and not self.writing_paused:
+            cmds = list(self.pending)
+            self.pending.clear()
+            self._answer(cmds)
+
+
+#: A registration body from this size on is read and applied in the writer thread.
+OFFLOAD_REGISTRATION_BYTES = 16 * 1024
+
+
+def _offloaded(cmd):
+    """Whether a request runs in the writer thread."""
+    code = cmd.code
+    if code == RequestCode.REGISTER_BROKER:
+        return cmd.body is not None and len(cmd.body) >= OFFLOAD_REGISTRATION_BYTES
+    return code == RequestCode.PUT_KV_CONFIG or code == RequestCode.DELETE_KV_CONFIG
 
 
 class _NoAnswers:
@@ -249,6 +301,13 @@ class NameServerApp:
                                  if config.enableShutdownGracefully else 0)
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
+        # Slow changes (a large registration, a KV change and its fsync) run in one
+        # writer thread so that route queries go on meanwhile: only with tables
+        # that may be shared between threads (the compiled core's).
+        self.writer = self.offload = None
+        if getattr(namesrv.routes, "concurrent", False):
+            self.writer = concurrent.futures.ThreadPoolExecutor(1, "rmq-writer")
+            self.offload = _offloaded
         self.connections = set()
         self.loop = None
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
@@ -452,6 +511,8 @@ class NameServerApp:
                 conn.transport.abort()
             await asyncio.sleep(0)      # let connection_lost run for the aborted ones
             await self._server.wait_closed()
+        if self.writer is not None:     # changes under way complete (and persist)
+            await loop.run_in_executor(None, self.writer.shutdown)
         log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
 
 

@@ -228,6 +228,8 @@ class RouteTable:
 
     #: The body codecs used to decode registrations and encode route answers.
     _bodies = _bodies
+    #: Whether the table may be used from several threads at once.
+    concurrent = False
 
     def __init__(self, *, support_acting_master=False,
                  delete_topic_with_broker_registration=False):

@@ -1,0 +1,112 @@
+"""The writer thread: with the compiled tables, large registrations and KV changes
+run off the event loop, so that route queries of other connections go on; each
+connection's own requests stay in order. Real TCP, both event loops."""
+
+import threading
+import time
+
+import pytest
+
+import rmq
+from nameserver import Client, register_broker, running_namesrv
+from rmq.server import OFFLOAD_REGISTRATION_BYTES
+
+pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
+                                reason="the pure-Python tables run on the event loop only")
+
+BIG = [f"Topic-{i:05d}" for i in range(3000)]        # ~300 KB: offloaded
+
+
+@pytest.fixture
+def srv(tmp_path, loop):
+    with running_namesrv(tmp_path, loop=loop) as app:
+        assert app.offload is not None
+        yield app
+
+
+def _register_cmd(name, addr, topics, counter=1):
+    """A REGISTER_BROKER request (not sent)."""
+    from rmq.bodies import encode_register_broker_body, register_broker_body, topic_config
+    body = encode_register_broker_body(register_broker_body(
+        [topic_config(t, 4, 4) for t in topics], {"counter": counter, "timestamp": counter}))
+    assert len(body) >= OFFLOAD_REGISTRATION_BYTES or len(topics) < 100
+    return rmq.RemotingCommand.request(103, {
+        "clusterName": "c1", "brokerAddr": addr, "brokerName": name, "brokerId": "0",
+        "haServerAddr": addr}, body)
+
+
+def test_requests_behind_an_offloaded_registration_see_it(srv):
+    """[REGISTER 3000 topics, GET_ROUTEINFO of its last topic, 106] in one write:
+    answered in order, the route query sees the registration."""
+    with Client(srv.address) as c:
+        reg = _register_cmd("bk", "10.0.0.1:10911", BIG)
+        q = rmq.RemotingCommand.request(105, {"topic": BIG[-1]})
+        info = rmq.RemotingCommand.request(106)
+        c.send_raw(b"".join(rmq.encode_frame(x) for x in (reg, q, info)))
+        got = [c.receive() for _ in range(3)]
+        assert [r.opaque for r in got] == [reg.opaque, q.opaque, info.opaque]
+        assert [r.code for r in got] == [0, 0, 0]
+        assert b"10.0.0.1:10911" in got[1].body
+
+
+def test_route_queries_of_other_connections_are_answered_during_registrations(srv):
+    """While one broker keeps re-registering 3000 topics with new DataVersions
+    (each applied in the writer thread), another connection's route queries get
+    answers that are each some registration's route, never an error."""
+    with Client(srv.address) as broker, Client(srv.address) as client:
+        assert register_broker(broker, "bk", "10.0.0.1:10911", topics=BIG).code == 0
+        stop = threading.Event()
+        errors = []
+
+        def reregister():
+            try:
+                for n in range(2, 12):
+                    r = broker.call(_register_cmd("bk", "10.0.0.1:10911", BIG, counter=n))
+                    assert r.code == 0, r
+            except Exception as e:          # reported below
+                errors.append(e)
+            finally:
+                stop.set()
+
+        t = threading.Thread(target=reregister)
+        t.start()
+        answered = 0
+        while not stop.is_set():
+            r = client.request(105, {"topic": BIG[answered % len(BIG)]})
+            assert r.code == 0, r
+            answered += 1
+        t.join()
+        assert not errors and answered > 0
+
+
+def test_broker_whose_connection_closes_during_its_registration_is_dropped(srv):
+    with Client(srv.address) as watcher:
+        broker = Client(srv.address)
+        broker.send(_register_cmd("gone", "10.0.0.9:10911", BIG))
+        broker.close()                      # before (or while) the writer applies it
+        def dropped():
+            return (watcher.request(105, {"topic": BIG[0]}).code == 17
+                    and b"gone" not in watcher.request(106).body)
+
+        deadline = time.monotonic() + 5
+        while not dropped() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)                     # and it does not come back
+        assert watcher.request(105, {"topic": BIG[0]}).code == 17
+        assert b"gone" not in watcher.request(106).body
+
+
+def test_kv_changes_are_answered_in_order_and_persisted(srv, tmp_path):
+    with Client(srv.address) as c:
+        cmds = [rmq.RemotingCommand.request(100, {"namespace": "ns", "key": f"k{i}",
+                                                  "value": f"v{i}"}) for i in range(20)]
+        cmds.append(rmq.RemotingCommand.request(101, {"namespace": "ns", "key": "k19"}))
+        cmds.append(rmq.RemotingCommand.request(102, {"namespace": "ns", "key": "k0"}))
+        cmds.append(rmq.RemotingCommand.request(101, {"namespace": "ns", "key": "k0"}))
+        c.send_raw(b"".join(rmq.encode_frame(x) for x in cmds))
+        got = [c.receive() for _ in cmds]
+        assert [r.opaque for r in got] == [x.opaque for x in cmds]
+        assert [r.code for r in got] == [0] * 20 + [0, 0, 22]
+        assert got[20].ext_fields["value"] == "v19"
+    text = (tmp_path / "kvConfig.json").read_text()
+    assert '"k19"' in text and '"k0"' not in text
