@@ -1,7 +1,1005 @@
+/* Nogil scanners: the RegisterBrokerBody JSON reader and the GET_ROUTEINFO_BY_TOPIC
+ * request recogniser (see scan.h for the contract).
+ *
+ * The grammar is the general reader's (jsonio.pxi): exact JSON as Python's json
+ * module accepts it, strict UTF-8. Anything the general path would reject, or
+ * read in a way this scanner does not model (escaped keys, Java's unquoted map
+ * keys, duplicate fields that matter, big or non-integer numbers where an int
+ * is needed, unusual shapes), makes the scanner say slow: NULL from the helpers
+ * below, RB_SLOW / 0 from the entry points.
+ */
 #include "scan.h"
+
 #include <stdlib.h>
-int rb_scan_register_body(const char *p, size_t n, rb_body *out) { (void)p; (void)n; (void)out; return RB_SLOW; }
-void rb_body_free(rb_body *b) { free(b->topics); b->topics = NULL; }
-int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out) { (void)payload; (void)n; (void)out; return 0; }
-ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, const char *body, size_t body_len) { (void)out; (void)cap; (void)req; (void)body; (void)body_len; return -1; }
-size_t rq_route_answer_size(const rq_route *req, size_t body_len) { (void)req; return body_len + 256; }
+#include <string.h>
+
+typedef const uint8_t *cur;       /* a position in the input; NULL: slow */
+
+enum {
+    MAX_DEPTH = 64,               /* containers deep; the general reader allows 512 */
+    MAX_INT_CHARS = 600,          /* Python converts ints below its smallest digit limit (640) */
+};
+
+/* ---------------------------------------------------------------- JSON primitives */
+
+/* Bytes that end a fast run inside a string: '"', '\\', controls, non-ASCII. */
+static const uint8_t STR_STOP[256] = {
+    1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
+    0,0,1,0,0,0,0,0,0,0,0,0,0,0,0,0, 0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
+    0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0, 0,0,0,0,0,0,0,0,0,0,0,0,1,0,0,0,
+    0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0, 0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
+    1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
+    1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
+    1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
+    1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
+};
+
+static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+static inline int is_hex(uint8_t c)
+{
+    return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
+static inline cur ws(cur p, cur end)
+{
+    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+
+/* The first byte at or after q that ends a fast run in a string (or end):
+ * eight bytes at a time where the byte order allows it. */
+static inline cur str_run(cur q, cur end)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x, q1, q2, m;
+    while (end - q >= 8) {
+        memcpy(&x, q, 8);
+        q1 = x ^ (ones * '"');
+        q2 = x ^ (ones * '\\');
+        /* Zero bytes of q1/q2, bytes below 0x20, bytes from 0x80: the lowest
+         * flagged byte is exact (borrows only carry upwards). */
+        m = ((q1 - ones) & ~q1) | ((q2 - ones) & ~q2) | ((x - ones * 0x20) & ~x) | x;
+        m &= highs;
+        if (m)
+            return q + (__builtin_ctzll(m) >> 3);
+        q += 8;
+    }
+#endif
+    while (q < end && !STR_STOP[*q])
+        q++;
+    return q;
+}
+
+/* n bytes at a equal the literal b (inlined for the short constant keys). */
+static inline int bytes_eq(cur a, const char *b, size_t n)
+{
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; a++, b++, n--)
+        if (*a != (uint8_t)*b)
+            return 0;
+    return 1;
+}
+
+static inline int is_lit(cur p, cur end, const char *lit, size_t n)
+{
+    return (size_t)(end - p) >= n && bytes_eq(p, lit, n);
+}
+
+/* One UTF-8 sequence at p (a lead byte >= 0x80) as Python's strict decoder
+ * accepts it: no overlongs, no surrogates, nothing above U+10FFFF. */
+static cur utf8_seq(cur p, cur end)
+{
+    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
+    int k;
+    if (c >= 0xC2 && c <= 0xDF)
+        k = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        k = 2;
+        if (c == 0xE0) lo = 0xA0;
+        else if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 3;
+        if (c == 0xF0) lo = 0x90;
+        else if (c == 0xF4) hi = 0x8F;
+    } else
+        return NULL;
+    if (end - p <= k || p[1] < lo || p[1] > hi)
+        return NULL;
+    for (int i = 2; i <= k; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return NULL;
+    return p + k + 1;
+}
+
+static int valid_utf8(cur p, size_t n)
+{
+    cur end = p + n;
+    while (p < end) {
+        if (*p < 0x80)
+            p++;
+        else if ((p = utf8_seq(p, end)) == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+/* The string at p ('"'): returns the position after it, *s and *n its raw body and
+ * *esc whether it has escapes; NULL if it is unterminated, has a control
+ * character, a bad escape (Python's json grammar) or invalid UTF-8. */
+static cur scan_str(cur p, cur end, cur *s, size_t *n, int *esc)
+{
+    cur q = p + 1;
+    int e = 0;
+    for (;;) {
+        q = str_run(q, end);
+        if (q >= end)
+            return NULL;
+        if (*q == '"')
+            break;
+        if (*q == '\\') {
+            e = 1;
+            if (end - q < 2)
+                return NULL;
+            switch (q[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                q += 2;
+                break;
+            case 'u':
+                if (end - q < 6 || !is_hex(q[2]) || !is_hex(q[3]) || !is_hex(q[4]) || !is_hex(q[5]))
+                    return NULL;
+                q += 6;
+                break;
+            default:
+                return NULL;
+            }
+        } else if (*q < 0x20)
+            return NULL;
+        else if ((q = utf8_seq(q, end)) == NULL)
+            return NULL;
+    }
+    *s = p + 1;
+    *n = (size_t)(q - (p + 1));
+    *esc = e;
+    return q + 1;
+}
+
+/* A number at p, exact JSON grammar; *is_int: no fraction, no exponent. */
+static cur scan_num(cur p, cur end, int *is_int)
+{
+    cur d;
+    *is_int = 1;
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end || !is_digit(*p))
+        return NULL;
+    if (*p == '0')
+        p++;
+    else
+        while (p < end && is_digit(*p))
+            p++;
+    if (p < end && *p == '.') {
+        *is_int = 0;
+        d = ++p;
+        while (p < end && is_digit(*p))
+            p++;
+        if (p == d)
+            return NULL;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        *is_int = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        d = p;
+        while (p < end && is_digit(*p))
+            p++;
+        if (p == d)
+            return NULL;
+    }
+    return p;
+}
+
+/* An integer in [lo, hi] at p; NULL for a float, an exponent, or out of range. */
+static cur parse_int(cur p, cur end, int64_t lo, int64_t hi, int64_t *out)
+{
+    uint64_t v = 0;
+    int neg = 0, nd = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end || !is_digit(*p))
+        return NULL;
+    if (*p == '0')
+        p++;
+    else
+        while (p < end && is_digit(*p)) {
+            if (++nd > 19)
+                return NULL;
+            v = v * 10 + (uint64_t)(*p++ - '0');
+        }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return NULL;
+    if (neg) {
+        if (v > (uint64_t)(-(lo + 1)) + 1)
+            return NULL;
+        *out = v ? -(int64_t)(v - 1) - 1 : 0;
+    } else {
+        if (v > (uint64_t)hi)
+            return NULL;
+        *out = (int64_t)v;
+    }
+    return p;
+}
+
+static cur skip_value(cur p, cur end, int depth);
+
+/* An object or array at p, validated and passed over. Keys must be quoted
+ * strings (the general body reader also takes Java's unquoted int keys: slow). */
+static cur skip_container(cur p, cur end, int depth)
+{
+    int obj = *p == '{';
+    uint8_t close = obj ? '}' : ']';
+    cur s;
+    size_t n;
+    int esc;
+    if (depth > MAX_DEPTH)
+        return NULL;
+    p = ws(p + 1, end);
+    if (p < end && *p == close)
+        return p + 1;
+    for (;;) {
+        if (obj) {
+            if (p >= end || *p != '"' || (p = scan_str(p, end, &s, &n, &esc)) == NULL)
+                return NULL;
+            p = ws(p, end);
+            if (p >= end || *p != ':')
+                return NULL;
+            p++;
+        }
+        if ((p = skip_value(p, end, depth)) == NULL)
+            return NULL;
+        p = ws(p, end);
+        if (p < end && *p == ',') {
+            p = ws(p + 1, end);
+            continue;
+        }
+        if (p < end && *p == close)
+            return p + 1;
+        return NULL;
+    }
+}
+
+/* Any value (whitespace first), validated and passed over. */
+static cur skip_value(cur p, cur end, int depth)
+{
+    cur s;
+    size_t n;
+    int flag;
+    p = ws(p, end);
+    if (p >= end)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return scan_str(p, end, &s, &n, &flag);
+    case '{': case '[':
+        return skip_container(p, end, depth + 1);
+    case 't':
+        return is_lit(p, end, "true", 4) ? p + 4 : NULL;
+    case 'f':
+        return is_lit(p, end, "false", 5) ? p + 5 : NULL;
+    case 'n':
+        return is_lit(p, end, "null", 4) ? p + 4 : NULL;
+    default:
+        s = p;
+        p = scan_num(p, end, &flag);
+        /* Integers the general reader converts must stay below Python's digit limit. */
+        if (p != NULL && flag && p - s > MAX_INT_CHARS)
+            return NULL;
+        return p;
+    }
+}
+
+/* A member key at p (after whitespace): a string without escapes. Returns the
+ * position of its value (after ':' and whitespace). */
+static inline cur member_key(cur p, cur end, cur *k, size_t *kn)
+{
+    int esc;
+    if (p >= end || *p != '"' || (p = scan_str(p, end, k, kn, &esc)) == NULL || esc)
+        return NULL;
+    if (p < end && *p == ':')
+        return ws(p + 1, end);
+    p = ws(p, end);
+    if (p >= end || *p != ':')
+        return NULL;
+    return ws(p + 1, end);
+}
+
+/* After a member's value: ',' (returns the next key's position, *more = 1) or
+ * '}' (returns the position after it, *more = 0). */
+static inline cur member_next(cur p, cur end, int *more)
+{
+    p = ws(p, end);
+    if (p < end && *p == ',') {
+        *more = 1;
+        return ws(p + 1, end);
+    }
+    if (p < end && *p == '}') {
+        *more = 0;
+        return p + 1;
+    }
+    return NULL;
+}
+
+#define KEY_IS(k, n, lit) ((n) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
+
+/* ---------------------------------------------------------------- RegisterBrokerBody */
+
+typedef struct {
+    cur end;
+    rb_body *out;
+    int nomem;
+} rb_ctx;
+
+static cur rb_int32(cur p, cur end, int32_t *out)
+{
+    int64_t v;
+    if ((p = parse_int(p, end, INT32_MIN, INT32_MAX, &v)) != NULL)
+        *out = (int32_t)v;
+    return p;
+}
+
+/* One TopicConfig object at p ('{'). Any field the checks use twice: slow. */
+static cur rb_topic_config(cur p, rb_ctx *c, rb_topic *t)
+{
+    cur end = c->end, k, s;
+    size_t kn;
+    int more, esc;
+    unsigned seen = 0, bit;
+    t->perm = 6;
+    t->read = 16;
+    t->write = 16;
+    t->sysflag = 0;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        bit = 0;
+        switch (kn) {
+        case 4:
+            if (bytes_eq(k, "perm", 4)) {
+                bit = 1;
+                p = rb_int32(p, end, &t->perm);
+            }
+            break;
+        case 9:
+            if (bytes_eq(k, "topicName", 9)) {
+                bit = 2;
+                if (p >= end || *p != '"' || (p = scan_str(p, end, &s, &t->name_len, &esc)) == NULL
+                        || esc)
+                    return NULL;
+                t->name = (const char *)s;
+            }
+            break;
+        case 13:
+            if (bytes_eq(k, "readQueueNums", 13)) {
+                bit = 4;
+                p = rb_int32(p, end, &t->read);
+            }
+            break;
+        case 14:
+            if (bytes_eq(k, "writeQueueNums", 14)) {
+                bit = 8;
+                p = rb_int32(p, end, &t->write);
+            }
+            break;
+        case 12:
+            if (bytes_eq(k, "topicSysFlag", 12)) {
+                bit = 16;
+                p = rb_int32(p, end, &t->sysflag);
+            }
+            break;
+        }
+        if (bit == 0)
+            p = skip_value(p, end, 4);
+        else if (seen & bit)
+            return NULL;
+        seen |= bit;
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
+    while (n >= 8) {
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    w = 0;
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)(uint8_t)s[i] << (8 * i);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 29);
+}
+
+/* 1 if two topics share a map key (the general reader keeps one: slow), 0 if
+ * not, -1 out of memory. Keys are raw bytes without escapes in valid UTF-8, so
+ * equal strings are equal bytes. */
+static int rb_has_duplicate_keys(const rb_body *b)
+{
+    size_t size = 16, mask, i, j;
+    uint32_t *slots;
+    int dup = 0;
+    if (b->ntopics < 2)
+        return 0;
+    while (size < 2 * b->ntopics)
+        size <<= 1;
+    mask = size - 1;
+    if ((slots = calloc(size, sizeof *slots)) == NULL)
+        return -1;
+    for (i = 0; i < b->ntopics && !dup; i++) {
+        const rb_topic *t = &b->topics[i];
+        for (j = hash_bytes(t->key, t->key_len) & mask; slots[j]; j = (j + 1) & mask) {
+            const rb_topic *u = &b->topics[slots[j] - 1];
+            if (u->key_len == t->key_len && memcmp(u->key, t->key, t->key_len) == 0) {
+                dup = 1;
+                break;
+            }
+        }
+        slots[j] = (uint32_t)(i + 1);
+    }
+    free(slots);
+    return dup;
+}
+
+/* topicConfigTable at p ('{'): key -> TopicConfig object. */
+static cur rb_table(cur p, rb_ctx *c)
+{
+    cur end = c->end, k;
+    size_t kn;
+    int more;
+    rb_body *b = c->out;
+    rb_topic *t;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        if (p >= end || *p != '{')          /* a topic config must be an object */
+            return NULL;
+        if (b->ntopics == b->cap) {
+            size_t cap = b->cap ? 2 * b->cap : 64;
+            rb_topic *nt;
+            if (cap > UINT32_MAX - 1 || (nt = realloc(b->topics, cap * sizeof *nt)) == NULL) {
+                c->nomem = 1;
+                return NULL;
+            }
+            b->topics = nt;
+            b->cap = cap;
+        }
+        t = &b->topics[b->ntopics];
+        t->key = (const char *)k;
+        t->key_len = kn;
+        t->name = (const char *)k;
+        t->name_len = kn;
+        if ((p = rb_topic_config(p, c, t)) == NULL)
+            return NULL;
+        b->ntopics++;
+        if ((p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+/* dataVersion at p ('{'): counter, stateVersion, timestamp (int64 or null; the
+ * last of repeated fields wins, as in the general reader's dict). */
+static cur rb_data_version(cur p, rb_ctx *c)
+{
+    cur end = c->end, k;
+    size_t kn;
+    int more;
+    int64_t *field;
+    rb_body *b = c->out;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        field = NULL;
+        if (KEY_IS(k, kn, "counter"))
+            field = &b->counter;
+        else if (KEY_IS(k, kn, "stateVersion"))
+            field = &b->state_version;
+        else if (KEY_IS(k, kn, "timestamp"))
+            field = &b->timestamp;
+        if (field == NULL)
+            p = skip_value(p, end, 3);
+        else if (is_lit(p, end, "null", 4)) {
+            *field = 0;
+            if (field == &b->timestamp)
+                b->has_timestamp = 0;
+            p += 4;
+        } else {
+            p = parse_int(p, end, INT64_MIN, INT64_MAX, field);
+            if (field == &b->timestamp)
+                b->has_timestamp = 1;
+        }
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+/* An empty object or null (topicQueueMappingInfoMap: non-empty ones go to Python). */
+static cur rb_empty_object_or_null(cur p, cur end)
+{
+    if (is_lit(p, end, "null", 4))
+        return p + 4;
+    if (p >= end || *p != '{')
+        return NULL;
+    p = ws(p + 1, end);
+    return p < end && *p == '}' ? p + 1 : NULL;
+}
+
+/* topicConfigSerializeWrapper at p ('{'). */
+static cur rb_wrapper(cur p, rb_ctx *c)
+{
+    cur end = c->end, k;
+    size_t kn;
+    int more;
+    unsigned seen = 0, bit;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        bit = 0;
+        if (KEY_IS(k, kn, "topicConfigTable")) {
+            bit = 1;
+            if (is_lit(p, end, "null", 4))
+                p += 4;
+            else if (p < end && *p == '{')
+                p = rb_table(p, c);
+            else
+                return NULL;
+        } else if (KEY_IS(k, kn, "dataVersion")) {
+            bit = 2;
+            if (is_lit(p, end, "null", 4))
+                p += 4;
+            else if (p < end && *p == '{')
+                p = rb_data_version(p, c);
+            else
+                return NULL;
+        } else if (KEY_IS(k, kn, "topicQueueMappingInfoMap")) {
+            bit = 4;
+            p = rb_empty_object_or_null(p, end);
+        } else
+            p = skip_value(p, end, 2);
+        if (seen & bit)
+            return NULL;
+        seen |= bit;
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+/* The top-level RegisterBrokerBody object at p ('{'). */
+static cur rb_top(cur p, rb_ctx *c)
+{
+    cur end = c->end, k;
+    size_t kn;
+    int more;
+    unsigned seen = 0, bit;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        bit = 0;
+        if (KEY_IS(k, kn, "topicConfigSerializeWrapper")) {
+            bit = 1;
+            if (is_lit(p, end, "null", 4))
+                p += 4;
+            else if (p < end && *p == '{')
+                p = rb_wrapper(p, c);
+            else
+                return NULL;
+        } else if (KEY_IS(k, kn, "filterServerList")) {
+            bit = 2;             /* null or []: non-empty lists go to Python */
+            if (is_lit(p, end, "null", 4))
+                p += 4;
+            else if (p < end && *p == '[') {
+                p = ws(p + 1, end);
+                p = p < end && *p == ']' ? p + 1 : NULL;
+            } else
+                return NULL;
+        } else
+            p = skip_value(p, end, 1);
+        if (seen & bit)
+            return NULL;
+        seen |= bit;
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+void rb_body_free(rb_body *b)
+{
+    free(b->topics);
+    b->topics = NULL;
+    b->ntopics = 0;
+    b->cap = 0;
+}
+
+int rb_scan_register_body(const char *data, size_t n, rb_body *out)
+{
+    cur p = (cur)data, end = p + n;
+    rb_ctx c;
+    int dup;
+    memset(out, 0, sizeof *out);
+    /* A zlib stream (bodies.pxi is_zlib) is the compressed form: not ours. */
+    if (n >= 2 && (p[0] & 0x0F) == 8 && (((unsigned)p[0] << 8) | p[1]) % 31 == 0)
+        return RB_SLOW;
+    p = ws(p, end);
+    if (p >= end || *p != '{')
+        return RB_SLOW;
+    c.end = end;
+    c.out = out;
+    c.nomem = 0;
+    /* Reserve for the common topic size (about 140 bytes each) up front. */
+    out->cap = n / 128 + 16;
+    if ((out->topics = malloc(out->cap * sizeof *out->topics)) == NULL) {
+        out->cap = 0;
+        return RB_NOMEM;
+    }
+    p = rb_top(p, &c);
+    if (p != NULL)
+        p = ws(p, end);
+    if (p == NULL || p != end) {         /* slow, or extra data after the document */
+        rb_body_free(out);
+        return c.nomem ? RB_NOMEM : RB_SLOW;
+    }
+    if ((dup = rb_has_duplicate_keys(out)) != 0) {
+        rb_body_free(out);
+        return dup < 0 ? RB_NOMEM : RB_SLOW;
+    }
+    return RB_OK;
+}
+
+/* ---------------------------------------------------------------- route requests */
+
+static inline int32_t be32(const uint8_t *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t be16(const uint8_t *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static inline void put_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+/* acceptStandardJsonOnly as codec.pxi's _is_true reads it: "true" in any ASCII
+ * case (non-ASCII values: slow, -1). */
+static int rq_is_true(cur s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0x80)
+            return -1;
+    return n == 4 && (s[0] | 0x20) == 't' && (s[1] | 0x20) == 'r' && (s[2] | 0x20) == 'u'
+           && (s[3] | 0x20) == 'e';
+}
+
+enum { RQ_TOPIC = 1, RQ_ACCEPT = 2 };
+
+/* Which ext field a key names: RQ_TOPIC, RQ_ACCEPT or 0. */
+static inline int rq_ext_key(cur k, size_t n)
+{
+    if (KEY_IS(k, n, "topic"))
+        return RQ_TOPIC;
+    if (KEY_IS(k, n, "acceptStandardJsonOnly"))
+        return RQ_ACCEPT;
+    return 0;
+}
+
+/* JSON extFields at p ('{'); *seen: RQ_TOPIC / RQ_ACCEPT found. The two fields
+ * must be plain strings (acceptStandardJsonOnly may be a boolean), at most once. */
+static cur rq_json_ext(cur p, cur end, rq_route *out, int *seen)
+{
+    cur k, s;
+    size_t kn, n;
+    int more, which, esc, is_int, t;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        which = rq_ext_key(k, kn);
+        if (*seen & which)
+            return NULL;
+        *seen |= which;
+        if (p >= end)
+            return NULL;
+        if (*p == '"') {
+            if ((p = scan_str(p, end, &s, &n, &esc)) == NULL || (which && esc))
+                return NULL;
+            if (which == RQ_TOPIC) {
+                out->topic = (const char *)s;
+                out->topic_len = n;
+            } else if (which == RQ_ACCEPT) {
+                if ((t = rq_is_true(s, n)) < 0)
+                    return NULL;
+                out->accept_standard = t;
+            }
+        } else if (which == RQ_ACCEPT && is_lit(p, end, "true", 4)) {
+            out->accept_standard = 1;
+            p += 4;
+        } else if (which == RQ_ACCEPT && is_lit(p, end, "false", 5)) {
+            out->accept_standard = 0;
+            p += 5;
+        } else if (which)
+            return NULL;
+        else if (*p == '-' || is_digit(*p))
+            p = scan_num(p, end, &is_int);          /* kept as its text */
+        else if (is_lit(p, end, "true", 4) || is_lit(p, end, "null", 4))
+            p += 4;
+        else if (is_lit(p, end, "false", 5))
+            p += 5;
+        else
+            return NULL;                             /* objects, arrays: HeaderError */
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return NULL;
+    } while (more);
+    return p;
+}
+
+/* A JSON int32 header field or null (0). */
+static cur rq_int32(cur p, cur end, int32_t *out)
+{
+    int64_t v;
+    if (is_lit(p, end, "null", 4)) {
+        *out = 0;
+        return p + 4;
+    }
+    if ((p = parse_int(p, end, INT32_MIN, INT32_MAX, &v)) != NULL)
+        *out = (int32_t)v;
+    return p;
+}
+
+/* A JSON string header field (escapes validated) or null. */
+static cur rq_opt_string(cur p, cur end)
+{
+    cur s;
+    size_t n;
+    int esc;
+    if (is_lit(p, end, "null", 4))
+        return p + 4;
+    if (p >= end || *p != '"')
+        return NULL;
+    return scan_str(p, end, &s, &n, &esc);
+}
+
+static int rq_json(cur p, cur end, rq_route *out)
+{
+    cur k;
+    size_t kn;
+    int more, ext_seen = 0;
+    unsigned seen = 0, bit;
+    int32_t code = 0, flag = 0;
+    p = ws(p, end);
+    if (p >= end || *p != '{')
+        return 0;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return 0;                                /* no code, no extFields */
+    do {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return 0;
+        bit = 0;
+        if (KEY_IS(k, kn, "code")) {
+            bit = 1;
+            p = rq_int32(p, end, &code);
+        } else if (KEY_IS(k, kn, "opaque")) {
+            bit = 2;
+            p = rq_int32(p, end, &out->opaque);
+        } else if (KEY_IS(k, kn, "flag")) {
+            bit = 4;
+            p = rq_int32(p, end, &flag);
+        } else if (KEY_IS(k, kn, "version")) {
+            bit = 8;
+            p = rq_int32(p, end, &out->version);
+        } else if (KEY_IS(k, kn, "extFields")) {
+            bit = 16;
+            if (p >= end || *p != '{')
+                return 0;                        /* null (no extFields) or a HeaderError */
+            p = rq_json_ext(p, end, out, &ext_seen);
+        } else if (KEY_IS(k, kn, "language")) {
+            bit = 32;
+            p = rq_opt_string(p, end);
+        } else if (KEY_IS(k, kn, "remark")) {
+            bit = 64;
+            p = rq_opt_string(p, end);
+        } else
+            p = skip_value(p, end, 0);
+        if (seen & bit)
+            return 0;
+        seen |= bit;
+        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
+            return 0;
+    } while (more);
+    if (ws(p, end) != end)
+        return 0;
+    return code == 105 && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
+}
+
+static int rq_binary(cur d, size_t n, rq_route *out)
+{
+    size_t pos, end;
+    int32_t remark_len, ext_len, vlen;
+    int16_t klen;
+    int seen = 0, which, t;
+    if (n < 21 || be16(d) != 105 || (be32(d + 9) & 3) != 0)
+        return 0;
+    out->version = be16(d + 3);
+    out->opaque = be32(d + 5);
+    remark_len = be32(d + 13);
+    pos = 17;
+    if (remark_len < 0 || (size_t)remark_len > n - pos - 4 || !valid_utf8(d + pos, (size_t)remark_len))
+        return 0;
+    pos += (size_t)remark_len;
+    ext_len = be32(d + pos);
+    pos += 4;
+    /* No ext fields, or bytes after them (the general decoder ignores those): unusual. */
+    if (ext_len <= 0 || (size_t)ext_len != n - pos)
+        return 0;
+    end = n;
+    while (pos < end) {
+        if (end - pos < 6)
+            return 0;
+        klen = be16(d + pos);
+        pos += 2;
+        if (klen < 0 || (size_t)klen > end - pos - 4 || !valid_utf8(d + pos, (size_t)klen))
+            return 0;
+        which = rq_ext_key(d + pos, (size_t)klen);
+        pos += (size_t)klen;
+        vlen = be32(d + pos);
+        pos += 4;
+        if (vlen < 0 || (size_t)vlen > end - pos || !valid_utf8(d + pos, (size_t)vlen))
+            return 0;
+        if (seen & which)
+            return 0;
+        seen |= which;
+        if (which == RQ_TOPIC) {
+            out->topic = (const char *)d + pos;
+            out->topic_len = (size_t)vlen;
+        } else if (which == RQ_ACCEPT) {
+            if ((t = rq_is_true(d + pos, (size_t)vlen)) < 0)
+                return 0;
+            out->accept_standard = t;
+        }
+        pos += (size_t)vlen;
+    }
+    return (seen & RQ_TOPIC) != 0;
+}
+
+int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
+{
+    uint32_t word, stype;
+    size_t header_len;
+    memset(out, 0, sizeof *out);
+    if (n < 4)
+        return 0;
+    word = (uint32_t)be32(payload);
+    stype = word >> 24;
+    header_len = word & 0xFFFFFF;
+    if (header_len != n - 4)                     /* a body, or a header beyond the frame */
+        return 0;
+    out->serialize_type = (int)stype;
+    if (stype == 0)
+        return rq_json(payload + 4, payload + n, out);
+    if (stype == 1)
+        return rq_binary(payload + 4, header_len, out);
+    return 0;
+}
+
+/* ---- the answer */
+
+static const char JSON_HEAD[] = "{\"code\":0,\"flag\":1,\"language\":\"JAVA\",\"opaque\":";
+static const char JSON_TAIL[] = ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":";
+
+/* Decimal digits of v into buf (at least 12 bytes); returns their count. */
+static size_t fmt_int(char *buf, int64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof tmp, n;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[--i] = '-';
+    n = sizeof tmp - i;
+    memcpy(buf, tmp + i, n);
+    return n;
+}
+
+static size_t rq_header_len(const rq_route *req)
+{
+    char digits[24];
+    if (req->serialize_type == 1)
+        return 21;
+    return sizeof JSON_HEAD - 1 + fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
+           + fmt_int(digits, RQ_CURRENT_VERSION) + 1;
+}
+
+size_t rq_route_answer_size(const rq_route *req, size_t body_len)
+{
+    return 8 + rq_header_len(req) + body_len;
+}
+
+ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
+                              const char *body, size_t body_len)
+{
+    size_t header_len = rq_header_len(req), size = 8 + header_len + body_len;
+    char *p = out + 8;
+    if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
+        return -1;
+    put_be32(out, (uint32_t)(size - 4));
+    put_be32(out + 4, ((uint32_t)(req->serialize_type == 1) << 24) | (uint32_t)header_len);
+    if (req->serialize_type == 1) {
+        p[0] = 0;                                 /* code 0 */
+        p[1] = 0;
+        p[2] = 0;                                 /* JAVA */
+        p[3] = (char)((RQ_CURRENT_VERSION >> 8) & 0xFF);
+        p[4] = (char)(RQ_CURRENT_VERSION & 0xFF);
+        put_be32(p + 5, (uint32_t)req->opaque);
+        put_be32(p + 9, 1);                       /* flag: response */
+        put_be32(p + 13, 0);                      /* no remark */
+        put_be32(p + 17, 0);                      /* no extFields */
+        p += 21;
+    } else {
+        memcpy(p, JSON_HEAD, sizeof JSON_HEAD - 1);
+        p += sizeof JSON_HEAD - 1;
+        p += fmt_int(p, req->opaque);
+        memcpy(p, JSON_TAIL, sizeof JSON_TAIL - 1);
+        p += sizeof JSON_TAIL - 1;
+        p += fmt_int(p, RQ_CURRENT_VERSION);
+        *p++ = '}';
+    }
+    if (body_len)
+        memcpy(p, body, body_len);
+    return (ssize_t)size;
+}

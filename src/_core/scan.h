@@ -1,29 +1,66 @@
-/* placeholder until the scanners land: every body is "slow" */
+/* Nogil scanners for the NameServer's two hot paths.
+ *
+ * Plain C, no Python API: callable with the GIL released. Each scanner answers
+ * the common case completely or says "slow"; the caller then runs the general
+ * decoder (codec.pxi, bodies.pxi), which produces the exact values and the
+ * exact typed errors. Whenever a scanner says OK its output equals what the
+ * general path produces; when in doubt it says slow. No input (truncated,
+ * garbage, deeply nested) makes it read outside [p, p + n).
+ */
 #ifndef RMQ_SCAN_H
 #define RMQ_SCAN_H
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* ---- RegisterBrokerBody (JSON form) */
+
 typedef struct {
-    const char *key;  size_t key_len;
-    const char *name; size_t name_len;
-    int32_t perm, read, write, sysflag;
+    const char *key;  size_t key_len;    /* the topicConfigTable map key, raw bytes inside the body */
+    const char *name; size_t name_len;   /* "topicName", or the key when absent */
+    int32_t perm, read, write, sysflag;  /* defaults 6, 16, 16, 0 when absent */
 } rb_topic;
+
 typedef struct {
-    int64_t counter, state_version, timestamp;
-    int has_timestamp;
-    rb_topic *topics; size_t ntopics, cap;
+    int64_t counter, state_version, timestamp;  /* dataVersion; counter/stateVersion 0 when absent */
+    int has_timestamp;                          /* 0: absent or null (the caller uses "now") */
+    rb_topic *topics; size_t ntopics, cap;      /* malloc'd, in body order; rb_body_free() */
 } rb_body;
+
 enum { RB_OK = 0, RB_SLOW = 1, RB_NOMEM = -1 };
+
+/* Scan a RegisterBrokerBody. out is overwritten (a previous result must be
+ * freed first); after any return rb_body_free(out) is safe, and on RB_SLOW and
+ * RB_NOMEM out holds no topics and no memory. Strings point into p. */
 int rb_scan_register_body(const char *p, size_t n, rb_body *out);
 void rb_body_free(rb_body *b);
+
+/* ---- GET_ROUTEINFO_BY_TOPIC requests */
+
+/* The version rmq puts in the commands it builds: rmq.protocol.CURRENT_VERSION
+ * (scan.pxi refuses to import if they differ). */
+#define RQ_CURRENT_VERSION 409
+
 typedef struct {
     int32_t opaque, version;
-    int serialize_type;
-    const char *topic; size_t topic_len;
-    int accept_standard;
+    int serialize_type;                    /* 0 JSON, 1 ROCKETMQ */
+    const char *topic; size_t topic_len;   /* raw bytes inside the frame */
+    int accept_standard;                   /* extFields acceptStandardJsonOnly is "true" (codec.pxi _is_true) */
 } rq_route;
+
+/* payload: one frame without its 4-byte length prefix. 1: a GET_ROUTEINFO_BY_TOPIC
+ * request (code 105, neither response nor oneway flag, no body) understood
+ * completely; 0: anything else or anything unusual. */
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out);
-ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, const char *body, size_t body_len);
-size_t rq_route_answer_size(const rq_route *req, size_t body_len);
+
+/* Append the complete answer frame (length prefix included): the bytes
+ * encode_frame writes for req's response (code 0, JAVA, RQ_CURRENT_VERSION,
+ * opaque, flag 1, req's serialize type, no remark, no extFields, body).
+ * Returns the bytes written, or -1 if cap is too small (or the frame would not
+ * fit its int32 length field). */
+ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
+                              const char *body, size_t body_len);
+size_t rq_route_answer_size(const rq_route *req, size_t body_len);   /* exact size */
+
 #endif

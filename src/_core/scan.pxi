@@ -1,25 +1,150 @@
-# placeholder declarations (the scanners' author replaces this file)
+# Nogil scanners (scan.c): RegisterBrokerBody JSON and GET_ROUTEINFO_BY_TOPIC
+# requests read without Python objects; "slow" sends the caller to the general
+# decoders above. The functions here are test hooks (tests/test_scan.py).
+
 cdef extern from "scan.h" nogil:
+    ctypedef long ssize_t
+
     ctypedef struct rb_topic:
         const char* key
         size_t key_len
         const char* name
         size_t name_len
         int32_t perm, read, write, sysflag
+
     ctypedef struct rb_body:
         int64_t counter, state_version, timestamp
         int has_timestamp
         rb_topic* topics
         size_t ntopics, cap
-    enum: RB_OK, RB_SLOW, RB_NOMEM
+
+    enum:
+        RB_OK, RB_SLOW, RB_NOMEM
+        RQ_CURRENT_VERSION
+
     int rb_scan_register_body(const char* p, size_t n, rb_body* out)
     void rb_body_free(rb_body* b)
+
     ctypedef struct rq_route:
         int32_t opaque, version
         int serialize_type
         const char* topic
         size_t topic_len
         int accept_standard
+
     int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
-    Py_ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req, const char* body, size_t body_len)
+    ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
+                                  const char* body, size_t body_len)
     size_t rq_route_answer_size(const rq_route* req, size_t body_len)
+
+if RQ_CURRENT_VERSION != CURRENT_VERSION:
+    raise ImportError(f"scan.h RQ_CURRENT_VERSION {RQ_CURRENT_VERSION} differs from "
+                      f"rmq.protocol.CURRENT_VERSION {CURRENT_VERSION}")
+
+
+cdef int rb_scan_view(const Py_buffer* view, rb_body* out) except -2:
+    cdef int rc
+    with nogil:
+        rc = rb_scan_register_body(<const char*>view.buf, view.len, out)
+    if rc == RB_NOMEM:
+        raise MemoryError()
+    return rc
+
+
+def _scan_register_body(data):
+    """Test hook: None if the scanner says slow, else (counter, stateVersion,
+    timestamp or None, [(key, name, perm, read, write, sysflag), ...])."""
+    cdef Py_buffer view
+    cdef rb_body b
+    cdef rb_topic* t
+    cdef size_t i
+    cdef list topics
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if rb_scan_view(&view, &b) != RB_OK:
+            return None
+        try:
+            topics = []
+            for i in range(b.ntopics):
+                t = &b.topics[i]
+                topics.append((PyUnicode_DecodeUTF8(t.key, t.key_len, "strict"),
+                               PyUnicode_DecodeUTF8(t.name, t.name_len, "strict"),
+                               t.perm, t.read, t.write, t.sysflag))
+            return (b.counter, b.state_version, b.timestamp if b.has_timestamp else None,
+                    topics)
+        finally:
+            rb_body_free(&b)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def _scan_register_body_count(data, Py_ssize_t repeat=1):
+    """Benchmark hook: scan ``repeat`` times; the topic count, or -1 for slow."""
+    cdef Py_buffer view
+    cdef rb_body b
+    cdef Py_ssize_t i, count = -1
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        for i in range(repeat):
+            count = <Py_ssize_t>b.ntopics if rb_scan_view(&view, &b) == RB_OK else -1
+            rb_body_free(&b)
+        return count
+    finally:
+        PyBuffer_Release(&view)
+
+
+def _scan_route_request(frame):
+    """Test hook: None, or (opaque, version, serialize_type, topic, accept_standard)
+    of a GET_ROUTEINFO_BY_TOPIC frame (length prefix included)."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    cdef rq_route r
+    cdef int ok = 0
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        if view.len >= 8 and be32(p) == view.len - 4:
+            with nogil:
+                ok = rq_scan_route(p + 4, view.len - 4, &r)
+        if not ok:
+            return None
+        return (r.opaque, r.version, r.serialize_type,
+                PyUnicode_DecodeUTF8(r.topic, r.topic_len, "strict"), bool(r.accept_standard))
+    finally:
+        PyBuffer_Release(&view)
+
+
+def _route_answer(frame, body):
+    """Test hook: the answer frame rq_write_route_answer writes for a route
+    request frame (length prefix included) and a route body; None if the frame
+    is not recognised."""
+    cdef Py_buffer view, bview
+    cdef const uint8_t* p
+    cdef rq_route r
+    cdef int ok = 0
+    cdef size_t size
+    cdef ssize_t written
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        if view.len >= 8 and be32(p) == view.len - 4:
+            ok = rq_scan_route(p + 4, view.len - 4, &r)
+        if not ok:
+            return None
+        PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE)
+        try:
+            size = rq_route_answer_size(&r, bview.len)
+            out = PyBytes_FromStringAndSize(NULL, size)
+            if rq_write_route_answer(PyBytes_AS_STRING(out), size - 1, &r,
+                                     <const char*>bview.buf, bview.len) != -1:
+                raise AssertionError("rq_write_route_answer wrote past its capacity")
+            written = rq_write_route_answer(PyBytes_AS_STRING(out), size, &r,
+                                            <const char*>bview.buf, bview.len)
+            if written != <ssize_t>size:
+                raise AssertionError(f"rq_write_route_answer wrote {written} bytes, "
+                                     f"rq_route_answer_size said {size}")
+            return out
+        finally:
+            PyBuffer_Release(&bview)
+    finally:
+        PyBuffer_Release(&view)
