@@ -95,20 +95,61 @@ def test_register_body_encode(benchmark, figure, impl):
     figure(benchmark, f"register body encode {NAME[impl]}", 1, "bodies/s")
 
 
+def _w1_table(impl, brokers=8, topics=10_000):
+    """W1: ``brokers`` brokers each registering the same ``topics`` topics, every
+    route answer cached."""
+    rt = impl.RouteTable()
+    data = python.encode_register_broker_body(_register_body(topics))
+    for b in range(brokers):
+        addr = f"10.0.0.{b}:10911"
+        rt.register_broker("DefaultCluster", addr, f"broker-{b}", 0, addr, body=data, now_ms=0)
+    for i in range(topics):
+        rt.route_body(f"T-{i:05d}")
+    return rt
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_serve_routes_from_cache(benchmark, figure, impl):
-    # The route fast path: requests split, decoded and answered from cached bodies.
-    chunks = _route_request_stream(impl)
-    route = python.encode_topic_route_data(_route())
-    standard = {f"BenchmarkTopic-{i:05d}": route for i in range(10_000)}
+    # The route fast path: requests split, recognised and answered from the table's
+    # cached answers (W1: 8 brokers x 10,000 topics).
+    frames = [impl.encode_frame(impl.RemotingCommand.request(
+        105, {"topic": f"T-{i % 10_000:05d}"}, opaque=i)) for i in range(FRAMES)]
+    stream = b"".join(frames)
+    chunks = [stream[i:i + CHUNK] for i in range(0, len(stream), CHUNK)]
+    rt = _w1_table(impl)
+    route = rt.route_body("T-00000")
 
     def run():
         d = impl.FrameDecoder()
         n = 0
         for c in chunks:
-            out, others, error = d.serve_routes(c, standard, {})
+            out, others, error = d.serve_routes(c, rt)
+            assert not others and error is None
             n += len(out)
         return n
 
     assert benchmark(run) > FRAMES * len(route)
     figure(benchmark, f"serve_routes {NAME[impl]}", FRAMES, "answers/s")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_register_10000_topics(benchmark, figure, impl):
+    # REGISTER_BROKER's table work for one broker of W1 (1.4 MB JSON body): read the
+    # body and apply it, each round a new DataVersion with changed queue numbers.
+    rt = _w1_table(impl, brokers=7)
+    datas = []
+    for n in range(2):
+        body = _register_body()
+        for tc in body["topicConfigSerializeWrapper"]["topicConfigTable"].values():
+            tc["readQueueNums"] = 4 + n
+        body["topicConfigSerializeWrapper"]["dataVersion"]["counter"] = 2 + n
+        datas.append(python.encode_register_broker_body(body))
+    rounds = iter(range(1 << 30))
+
+    def run():
+        data = datas[next(rounds) % 2]
+        return rt.register_broker("DefaultCluster", "10.0.0.9:10911", "broker-9", 0, "ha",
+                                  body=data, now_ms=0)
+
+    assert benchmark(run)["changed"]
+    figure(benchmark, f"register 10000 topics {NAME[impl]}", 1, "registrations/s")

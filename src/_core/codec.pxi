@@ -618,6 +618,7 @@ cdef class FrameDecoder:
     cdef Py_ssize_t cap
     cdef readonly Py_ssize_t max_frame_length
     cdef object error
+    cdef WBuf out                   # serve_routes' answers, kept between calls
 
     def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
         if max_frame_length < 8:
@@ -626,9 +627,13 @@ cdef class FrameDecoder:
         self.buf = NULL
         self.len = 0
         self.cap = 0
+        self.out.data = NULL
+        self.out.len = 0
+        self.out.cap = 0
 
     def __dealloc__(self):
         free(self.buf)
+        free(self.out.data)
 
     @property
     def buffered(self):
@@ -702,13 +707,15 @@ cdef class FrameDecoder:
         back too and answered in order.
         """
         cdef list cmds = [], others = []
-        cdef WBuf b
+        cdef WBuf* b = &self.out
         cdef Py_buffer view
         cdef Py_ssize_t pos = 0
         cdef bint in_order = False
         cdef _TopicTable tt = getattr(table, "_tt", None)
         error = None
-        wb_init(&b, 4096)
+        if b.data == NULL:
+            wb_init(b, 64 * 1024)   # a read's worth of answers: no regrowth per read
+        b.len = 0
         try:
             if self.error is None:
                 PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -720,11 +727,11 @@ cdef class FrameDecoder:
                             self.error = e
                             self.reset()
                             error = e
-                        in_order = self.answer_routes(cmds, table, &b, limit, others, False)
+                        in_order = self.answer_routes(cmds, table, b, limit, others, False)
                         cmds = []
                     if tt is not None and error is None and not in_order and self.len == 0:
                         pos += serve_cached_routes(<const uint8_t*>view.buf + pos, view.len - pos,
-                                                   self.max_frame_length, tt, &b, limit)
+                                                   self.max_frame_length, tt, b, limit)
                 finally:
                     PyBuffer_Release(&view)
             if error is None:
@@ -732,10 +739,12 @@ cdef class FrameDecoder:
                     cmds = self._feed(data if pos == 0 else memoryview(data)[pos:])
                 except ProtocolError as e:
                     cmds, error = list(getattr(e, "decoded", ())), e
-                self.answer_routes(cmds, table, &b, limit, others, in_order)
-            return wb_bytes(&b), others, error
+                self.answer_routes(cmds, table, b, limit, others, in_order)
+            return wb_bytes(b) if b.len else EMPTY, others, error
         finally:
-            wb_free(&b)
+            if b.cap > KEEP_BUFFER:     # an unusual burst: do not keep it per connection
+                wb_free(b)
+                b.cap = 0
 
     cdef bint answer_routes(self, list cmds, table, WBuf* b, Py_ssize_t limit, list others,
                             bint in_order) except -1:

@@ -59,7 +59,9 @@ cdef extern from "routetable.h" nogil:
     size_t rt_remove_broker(rt_table* t, int32_t broker)
     size_t rt_write_perm(rt_table* t, int32_t broker, int wipe)
     int rt_apply(rt_table* t, int32_t b, const rt_rec* recs, size_t n, int force, int readonly,
-                 int delete_missing)
+                 int delete_missing, const uint8_t* only)
+    size_t rt_apply_diff(const rt_table* t, int32_t b, const rt_rec* recs, size_t n, int force,
+                         int readonly, uint8_t* only, int* taken)
     void rt_forget(rt_table* t, const char* name, size_t len)
     rt_topic* rt_find(const rt_table* t, const char* name, size_t len)
     const rt_blob* rt_route(rt_table* t, const char* name, size_t len, int legacy, int* status)
@@ -490,14 +492,29 @@ class RouteTable(_ref.RouteTable):
                              delete_missing):
         cdef _TopicTable tt = self._tt
         cdef int32_t b = self._broker(broker_name)
-        cdef int rc, f = bool(force), ro = bool(readonly), dm = bool(delete_missing)
-        with nogil:
-            rt_wrlock(tt.t)
-            rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm)
-            rt_wrunlock(tt.t)
+        cdef int rc = 0, taken = 0, f = bool(force), ro = bool(readonly)
+        cdef int dm = bool(delete_missing)
+        cdef size_t differ
+        cdef uint8_t* only = <uint8_t*>malloc(max(configs.n, 1))
+        if only == NULL:
+            raise MemoryError()
+        try:
+            with nogil:
+                # Compare under the read lock (route queries go on); take the write
+                # lock only for what changes: a periodic re-registration with a new
+                # DataVersion and the same topics never blocks a query.
+                rt_rdlock(tt.t)
+                differ = rt_apply_diff(tt.t, b, configs.recs, configs.n, f, ro, only, &taken)
+                rt_rdunlock(tt.t)
+                if differ or dm:
+                    rt_wrlock(tt.t)
+                    rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm, only)
+                    rt_wrunlock(tt.t)
+        finally:
+            free(only)
         if rc == RT_NOMEM:
             raise MemoryError()
-        return rc == 1
+        return bool(taken)
 
     def _put_queue_data(self, topic, qd):
         cdef _TopicTable tt = self._tt

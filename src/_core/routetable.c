@@ -321,8 +321,34 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
     return n;
 }
 
+size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force,
+                     int readonly, uint8_t *only, int *taken)
+{
+    size_t differ = 0;
+    *taken = 0;
+    for (size_t k = 0; k < n; k++) {
+        const rt_rec *r = &recs[k];
+        const rt_topic *e = rt_find(t, r->name, r->name_len);
+        int i = e ? find_qd(e, b) : -1;
+        only[k] = 0;
+        if (!force && i >= 0)
+            continue;
+        *taken = 1;
+        int32_t perm = readonly ? (r->perm & ~PERM_WRITE) : r->perm;
+        if (i >= 0) {
+            const rt_qd *q = &e->qds[i];
+            if (q->perm == perm && q->read == r->read && q->write == r->write
+                && q->sysflag == r->sysflag)
+                continue;
+        }
+        only[k] = 1;
+        differ++;
+    }
+    return differ;
+}
+
 int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
-             int delete_missing)
+             int delete_missing, const uint8_t *only)
 {
     int wrote = 0;
     if (delete_missing) {
@@ -339,6 +365,8 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
     }
     for (size_t k = 0; k < n; k++) {
         const rt_rec *r = &recs[k];
+        if (only && !only[k])
+            continue;
         rt_topic *e = rt_find(t, r->name, r->name_len);
         if (!force && e && find_qd(e, b) >= 0)
             continue;

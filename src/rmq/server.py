@@ -43,6 +43,7 @@ import functools
 import itertools
 import logging
 import socket
+import sys
 
 from rmq.codec import FrameDecoder, encode_frame
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
@@ -210,6 +211,8 @@ class Connection(asyncio.Protocol):
             self._answer(cmds)
 
 
+#: The GIL switch interval with a writer thread (seconds).
+WRITER_SWITCH_INTERVAL = 0.0005
 #: A registration body from this size on is read and applied in the writer thread.
 OFFLOAD_REGISTRATION_BYTES = 16 * 1024
 
@@ -308,6 +311,10 @@ class NameServerApp:
         if getattr(namesrv.routes, "concurrent", False):
             self.writer = concurrent.futures.ThreadPoolExecutor(1, "rmq-writer")
             self.offload = _offloaded
+            # While the writer thread runs Python code, the loop thread waits for the
+            # GIL up to the switch interval (5 ms by default) each time it comes back
+            # from the core: bound that wait.
+            sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL))
         self.connections = set()
         self.loop = None
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
