@@ -103,7 +103,6 @@ cdef class _Configs:
     cdef rb_body scanned
     cdef bint has_scanned
     cdef object keep                # the bytes the records point into
-    cdef set _keys
 
     def __dealloc__(self):
         free(self.recs)
@@ -467,7 +466,6 @@ class RouteTable(_ref.RouteTable):
         return [t for _, t, _ in self._entries(False, members)] if members else []
 
     def _read_body(self, body, now_ms):
-        cdef Py_buffer view
         cdef rb_body scanned
         cdef int rc
         cdef const char* dp

@@ -217,7 +217,7 @@ WRITER_SWITCH_INTERVAL = 0.0005
 OFFLOAD_REGISTRATION_BYTES = 16 * 1024
 
 
-def _offloaded(cmd):
+def _runs_in_writer(cmd):
     """Whether a request runs in the writer thread."""
     code = cmd.code
     if code == RequestCode.REGISTER_BROKER:
@@ -310,7 +310,7 @@ class NameServerApp:
         self.writer = self.offload = None
         if getattr(namesrv.routes, "concurrent", False):
             self.writer = concurrent.futures.ThreadPoolExecutor(1, "rmq-writer")
-            self.offload = _offloaded
+            self.offload = _runs_in_writer
             # While the writer thread runs Python code, the loop thread waits for the
             # GIL up to the switch interval (5 ms by default) each time it comes back
             # from the core: bound that wait.
