@@ -154,3 +154,16 @@ def json_values(keys=TEXT):
         JSON_SCALARS,
         lambda inner: st.lists(inner, max_size=5) | st.dictionaries(keys, inner, max_size=5),
         max_leaves=25)
+
+
+# ---------------------------------------------------------------- other clients' headers
+
+# GET_ROUTEINFO_BY_TOPIC headers of non-Java clients, as the spec (section 2) records
+# them from the wire.
+GO = b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"GO","opaque":3,"version":317}'
+ALI_ONS = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
+           b'"extFields":{"topic":"T","n":5,"b":true,"f":1.5}}')
+ALI_ONS_WIRE = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
+                b'"extFields":{"topic":"T"}}')
+CPP = (b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"c2lnbg==",'
+       b'"topic":"T"},"flag":0,"language":"CPP","opaque":0,"remark":"","version":63}\n')

@@ -2,15 +2,7 @@
 
 import pytest
 
-from support import frame
-
-GO = b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"GO","opaque":3,"version":317}'
-ALI_ONS = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
-           b'"extFields":{"topic":"T","n":5,"b":true,"f":1.5}}')
-ALI_ONS_WIRE = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
-                b'"extFields":{"topic":"T"}}')
-CPP = (b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"c2lnbg==",'
-       b'"topic":"T"},"flag":0,"language":"CPP","opaque":0,"remark":"","version":63}\n')
+from support import ALI_ONS, ALI_ONS_WIRE, CPP, GO, frame
 
 
 def test_go_header_without_serialize_type_field(impl):

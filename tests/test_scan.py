@@ -20,8 +20,8 @@ import rmq
 import rmq.bodies
 from rmq.errors import BodyError, ProtocolError
 from rmq.fallback.routes import _checked_body
-from support import (INT16, INT32, INT64, TEXT, VECTORS, binary_ext, binary_header, frame,
-                     vector_body, vector_bytes)
+from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT, VECTORS,
+                     binary_ext, binary_header, frame, vector_body, vector_bytes)
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -417,13 +417,6 @@ def test_other_request_vectors_are_not():
             check_route(vector_bytes(entry["file"]), fast=False)
 
 
-GO = b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"GO","opaque":3,"version":317}'
-ALI_ONS = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
-           b'"extFields":{"topic":"T","n":5,"b":true,"f":1.5}}')
-ALI_ONS_WIRE = (b'{"code":105,"language":"JAVA","opaque":1,"flag":0,"version":121,'
-                b'"extFields":{"topic":"T"}}')
-CPP = (b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"c2lnbg==",'
-       b'"topic":"T"},"flag":0,"language":"CPP","opaque":0,"remark":"","version":63}\n')
 JAVA5 = (b'{"code":105,"extFields":{"acceptStandardJsonOnly":"true","topic":"T"},"flag":0,'
          b'"language":"JAVA","opaque":9,"serializeTypeCurrentRPC":"JSON","version":479}')
 

@@ -561,6 +561,15 @@ static cur rb_empty_object_or_null(cur p, cur end)
     return p < end && *p == '}' ? p + 1 : NULL;
 }
 
+/* A member value that is null (absent) or an object read by parse: NULL (slow)
+ * for anything else. */
+static cur null_or_object(cur p, rb_ctx *c, cur (*parse)(cur, rb_ctx *))
+{
+    if (is_lit(p, c->end, "null", 4))
+        return p + 4;
+    return p < c->end && *p == '{' ? parse(p, c) : NULL;
+}
+
 /* topicConfigSerializeWrapper at p ('{'). */
 static cur rb_wrapper(cur p, rb_ctx *c)
 {
@@ -577,20 +586,10 @@ static cur rb_wrapper(cur p, rb_ctx *c)
         bit = 0;
         if (KEY_IS(k, kn, "topicConfigTable")) {
             bit = 1;
-            if (is_lit(p, end, "null", 4))
-                p += 4;
-            else if (p < end && *p == '{')
-                p = rb_table(p, c);
-            else
-                return NULL;
+            p = null_or_object(p, c, rb_table);
         } else if (KEY_IS(k, kn, "dataVersion")) {
             bit = 2;
-            if (is_lit(p, end, "null", 4))
-                p += 4;
-            else if (p < end && *p == '{')
-                p = rb_data_version(p, c);
-            else
-                return NULL;
+            p = null_or_object(p, c, rb_data_version);
         } else if (KEY_IS(k, kn, "topicQueueMappingInfoMap")) {
             bit = 4;
             p = rb_empty_object_or_null(p, end);
@@ -621,12 +620,7 @@ static cur rb_top(cur p, rb_ctx *c)
         bit = 0;
         if (KEY_IS(k, kn, "topicConfigSerializeWrapper")) {
             bit = 1;
-            if (is_lit(p, end, "null", 4))
-                p += 4;
-            else if (p < end && *p == '{')
-                p = rb_wrapper(p, c);
-            else
-                return NULL;
+            p = null_or_object(p, c, rb_wrapper);
         } else if (KEY_IS(k, kn, "filterServerList")) {
             bit = 2;             /* null or []: non-empty lists go to Python */
             if (is_lit(p, end, "null", 4))
