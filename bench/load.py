@@ -354,13 +354,15 @@ def run(args):
             f"route body {route_len} bytes")
 
         # 2. W1 queries
-        prof = make_profiler(args.profile, server, args.duration, args.profile_out)
+        prof_seconds = args.duration if args.profile_phase == "w1_16" else args.during_duration
+        prof = make_profiler(args.profile, server, prof_seconds, args.profile_out)
         for key, inflight in (("w1_16", 16), ("w1_1", 1)):
             log(f"W1 queries: {args.conns} connections x {inflight} in flight, "
                 f"{args.duration:g} s (+{args.warmup:g} s warmup)")
             r = run_loadgen(server, label=key, conns=args.conns, inflight=inflight,
                             duration=args.duration, warmup=args.warmup, topics=args.topics,
-                            pin_cpu=pin_client, profile=prof if key == "w1_16" else None)
+                            pin_cpu=pin_client,
+                            profile=prof if key == args.profile_phase else None)
             report[key] = r
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"p999 {r['p999_us']} us, errors {r['errors']}")
@@ -407,7 +409,8 @@ def run(args):
         th = threading.Thread(target=registrar, daemon=True)
         th.start()
         try:
-            r = run_loadgen(server, label="routes_during_registrations", **rate_args)
+            r = run_loadgen(server, label="routes_during_registrations", **rate_args,
+                            profile=prof if args.profile_phase == "during" else None)
         finally:
             stop.set()
             th.join(120)
@@ -507,7 +510,9 @@ def main(argv=None):
     p.add_argument("--pin", action="store_true",
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],
-                   help="profile the server during the 16-in-flight phase")
+                   help="profile the server during one phase (--profile-phase)")
+    p.add_argument("--profile-phase", choices=["w1_16", "during"], default="w1_16",
+                   help="w1_16: 16 in flight (default); during: routes during registrations")
     p.add_argument("--profile-out", default="namesrv-profile.data", help="profile output file")
     p.add_argument("--server-log-level", default="info",
                    choices=["debug", "info", "warning", "error"])

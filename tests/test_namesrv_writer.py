@@ -2,6 +2,8 @@
 run off the event loop, so that route queries of other connections go on; each
 connection's own requests stay in order. Real TCP, both event loops."""
 
+import asyncio
+import os
 import threading
 import time
 
@@ -9,7 +11,7 @@ import pytest
 
 import rmq
 from nameserver import Client, register_broker, running_namesrv
-from rmq.server import OFFLOAD_REGISTRATION_BYTES
+from rmq.server import OFFLOAD_REGISTRATION_BYTES, WRITER_NICE
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the pure-Python tables run on the event loop only")
@@ -110,3 +112,22 @@ def test_kv_changes_are_answered_in_order_and_persisted(srv, tmp_path):
         assert got[20].ext_fields["value"] == "v19"
     text = (tmp_path / "kvConfig.json").read_text()
     assert '"k19"' in text and '"k0"' not in text
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread nice value here")
+def test_writer_thread_runs_below_the_loop_threads_priority(srv):
+    """A registration's CPU time yields to the loop thread's route answers."""
+    def nice_values():
+        return {int(tid): os.getpriority(os.PRIO_PROCESS, int(tid))
+                for tid in os.listdir("/proc/self/task")}
+    with Client(srv.address) as c:
+        assert register_broker(c, "bk", "10.0.0.1:10911", topics=BIG).code == 0
+    writer_tid = srv.writer.submit(threading.get_native_id).result()
+    nice = nice_values()
+    async def native_id():
+        return threading.get_native_id()
+    loop_tid = asyncio.run_coroutine_threadsafe(native_id(), srv.loop).result(5)
+    loop_nice = os.getpriority(os.PRIO_PROCESS, loop_tid)
+    assert WRITER_NICE > 0
+    assert nice[writer_tid] == min(19, loop_nice + WRITER_NICE)
+    assert sum(n != loop_nice for n in nice.values()) == 1     # only the writer

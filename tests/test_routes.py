@@ -671,6 +671,175 @@ def test_routes_while_registering_from_another_thread(RT):
     assert rt.route_body("T7") == last
 
 
+@pytest.fixture
+def CRT():
+    """The compiled RouteTable only: the table lock is for its writer thread."""
+    _core = pytest.importorskip("rmq._core", reason="rmq._core is not built")
+    return _core.RouteTable
+
+
+class _Holder:
+    """Holds a table's lock from another thread until released."""
+
+    def __init__(self, rt, mode):
+        import threading
+        self.held, self.go = threading.Event(), threading.Event()
+        acquire, release = ((rt._lock.acquire_write, rt._lock.release_write) if mode == "w"
+                            else (rt._lock.acquire_read, rt._lock.release_read))
+
+        def hold():
+            acquire()
+            self.held.set()
+            self.go.wait(10)
+            release()
+        self.thread = threading.Thread(target=hold, daemon=True)
+        self.thread.start()
+        assert self.held.wait(5)
+
+    def release(self):
+        self.go.set()
+        self.thread.join(5)
+
+
+def _in_thread(fn):
+    import threading
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+_READERS = {
+    "cluster_info": lambda rt: rt.cluster_info(),
+    "topic_route": lambda rt: rt.topic_route("T1"),
+    "all_topics": lambda rt: rt.all_topics(),
+    "topics_by_cluster": lambda rt: rt.topics_by_cluster(CLUSTER),
+    "system_topics": lambda rt: rt.system_topics(),
+    "live_brokers": lambda rt: rt.live_brokers(),
+    "broker_member_group": lambda rt: rt.broker_member_group(CLUSTER, "broker-a"),
+    "unit_topics": lambda rt: rt.unit_topics(),
+    "built_route": lambda rt: rt.route_body("T2"),     # filter servers: built in Python
+}
+
+
+@pytest.mark.parametrize("reader", sorted(_READERS))
+def test_readers_of_the_cold_tables_wait_for_the_writer(CRT, reader):
+    """What Java reads under RouteInfoManager's read lock waits while a writer holds
+    the table lock, then answers from the finished change."""
+    rt = CRT()
+    reg(rt, ["T1", "T2"], filters=["10.0.0.9:1"])
+    rt.forget_route()
+    holder = _Holder(rt, "w")
+    t, out = _in_thread(lambda: _READERS[reader](rt))
+    t.join(0.2)
+    assert t.is_alive() and not out
+    holder.release()
+    t.join(5)
+    assert out and out[0] == _READERS[reader](rt)
+
+
+def test_cached_route_answers_do_not_wait_for_the_writer(CRT):
+    rt = CRT()
+    reg(rt, ["T1"])
+    answer = rt.route_body("T1")
+    holder = _Holder(rt, "w")
+    try:
+        t, out = _in_thread(lambda: rt.route_body("T1"))
+        t.join(5)
+        assert out == [answer]
+    finally:
+        holder.release()
+
+
+def test_writers_wait_for_readers_and_new_readers_wait_for_a_waiting_writer(CRT):
+    """Writer-preferring: a stream of readers cannot starve a registration."""
+    rt = CRT()
+    reg(rt, ["T1"])
+    reader = _Holder(rt, "r")
+    w, wout = _in_thread(lambda: reg(rt, ["T1", "T3"], counter=2))
+    w.join(0.2)
+    assert w.is_alive()                         # the registration waits for the reader
+    r, rout = _in_thread(lambda: rt.all_topics())
+    r.join(0.2)
+    assert r.is_alive()                         # a new reader waits behind the writer
+    reader.release()
+    w.join(5)
+    r.join(5)
+    assert wout[0]["changed"] and "T3" in rout[0]   # the reader saw the registration
+
+
+def test_table_lock_is_reentrant_but_a_reader_cannot_become_the_writer(CRT):
+    rt = CRT()
+    lock = rt._lock
+    lock.acquire_write()
+    lock.acquire_read()                         # the writer may read
+    lock.acquire_write()
+    assert lock.state[0] != 0
+    lock.release_write()
+    lock.release_read()
+    lock.release_write()
+    assert lock.state == (0, 0)
+    holder = _Holder(rt, "w")                   # a reader re-reading with a writer waiting
+    holder.release()
+    lock.acquire_read()
+    w, _ = _in_thread(lambda: reg(rt, ["T1"]))
+    w.join(0.1)
+    lock.acquire_read()                         # would deadlock if not reentrant
+    lock.release_read()
+    with pytest.raises(RuntimeError, match="reader cannot become"):
+        lock.acquire_write()
+    lock.release_read()
+    w.join(5)
+    assert not w.is_alive() and lock.state == (0, 0)
+
+
+def test_a_bad_body_is_refused_without_waiting_for_the_lock(CRT):
+    """The body is read before the table lock is taken."""
+    rt = CRT()
+    holder = _Holder(rt, "r")
+    try:
+        t, out = _in_thread(lambda: pytest.raises(
+            rmq.errors.BodyError, rt.register_broker, CLUSTER, A0, "broker-a", 0, "ha",
+            body=b"{", now_ms=1))
+        t.join(5)
+        assert out and out[0].type is rmq.errors.BodyError
+    finally:
+        holder.release()
+
+
+def test_cluster_info_is_consistent_while_brokers_come_and_go(CRT):
+    """Readers never see half a registration: every cluster's broker names are in
+    the broker table, and each broker has an address."""
+    import threading
+    rt = CRT()
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            name = f"broker-{i % 7}"
+            addr = f"10.0.{i % 7}.1:10911"
+            cluster = f"c{i % 7 % 3}"
+            reg(rt, [f"T{j}" for j in range(20)], name=name, addr=addr, cluster=cluster,
+                counter=i)
+            if i % 2:
+                rt.unregister_broker(cluster, addr, name, 0)
+            i += 1
+
+    t = threading.Thread(target=churn, daemon=True)
+    t.start()
+    try:
+        for _ in range(3000):
+            brokers, clusters = rt.cluster_info()
+            for names in clusters.values():
+                assert set(names) <= set(brokers)
+            for bd in brokers.values():
+                assert bd["brokerAddrs"]
+    finally:
+        stop.set()
+        t.join(10)
+
+
 def test_java_hash_order():
     topics = ["TBW102", "DefaultCluster", "broker-a", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
               "BenchmarkTest", "SCHEDULE_TOPIC_XXXX", "DefaultCluster_REPLY_TOPIC", "TopicTest"]

@@ -15,7 +15,7 @@
  * stream of route queries cannot starve a registration (nor the reverse: a
  * writer holds the lock only for the apply, never for decoding). */
 
-static void lock_init(rt_rwlock *l)
+void rt_lock_init(rt_rwlock *l)
 {
     pthread_mutex_init(&l->m, NULL);
     pthread_cond_init(&l->readers_cv, NULL);
@@ -23,16 +23,15 @@ static void lock_init(rt_rwlock *l)
     l->readers = l->writer = l->waiting_writers = 0;
 }
 
-static void lock_destroy(rt_rwlock *l)
+void rt_lock_destroy(rt_rwlock *l)
 {
     pthread_cond_destroy(&l->writers_cv);
     pthread_cond_destroy(&l->readers_cv);
     pthread_mutex_destroy(&l->m);
 }
 
-void rt_rdlock(rt_table *t)
+void rt_lock_read(rt_rwlock *l)
 {
-    rt_rwlock *l = &t->lock;
     pthread_mutex_lock(&l->m);
     while (l->writer || l->waiting_writers)
         pthread_cond_wait(&l->readers_cv, &l->m);
@@ -40,18 +39,16 @@ void rt_rdlock(rt_table *t)
     pthread_mutex_unlock(&l->m);
 }
 
-void rt_rdunlock(rt_table *t)
+void rt_unlock_read(rt_rwlock *l)
 {
-    rt_rwlock *l = &t->lock;
     pthread_mutex_lock(&l->m);
     if (--l->readers == 0 && l->waiting_writers)
         pthread_cond_signal(&l->writers_cv);
     pthread_mutex_unlock(&l->m);
 }
 
-void rt_wrlock(rt_table *t)
+void rt_lock_write(rt_rwlock *l)
 {
-    rt_rwlock *l = &t->lock;
     pthread_mutex_lock(&l->m);
     l->waiting_writers++;
     while (l->writer || l->readers)
@@ -61,9 +58,8 @@ void rt_wrlock(rt_table *t)
     pthread_mutex_unlock(&l->m);
 }
 
-void rt_wrunlock(rt_table *t)
+void rt_unlock_write(rt_rwlock *l)
 {
-    rt_rwlock *l = &t->lock;
     pthread_mutex_lock(&l->m);
     l->writer = 0;
     if (l->waiting_writers)
@@ -72,6 +68,11 @@ void rt_wrunlock(rt_table *t)
         pthread_cond_broadcast(&l->readers_cv);
     pthread_mutex_unlock(&l->m);
 }
+
+void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
+void rt_rdunlock(rt_table *t) { rt_unlock_read(&t->lock); }
+void rt_wrlock(rt_table *t) { rt_lock_write(&t->lock); }
+void rt_wrunlock(rt_table *t) { rt_unlock_write(&t->lock); }
 
 /* ---------------------------------------------------------------- blobs */
 
@@ -128,7 +129,7 @@ rt_table *rt_new(void)
         return NULL;
     }
     t->mask = INITIAL_BUCKETS - 1;
-    lock_init(&t->lock);
+    rt_lock_init(&t->lock);
     return t;
 }
 
@@ -159,7 +160,7 @@ void rt_free(rt_table *t)
         }
     }
     free(t->brokers);
-    lock_destroy(&t->lock);
+    rt_lock_destroy(&t->lock);
     free(t);
 }
 

@@ -70,6 +70,15 @@ enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
 rt_table *rt_new(void);
 void rt_free(rt_table *t);
 
+/* A writer-preferring read/write lock; the table has one, and routes.pxi one
+ * more for the whole of RouteInfoManager's tables (the cold ones in Python). */
+void rt_lock_init(rt_rwlock *l);
+void rt_lock_destroy(rt_rwlock *l);
+void rt_lock_read(rt_rwlock *l);
+void rt_unlock_read(rt_rwlock *l);
+void rt_lock_write(rt_rwlock *l);
+void rt_unlock_write(rt_rwlock *l);
+
 void rt_rdlock(rt_table *t);
 void rt_rdunlock(rt_table *t);
 void rt_wrlock(rt_table *t);
