@@ -8,6 +8,7 @@ form (legacy ``{0:"a"}`` or standard ``{"0":"a"}``) they arrived in.
 
 from rmq._impl import core
 from rmq.errors import BodyError
+from rmq.fallback.bodies import broker_data
 
 json_loads = core.json_loads
 json_dumps = core.json_dumps
@@ -70,22 +71,12 @@ def encode_cluster_info(broker_addr_table, cluster_addr_table):
     ``cluster_addr_table``: cluster -> iterable of broker names.
     """
     body = {
-        "brokerAddrTable": {name: _broker_data_out(bd, name)
+        "brokerAddrTable": {name: broker_data(bd if "brokerName" in bd
+                                              else {**bd, "brokerName": name}, legacy=True)
                             for name, bd in broker_addr_table.items()},
         "clusterAddrTable": {c: list(names) for c, names in cluster_addr_table.items()},
     }
     return json_dumps(body, legacy=True)
-
-
-def _broker_data_out(bd, name):
-    # BrokerData in Java's field order; 5.x adds enableActingMaster and zoneName.
-    out = {"brokerAddrs": dict(bd.get("brokerAddrs") or {}),
-           "brokerName": bd.get("brokerName", name), "cluster": bd.get("cluster")}
-    if "enableActingMaster" in bd:
-        out["enableActingMaster"] = bool(bd["enableActingMaster"])
-    if bd.get("zoneName") is not None:
-        out["zoneName"] = bd["zoneName"]
-    return out
 
 
 def decode_cluster_info(data):

@@ -259,7 +259,11 @@ def _sorted_addrs(addrs, legacy):
                                     key=lambda kv: kv[0])}
 
 
-def _broker_data(bd, legacy):
+def broker_data(bd, legacy=False):
+    """A BrokerData dict as Java writes it: field order, and the 5.x fields only
+    when present (enableActingMaster) or set (zoneName). The one place these rules
+    live; ClusterInfo (rmq.bodies) uses it too, and _core's wb_broker_data is its
+    compiled twin."""
     out = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
            "brokerName": bd.get("brokerName"), "cluster": bd.get("cluster")}
     if "enableActingMaster" in bd:
@@ -279,7 +283,7 @@ def _queue_data(qd):
 
 def encode_topic_route_data(route, legacy=False):
     """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
-    out = {"brokerDatas": [_broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
+    out = {"brokerDatas": [broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
     fst = route.get("filterServerTable") or {}
     out["filterServerTable"] = fst if legacy else dict(sorted(fst.items()))
     if route.get("orderTopicConf") is not None:
