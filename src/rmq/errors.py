@@ -12,6 +12,11 @@ __all__ = [
     "HeaderError",
     "UnknownSerializeType",
     "BodyError",
+    "RemotingError",
+    "RemotingConnectError",
+    "RemotingTimeoutError",
+    "RemotingClosedError",
+    "ResponseError",
 ]
 
 
@@ -47,3 +52,36 @@ class UnknownSerializeType(ProtocolError):
 
 class BodyError(ProtocolError):
     """A body (RegisterBrokerBody, TopicRouteData, ...) that does not decode."""
+
+
+class RemotingError(RmqError):
+    """A request that got no answer from a peer (Java: RemotingException)."""
+
+    def __init__(self, message, addr=None):
+        super().__init__(message)
+        self.addr = addr
+
+
+class RemotingConnectError(RemotingError, ConnectionError):
+    """The connection to ``addr`` could not be made (RemotingConnectException)."""
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No answer within the timeout (RemotingTimeoutException)."""
+
+
+class RemotingClosedError(RemotingError, ConnectionError):
+    """The connection closed before the answer came (RemotingSendRequestException)."""
+
+
+class ResponseError(RmqError):
+    """An answer whose code is not the success the caller needs (Java:
+    MQBrokerException): ``code`` and ``remark`` are the answer's."""
+
+    def __init__(self, code, remark, addr=None, request_code=None):
+        where = f" from {addr}" if addr else ""
+        what = f" to request {request_code}" if request_code is not None else ""
+        super().__init__(f"answer{what}{where}: code {code}, remark {remark!r}")
+        self.code = code
+        self.remark = remark
+        self.addr = addr

@@ -1,0 +1,275 @@
+"""Remoting client: requests to RocketMQ peers (NameServers, brokers) over TCP.
+
+:class:`RemotingClient` is asyncio (Java: NettyRemotingClient): one connection per
+address, made on first use and again on the next use after it closed; requests
+matched to answers by opaque; ``invoke`` bounded by a timeout that covers
+connecting, sending and waiting; ``invoke_oneway`` for requests that get no answer.
+Failures are typed: :class:`~rmq.errors.RemotingConnectError`,
+:class:`~rmq.errors.RemotingTimeoutError`, :class:`~rmq.errors.RemotingClosedError`.
+
+:class:`BlockingRemotingClient` wraps it for scripts: the same calls, blocking, on
+an event loop of its own in a background thread.
+"""
+
+import asyncio
+import logging
+import threading
+
+from rmq.codec import FrameDecoder, RemotingCommand, encode_frame
+from rmq.errors import (ProtocolError, RemotingClosedError, RemotingConnectError,
+                        RemotingTimeoutError)
+from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
+
+log = logging.getLogger("rmq.client")
+
+__all__ = ["RemotingClient", "BlockingRemotingClient", "parse_address", "split_addresses"]
+
+#: Java's default timeout of a NameServer request (ms): DEFAULT_TIMEOUT_MILLIS.
+DEFAULT_TIMEOUT = 3.0
+
+
+def parse_address(addr):
+    """"host:port" -> (host, port); IPv6 hosts may be bracketed."""
+    host, sep, port = str(addr).strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise ValueError(f"expected HOST:PORT, got {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+def split_addresses(namesrv_addr):
+    """A namesrvAddr value ("a:9876;b:9876") -> its addresses, checked, in order,
+    without duplicates."""
+    out = []
+    for part in str(namesrv_addr or "").split(";"):
+        part = part.strip()
+        if part:
+            parse_address(part)
+            if part not in out:
+                out.append(part)
+    if not out:
+        raise ValueError(f"no NameServer address in {namesrv_addr!r}")
+    return out
+
+
+class _Channel(asyncio.Protocol):
+    """One connection: writes requests, routes answers to their futures."""
+
+    def __init__(self, addr, max_frame_length):
+        self.addr = addr
+        self.decoder = FrameDecoder(max_frame_length)
+        self.transport = None
+        self.pending = {}                # opaque -> Future of the answer
+        self.closed = False
+        self._drained = None             # a Future while writing is paused
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        try:
+            cmds = self.decoder.feed(data)
+        except ProtocolError as e:
+            cmds = list(e.decoded)
+            self._deliver(cmds)
+            log.warning("closing the connection to %s: %s", self.addr, e)
+            self._fail(RemotingClosedError(f"bad answer from {self.addr}: {e}", self.addr))
+            self.transport.abort()
+            return
+        self._deliver(cmds)
+
+    def _deliver(self, cmds):
+        for cmd in cmds:
+            if not cmd.is_response:
+                # A request from the peer (e.g. a broker's CHECK_TRANSACTION_STATE):
+                # nothing here serves those.
+                log.debug("ignoring request %d from %s", cmd.code, self.addr)
+                continue
+            fut = self.pending.pop(cmd.opaque, None)
+            if fut is None:
+                log.debug("answer with unknown opaque %d from %s (timed out?)", cmd.opaque,
+                          self.addr)
+            elif not fut.done():
+                fut.set_result(cmd)
+
+    def connection_lost(self, exc):
+        why = f": {exc}" if exc else ""
+        self._fail(RemotingClosedError(f"connection to {self.addr} closed{why}", self.addr))
+
+    def _fail(self, error):
+        self.closed = True
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(error)
+
+    def pause_writing(self):
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self):
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    async def send(self, cmd):
+        """Write a request; waits while the peer is not reading."""
+        if self.closed:
+            raise RemotingClosedError(f"connection to {self.addr} is closed", self.addr)
+        self.transport.write(encode_frame(cmd))
+        if self._drained is not None:
+            await self._drained
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+
+class RemotingClient:
+    """Asyncio remoting client (see the module docstring). Use it from one event loop.
+
+    ``connect_timeout``: seconds for the TCP connect (Java's connectTimeoutMillis,
+    3 s), within each call's timeout. ``max_frame_length``: the largest answer
+    accepted; a larger one closes the connection.
+    """
+
+    def __init__(self, *, connect_timeout=3.0, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+        self.connect_timeout = connect_timeout
+        self.max_frame_length = max_frame_length
+        self._channels = {}              # addr -> _Channel
+        self._connecting = {}            # addr -> Future of the _Channel being made
+        self._closed = False
+
+    async def _channel(self, addr):
+        ch = self._channels.get(addr)
+        if ch is not None and not ch.closed:
+            return ch
+        fut = self._connecting.get(addr)
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            fut = self._connecting[addr] = loop.create_task(self._connect(addr))
+            fut.add_done_callback(lambda _f: self._connecting.pop(addr, None))
+        return await asyncio.shield(fut)
+
+    async def _connect(self, addr):
+        if self._closed:
+            raise RemotingClosedError("the client is closed", addr)
+        host, port = parse_address(addr)
+        loop = asyncio.get_running_loop()
+        try:
+            _, ch = await asyncio.wait_for(
+                loop.create_connection(lambda: _Channel(addr, self.max_frame_length),
+                                       host, port),
+                self.connect_timeout)
+        except asyncio.TimeoutError:
+            raise RemotingConnectError(
+                f"connect to {addr} timed out after {self.connect_timeout:g} s", addr) from None
+        except OSError as e:
+            raise RemotingConnectError(f"connect to {addr} failed: {e}", addr) from e
+        old = self._channels.get(addr)
+        if old is not None:
+            old.close()
+        self._channels[addr] = ch
+        return ch
+
+    async def invoke(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+        """Send the request ``cmd`` to ``addr`` and return its answer (a
+        RemotingCommand, whatever its code). ``timeout`` (seconds) bounds the whole
+        call, connecting included."""
+        if cmd.is_oneway:
+            raise ValueError("invoke() of a oneway request: use invoke_oneway()")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting")
+        fut = loop.create_future()
+        ch.pending[cmd.opaque] = fut
+        try:
+            await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
+            return await self._within(fut, deadline, addr, cmd, "waiting for the answer")
+        finally:
+            if ch.pending.get(cmd.opaque) is fut:
+                del ch.pending[cmd.opaque]
+
+    async def invoke_oneway(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+        """Send a request that gets no answer (the oneway flag is set on ``cmd``);
+        returns once it is written. ``timeout`` bounds connecting and writing."""
+        cmd.flag |= 2                    # FLAG_ONEWAY
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting")
+        await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
+
+    async def _within(self, aw, deadline, addr, cmd, doing):
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(aw, max(remaining, 0))
+        except asyncio.TimeoutError:
+            raise RemotingTimeoutError(
+                f"request {cmd.code} (opaque {cmd.opaque}) to {addr}: timed out {doing}",
+                addr) from None
+
+    def close_address(self, addr):
+        """Close the connection to ``addr`` (the next call reconnects)."""
+        ch = self._channels.pop(addr, None)
+        if ch is not None:
+            ch.close()
+
+    async def close(self):
+        """Close every connection; requests still waiting fail with RemotingClosedError."""
+        self._closed = True
+        for addr in list(self._channels):
+            self.close_address(addr)
+        await asyncio.sleep(0)           # let connection_lost run
+
+    @property
+    def addresses(self):
+        """The addresses with an open connection."""
+        return [a for a, ch in self._channels.items() if not ch.closed]
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
+class BlockingRemotingClient:
+    """RemotingClient for blocking code: each call runs on the client's own event
+    loop (a daemon thread) and waits for it. Safe to call from several threads."""
+
+    def __init__(self, **kwargs):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rmq-client",
+                                        daemon=True)
+        self._thread.start()
+        self.client = RemotingClient(**kwargs)
+
+    def _run(self, coro):
+        if not self._thread.is_alive():
+            coro.close()
+            raise RemotingClosedError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def invoke(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+        return self._run(self.client.invoke(addr, cmd, timeout))
+
+    def invoke_oneway(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+        return self._run(self.client.invoke_oneway(addr, cmd, timeout))
+
+    def request(self, addr, code, ext_fields=None, body=b"", timeout=DEFAULT_TIMEOUT, **kw):
+        """Build a request (RemotingCommand.request's arguments) and invoke it."""
+        return self.invoke(addr, RemotingCommand.request(code, ext_fields, body, **kw), timeout)
+
+    def close(self):
+        if self._thread.is_alive():
+            self._run(self.client.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
