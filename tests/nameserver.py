@@ -180,3 +180,45 @@ def register_broker(client, broker_name, broker_addr, *, cluster="c1", broker_id
     fields.update(ext or {})
     return client.request(103, {k: v for k, v in fields.items() if v is not None}, body,
                           **kwargs)
+
+
+# ---------------------------------------------------------------- peers that misbehave
+
+class RawServer:
+    """A listening socket whose connections are handled by ``handler(conn, index)``
+    in a thread each: the peer behaves exactly as the test says."""
+
+    def __init__(self, handler):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.handler = handler
+        self.accepted = 0
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            i, self.accepted = self.accepted, self.accepted + 1
+            threading.Thread(target=self.handler, args=(conn, i), daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def read_request(conn):
+    """One frame from the socket, decoded (None at EOF)."""
+    dec = rmq.FrameDecoder()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        cmds = dec.feed(data)
+        if cmds:
+            return cmds[0]

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import rmq
-from nameserver import running_namesrv
+from nameserver import RawServer, read_request, running_namesrv
 from rmq.client import BlockingRemotingClient, RemotingClient, parse_address, split_addresses
 from rmq.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
 
@@ -26,46 +26,6 @@ def closed_port():
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-class RawServer:
-    """A listening socket whose connections are handled by ``handler(conn, index)``
-    in a thread each: the peer behaves exactly as the test says."""
-
-    def __init__(self, handler):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        self.handler = handler
-        self.accepted = 0
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            i, self.accepted = self.accepted, self.accepted + 1
-            threading.Thread(target=self.handler, args=(conn, i), daemon=True).start()
-
-    def close(self):
-        self.sock.close()
-        for c in self.conns:
-            c.close()
-
-
-def read_request(conn):
-    """One frame from the socket, decoded (None at EOF)."""
-    dec = rmq.FrameDecoder()
-    while True:
-        data = conn.recv(65536)
-        if not data:
-            return None
-        cmds = dec.feed(data)
-        if cmds:
-            return cmds[0]
 
 
 def run(coro):
