@@ -174,7 +174,7 @@ class BrokerRegistrar:
         if not self.split_registration:
             if self._encoded is not None and self._encoded[0] == key:
                 return self._encoded[1]
-            body = self._encode(list(self._topics.values()), compressed)
+            body = self._encode(self._topics, compressed)
             if len(body) <= self.max_frame_length - _HEADER_ROOM:
                 self._encoded = (key, [(body, body_crc32(body))])
                 return self._encoded[1]
@@ -193,8 +193,14 @@ class BrokerRegistrar:
         return out
 
     def _encode(self, configs, compressed):
-        return bodies.encode_register_broker_body(bodies.register_broker_body(
-            configs, self._data_version, self.filter_servers), compressed=compressed)
+        """RegisterBrokerBody of ``configs`` (the table, or a list of its configs)."""
+        if isinstance(configs, dict):       # the whole table: no copy of 10,000 entries
+            body = {"filterServerList": list(self.filter_servers),
+                    "topicConfigSerializeWrapper": {"dataVersion": dict(self._data_version),
+                                                    "topicConfigTable": configs}}
+        else:
+            body = bodies.register_broker_body(configs, self._data_version, self.filter_servers)
+        return bodies.encode_register_broker_body(body, compressed=compressed)
 
     def _next_version(self):
         # DataVersion.nextVersion: counter + 1, timestamp now (5.x: stateVersion 0).

@@ -101,6 +101,8 @@ def build_parser():
     p.add_argument("--kv-config", metavar="PATH", help="the kvConfig.json file (overrides kvConfigPath)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_namesrv)
+    from rmq import brokersim
+    brokersim.add_parser(sub)
     return parser
 
 
