@@ -62,24 +62,38 @@ def run(coro):
 
 
 def test_register_with_a_live_a_stopped_and_a_silent_name_server(ns):
-    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(5)])
+    """The issue's scenario: three NameServers, one stopped and one that accepts but
+    never answers. Registration completes within the timeout with the live one's
+    answer; periodic re-registration happens; stop unregisters everywhere it can."""
+    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(10)])
     stopped = closed_address()
+    got = []
     try:
         async def main():
-            r = BrokerRegistrar(f"{stopped};{silent.address};{ns.address}",
-                                topics=topics(20), register_timeout=0.5, **BROKER)
+            r = FastRegistrar(f"{stopped};{silent.address};{ns.address}", topics=topics(20),
+                              register_timeout=0.5, period=0.2, on_results=got.append,
+                              **BROKER)
             t = time.monotonic()
-            results = await r.register_broker_all()
+            results = await r.start()
             took = time.monotonic() - t
+            assert 0.45 < took < 1.5                # bounded by the timeout, not by the peers
+            assert [x.namesrv for x in results] == [ns.address]
             # (a broker's routes last while its connection does: check before stop)
             assert route(ns, "T000007").code == 0
-            await r.stop(unregister=False)
-            return results, took
-        results, took = run(main())
-        assert 0.45 < took < 1.5                    # bounded by the timeout, not by the peers
-        assert [x.namesrv for x in results] == [ns.address]
+            while len(got) < 3:                     # the first + two periodic ones
+                await asyncio.sleep(0.05)
+            assert all([x.namesrv for x in g] == [ns.address] for g in got)
+            t = time.monotonic()
+            outcome = await r.stop()
+            assert time.monotonic() - t < 1.5
+            return outcome
+        outcome = run(main())
     finally:
         silent.close()
+    assert outcome[ns.address] is None
+    assert isinstance(outcome[stopped], RemotingConnectError)
+    assert outcome[silent.address] is not None
+    assert cluster_brokers(ns) == {}
 
 
 def test_raises_only_when_no_name_server_answered():
