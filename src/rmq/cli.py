@@ -2,11 +2,16 @@
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import signal
 import sys
 
 import rmq
+from rmq.admin import (FAILURES, NamesrvAdmin, cluster_list_text, describe_error, error_json,
+                       kv_config_text, namesrv_config_text, to_json, topic_list_text,
+                       topic_route_text, update_namesrv_config_text, write_perm_text)
 
 
 def _version(args):
@@ -88,6 +93,148 @@ def _namesrv(args):
     return 0
 
 
+# ---------------------------------------------------------------- rmq admin
+
+def _trimmed(text):
+    # mqadmin trims every option value it reads
+    return text.strip()
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _admin_cluster_list(admin, args):
+    data = admin.cluster_list(args.cluster)
+    return data, cluster_list_text(data), to_json(data)
+
+
+def _admin_topic_route(admin, args):
+    data = admin.topic_route(args.topic)
+    return data, topic_route_text(data), to_json(data)
+
+
+def _admin_topic_list(admin, args):
+    data = admin.topic_list()
+    return data, topic_list_text(data), to_json(data)
+
+
+def _admin_get_namesrv_config(admin, args):
+    results = admin.get_namesrv_config()
+    return results, namesrv_config_text(results), to_json(results, "config")
+
+
+def _admin_update_namesrv_config(admin, args):
+    results = admin.update_namesrv_config(args.key, args.value)
+    return (results, update_namesrv_config_text(results, args.key, args.value),
+            to_json(results, key=args.key, value=args.value))
+
+
+def _admin_update_kv_config(admin, args):
+    results = admin.update_kv_config(args.namespace, args.key, args.value)
+    return (results, kv_config_text(results),
+            to_json(results, namespace=args.namespace, key=args.key, value=args.value))
+
+
+def _admin_delete_kv_config(admin, args):
+    results = admin.delete_kv_config(args.namespace, args.key)
+    return (results, kv_config_text(results, deleted=True),
+            to_json(results, namespace=args.namespace, key=args.key))
+
+
+def _admin_wipe_write_perm(admin, args):
+    results = admin.wipe_write_perm(args.broker_name)
+    return (results, write_perm_text(results, args.broker_name),
+            to_json(results, "wipeTopicCount", brokerName=args.broker_name))
+
+
+def _admin_add_write_perm(admin, args):
+    results = admin.add_write_perm(args.broker_name)
+    return (results, write_perm_text(results, args.broker_name, added=True),
+            to_json(results, "addTopicCount", brokerName=args.broker_name))
+
+
+def _admin(args):
+    prog = f"rmq admin {args.verb}"
+    addrs = args.namesrv_addr if args.namesrv_addr is not None else os.environ.get("NAMESRV_ADDR")
+    if not (addrs or "").strip():
+        print(f"{prog}: no NameServer address: give -n HOST:PORT[;HOST:PORT...] "
+              "or set NAMESRV_ADDR", file=sys.stderr)
+        return 2
+    try:
+        admin = NamesrvAdmin(addrs, args.timeout)
+    except ValueError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    with admin:
+        try:
+            data, (out, err), doc = args.run(admin, args)
+        except FAILURES as e:
+            if args.json:
+                print(json.dumps({"ok": False, **error_json(e)}, indent=2,
+                                 ensure_ascii=False))
+            print(f"{prog}: {describe_error(e)}", file=sys.stderr)
+            return 1
+    sys.stdout.write(doc + "\n" if args.json else out)
+    sys.stderr.write(err)
+    # a verb sent to every NameServer fails when any of them did not apply it
+    ok = all(r.ok for r in data) if isinstance(data, list) else True
+    return 0 if ok else 1
+
+
+def _add_admin_parser(sub):
+    p = sub.add_parser("admin", help="NameServer administration: the verbs and options of "
+                                     "Apache RocketMQ's mqadmin")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namesrvAddr", dest="namesrv_addr", metavar="ADDRS",
+                        help="NameServer addresses, ';'-separated, e.g. "
+                             "'192.168.0.1:9876;192.168.0.2:9876' (default: $NAMESRV_ADDR)")
+    common.add_argument("--timeout", type=_seconds, default=3.0, metavar="SECONDS",
+                        help="time allowed for each request, connecting included (default 3)")
+    common.add_argument("--json", action="store_true",
+                        help="print the result as JSON (failures included) for scripts")
+
+    def verb(name, run, help):
+        v = verbs.add_parser(name, parents=[common], help=help, description=help)
+        v.set_defaults(func=_admin, run=run)
+        return v
+
+    v = verb("clusterList", _admin_cluster_list, "List the clusters and their brokers")
+    v.add_argument("-c", "--clusterName", dest="cluster", type=_trimmed, help="this cluster only")
+    v = verb("topicRoute", _admin_topic_route, "Examine a topic's route")
+    v.add_argument("-t", "--topic", required=True, type=_trimmed, help="topic name")
+    verb("topicList", _admin_topic_list, "List every topic the NameServer knows")
+    verb("getNamesrvConfig", _admin_get_namesrv_config,
+         "Get the configuration of every NameServer")
+    v = verb("updateNamesrvConfig", _admin_update_namesrv_config,
+             "Update a configuration key on every NameServer")
+    v.add_argument("-k", "--key", required=True, type=_trimmed, help="config key")
+    v.add_argument("-v", "--value", required=True, type=_trimmed, help="config value")
+    v = verb("updateKvConfig", _admin_update_kv_config, "Create or update a KV config entry")
+    v.add_argument("-s", "--namespace", required=True, type=_trimmed, help="the namespace")
+    v.add_argument("-k", "--key", required=True, type=_trimmed, help="the key")
+    v.add_argument("-v", "--value", required=True, type=_trimmed, help="the value")
+    v = verb("deleteKvConfig", _admin_delete_kv_config, "Delete a KV config entry")
+    v.add_argument("-s", "--namespace", required=True, type=_trimmed, help="the namespace")
+    v.add_argument("-k", "--key", required=True, type=_trimmed, help="the key")
+    v = verb("wipeWritePerm", _admin_wipe_write_perm,
+             "Wipe the write permission of a broker on every NameServer")
+    v.add_argument("-b", "--brokerName", dest="broker_name", required=True, type=_trimmed,
+                   help="broker name")
+    v = verb("addWritePerm", _admin_add_write_perm,
+             "Give a broker its write permission back on every NameServer")
+    v.add_argument("-b", "--brokerName", dest="broker_name", required=True, type=_trimmed,
+                   help="broker name")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ NameServer toolkit")
     sub = parser.add_subparsers(dest="command")
@@ -101,6 +248,7 @@ def build_parser():
     p.add_argument("--kv-config", metavar="PATH", help="the kvConfig.json file (overrides kvConfigPath)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_namesrv)
+    _add_admin_parser(sub)
     from rmq import brokersim
     brokersim.add_parser(sub)
     return parser
