@@ -230,26 +230,46 @@ def test_without_force_register_only_changed_data_is_registered(ns):
     async def main():
         r = FastRegistrar(ns.address, topics=topics(5), force_register=False, **BROKER)
         await r.register_broker_all()
-        assert await r.need_register() is False
+        assert await r.need_register() == []
         assert await r.tick() is None                # unchanged: nothing sent
         r.update_topics(topics(6))
-        assert await r.need_register() is True
+        assert await r.need_register() == [ns.address]
         assert [x.namesrv for x in await r.tick()] == [ns.address]
-        assert await r.need_register() is False
+        assert await r.need_register() == []
         assert route(ns, "T000005").code == 0
         await r.stop(unregister=False)
     run(main())
 
 
 def test_need_register_counts_a_failing_name_server_as_changed(ns):
+    dead = closed_address()
+
     async def main():
-        r = BrokerRegistrar(f"{ns.address};{closed_address()}", topics=topics(5),
+        r = BrokerRegistrar(f"{ns.address};{dead}", topics=topics(5),
                             register_timeout=0.5, **BROKER)
         await r.register_broker_all()
         changed = await r.need_register()
         await r.stop(unregister=False)
         return changed
-    assert run(main()) is True
+    assert run(main()) == [dead]
+
+
+def test_without_force_register_only_name_servers_that_differ_get_the_table(ns, ns2):
+    """ns2 restarted empty (here: never registered): only it is sent the table."""
+    seen = []
+
+    async def main():
+        r = FastRegistrar(f"{ns.address};{ns2.address}", topics=topics(5),
+                          force_register=False, on_results=seen.append, **BROKER)
+        await r.register_broker_all(addrs=[ns.address])
+        assert cluster_brokers(ns2) == {}
+        assert await r.need_register() == [ns2.address]
+        results = await r.tick()
+        assert [x.namesrv for x in results] == [ns2.address]
+        assert set(cluster_brokers(ns2)) == {"broker-a"}
+        assert await r.tick() is None
+        await r.stop(unregister=False)
+    run(main())
 
 
 def test_split_registration_100000_topics_every_topic_has_a_route(ns):

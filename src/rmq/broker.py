@@ -242,20 +242,20 @@ class BrokerRegistrar:
         return RegisterResult(addr, ext.get("masterAddr") or None, ext.get("haServerAddr") or None,
                               bodies.decode_kv_table(resp.body) if resp.body else {})
 
-    async def register_broker_all(self, *, oneway=None, compressed=None):
+    async def register_broker_all(self, *, oneway=None, compressed=None, addrs=None):
         """REGISTER_BROKER to every NameServer at once. Returns the results of those
         that answered within ``register_timeout`` (none for oneway: nothing answers;
         sent is enough), logs the others, and raises RegistrationError only when
         none answered (or, oneway, none could be sent to). A split table goes as
         one such round per part, in order; a NameServer counts as answered when it
-        answered every part."""
+        answered every part. ``addrs``: only these NameServers (default: all)."""
         oneway = self.oneway if oneway is None else bool(oneway)
         compressed = self.compressed if compressed is None else bool(compressed)
         chunks = self._chunks(compressed)
         results, errors = {}, {}
         for body, crc in chunks:
             got, failed = await self._each(
-                lambda addr: self._register_one(addr, body, crc, compressed, oneway))
+                lambda addr: self._register_one(addr, body, crc, compressed, oneway), addrs)
             for addr, e in failed.items():
                 errors.setdefault(addr, e)
             results.update(got)
@@ -277,10 +277,11 @@ class BrokerRegistrar:
                 self.on_results(ok)
         return ok
 
-    async def _each(self, call):
-        """Run ``call(addr)`` for every NameServer at once, within register_timeout
-        overall; returns ({addr: result}, {addr: exception})."""
-        tasks = {addr: asyncio.ensure_future(call(addr)) for addr in self.namesrv_addrs}
+    async def _each(self, call, addrs=None):
+        """Run ``call(addr)`` for every NameServer (or those of ``addrs``) at once,
+        within register_timeout overall; returns ({addr: result}, {addr: exception})."""
+        tasks = {addr: asyncio.ensure_future(call(addr))
+                 for addr in (self.namesrv_addrs if addrs is None else addrs)}
         done, pending = await asyncio.wait(tasks.values(), timeout=self.register_timeout)
         for t in pending:
             t.cancel()
@@ -296,9 +297,10 @@ class BrokerRegistrar:
         return results, errors
 
     async def need_register(self):
-        """QUERY_DATA_VERSION to every NameServer: whether any has other data than
-        this broker's DataVersion (a NameServer that fails to answer counts as
-        changed, as in Java)."""
+        """QUERY_DATA_VERSION to every NameServer: the addresses of those whose data
+        differs from this broker's DataVersion (empty: none), in namesrvAddr order.
+        One that fails to answer counts as changed, as in Java; one that answers
+        another code does not (Java adds nothing for it)."""
         dv_body = bodies.encode_data_version(self._data_version)
         deadline = asyncio.get_running_loop().time() + self.register_timeout
 
@@ -319,7 +321,7 @@ class BrokerRegistrar:
         results, errors = await self._each(query)
         for addr, e in errors.items():
             log.warning("query data version from name server %s failed: %s", addr, e)
-        return bool(errors) or any(results.values())
+        return [a for a in self.namesrv_addrs if a in errors or results.get(a)]
 
     async def heartbeat_all(self):
         """BROKER_HEARTBEAT (904), oneway, to every NameServer (5.x light heartbeat)."""
@@ -362,12 +364,18 @@ class BrokerRegistrar:
         return results
 
     async def tick(self):
-        """One period's work: register (oneway when configured), or with
-        force_register off only where QUERY_DATA_VERSION says the data changed."""
+        """One period's work: register (oneway when configured) with every
+        NameServer; with force_register off, only with those where QUERY_DATA_VERSION
+        says the data changed (Java then registers with all of them: the others
+        need nothing, and the query already refreshed the broker there). Returns
+        the results, or None when nothing needed registering."""
         # Split registration moves the DataVersion on every time: Java skips the query.
-        if self.force_register or self.split_registration or await self.need_register():
+        if self.force_register or self.split_registration:
             return await self.register_broker_all()
-        return None
+        changed = await self.need_register()
+        if not changed:
+            return None
+        return await self.register_broker_all(addrs=changed)
 
     async def _periodically(self):
         await asyncio.sleep(self.first_delay)
