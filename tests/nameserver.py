@@ -16,13 +16,13 @@ from rmq.server import NameServerApp
 
 
 @contextlib.contextmanager
-def running_namesrv(tmp_path, loop="asyncio", clock=None, **config):
+def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
     """Start a NameServer on an ephemeral port; yields the NameServerApp
     (``.address`` is "127.0.0.1:PORT", ``.namesrv`` the request handler)."""
     config.setdefault("kvConfigPath", str(tmp_path / "kvConfig.json"))
     cfg = NamesrvConfig(**config)
     kwargs = {"clock": clock} if clock else {}
-    app = NameServerApp(NameServer(cfg, KVConfig(cfg.kvConfigPath), **kwargs))
+    app = NameServerApp(NameServer(cfg, KVConfig(cfg.kvConfigPath), **kwargs), trace=trace)
     if loop == "uvloop":
         import uvloop
         ev = uvloop.new_event_loop()
@@ -72,6 +72,7 @@ class Client:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = rmq.FrameDecoder()
         self.ready = []
+        self.last_sent = None        # the last command sent
 
     def close(self):
         self.sock.close()
@@ -83,6 +84,7 @@ class Client:
         self.close()
 
     def send(self, cmd):
+        self.last_sent = cmd
         self.sock.sendall(rmq.encode_frame(cmd))
 
     def send_raw(self, data):

@@ -817,3 +817,78 @@ cdef class FrameDecoder:
         finally:
             PyBuffer_Release(&view)
         return out
+
+
+@cython.final
+cdef class FrameSplitter:
+    """Splits a byte stream into whole frames (bytes, 4-byte length prefix
+    included) without decoding them: what a trace records. Any chunking gives the
+    same frames; the length checks and errors are FrameDecoder's, and after an
+    error every later ``feed`` raises again."""
+
+    cdef bytearray partial          # the start of a frame not yet complete
+    cdef readonly Py_ssize_t max_frame_length
+    cdef object error
+
+    def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
+        if max_frame_length < 8:
+            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
+        self.max_frame_length = max_frame_length
+        self.partial = bytearray()
+
+    @property
+    def buffered(self):
+        """Bytes held for a frame not yet complete."""
+        return len(self.partial)
+
+    def feed(self, data):
+        """Add bytes from the stream; returns the frames completed by them."""
+        cdef Py_buffer view
+        cdef const uint8_t* p
+        cdef Py_ssize_t n, pos = 0, have, step
+        cdef int32_t length
+        cdef list out = []
+        if self.error is not None:
+            raise type(self.error)(f"splitter failed earlier: {self.error}")
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            p = <const uint8_t*>view.buf
+            n = view.len
+            try:
+                have = len(self.partial)
+                if have:
+                    # complete the length word, then the frame, from the new bytes
+                    if have < 4:
+                        step = min(4 - have, n)
+                        self.partial += p[:step]
+                        pos = step
+                        have += step
+                    if have >= 4:
+                        length = be32(<const uint8_t*><char*>self.partial)
+                        check_length(length, self.max_frame_length)
+                        step = min(4 + <Py_ssize_t>length - have, n - pos)
+                        self.partial += p[pos:pos + step]
+                        pos += step
+                        if len(self.partial) == 4 + <Py_ssize_t>length:
+                            PyList_Append(out, bytes(self.partial))
+                            self.partial = bytearray()
+                if not len(self.partial):
+                    while n - pos >= 4:
+                        length = be32(p + pos)
+                        check_length(length, self.max_frame_length)
+                        if n - pos - 4 < length:
+                            break
+                        PyList_Append(out, p[pos:pos + 4 + length])
+                        pos += 4 + length
+                    if pos < n:
+                        if n - pos >= 4:
+                            check_length(be32(p + pos), self.max_frame_length)
+                        self.partial += p[pos:n]
+            except ProtocolError as e:
+                self.error = e
+                self.partial = bytearray()
+                e.decoded = out
+                raise
+        finally:
+            PyBuffer_Release(&view)
+        return out

@@ -79,7 +79,14 @@ def _namesrv(args):
     except KVConfigError as e:
         print(f"rmq namesrv: {e}", file=sys.stderr)
         return 2
-    app = NameServerApp(NameServer(config, kv))
+    trace = None
+    if args.trace_dir:
+        from rmq.trace import TraceRecorder
+        trace = TraceRecorder(args.trace_dir, segment_bytes=args.trace_segment_mib << 20,
+                              max_frame_length=config.maxFrameLength)
+        log.info("recording every frame to %s (segments of %d MiB)", args.trace_dir,
+                 args.trace_segment_mib)
+    app = NameServerApp(NameServer(config, kv), trace=trace)
     log.info("rmq %s NameServer (%s core, crc32 %s), kvConfig %s", rmq.__version__,
              rmq.IMPLEMENTATION, rmq.CRC32_KERNEL, config.kvConfigPath)
     loop = new_event_loop()
@@ -90,6 +97,10 @@ def _namesrv(args):
         return 1
     finally:
         loop.close()
+        if trace is not None:
+            trace.close()
+            log.info("trace: %d frames recorded in %d segments, %d dropped (queue full)",
+                     trace.recorded, len(trace.files), trace.dropped)
     return 0
 
 
@@ -246,6 +257,10 @@ def build_parser():
     p.add_argument("--listen", type=_host_port, metavar="HOST:PORT",
                    help="address to listen on (default: listenPort of the config, all interfaces)")
     p.add_argument("--kv-config", metavar="PATH", help="the kvConfig.json file (overrides kvConfigPath)")
+    p.add_argument("--trace-dir", metavar="DIR",
+                   help="record every frame in and out into trace segments under DIR")
+    p.add_argument("--trace-segment-mib", type=int, default=64, metavar="MIB",
+                   help="size of a trace segment file before the next one (default 64)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_namesrv)
     _add_admin_parser(sub)

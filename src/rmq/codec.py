@@ -6,5 +6,6 @@ RemotingCommand = core.RemotingCommand
 decode_frame = core.decode_frame
 encode_frame = core.encode_frame
 FrameDecoder = core.FrameDecoder
+FrameSplitter = core.FrameSplitter
 
-__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]
+__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter"]

@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self.closed_at = None                # loop time of close(), for _close_idle
         self.last_active = 0.0
+        self.trace = None                    # a ConnectionTrace when recording
 
     def __repr__(self):
         return f"<conn {self.id} {self.peer}>"
@@ -82,6 +83,9 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.last_active = self.server.loop.time()
+        if self.server.trace is not None:
+            self.trace = self.server.trace.connection(self.id, self.peer)
+            self.transport = transport = _TracedTransport(transport, self.trace)
         if len(self.server.connections) >= self.server.max_connections:
             log.warning("connection limit %d reached: closing %s",
                         self.server.max_connections, self.peer)
@@ -93,6 +97,8 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data):
+        if self.trace is not None:
+            self.trace.incoming(data)
         if self.closing:
             return
         self.last_active = self.server.loop.time()
@@ -298,11 +304,38 @@ _NO_EFFECT = (
 )
 
 
-class NameServerApp:
-    """Listens, owns the connections and the periodic tasks of a NameServer."""
+class _TracedTransport:
+    """A connection's transport that hands every byte written to its trace."""
 
-    def __init__(self, namesrv):
+    __slots__ = ("_transport", "_trace")
+
+    def __init__(self, transport, trace):
+        self._transport = transport
+        self._trace = trace
+
+    def write(self, data):
+        self._trace.outgoing(data)
+        self._transport.write(data)
+
+    def writelines(self, chunks):
+        chunks = list(chunks)
+        for c in chunks:
+            self._trace.outgoing(c)
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+class NameServerApp:
+    """Listens, owns the connections and the periodic tasks of a NameServer.
+
+    ``trace``: a rmq.trace.TraceRecorder that gets every frame read and written
+    (``rmq namesrv --trace-dir``); the caller closes it after the server."""
+
+    def __init__(self, namesrv, *, trace=None):
         self.namesrv = namesrv
+        self.trace = trace
         self._namesrv = namesrv      # namesrv is a _Gate while one is needed
         self.config = config = namesrv.config
         # Limits and periods are fixed at start, as Java reads them once: a remote

@@ -12,7 +12,8 @@ from rmq.fallback.bodies import (
     json_dumps,
     json_loads,
 )
-from rmq.fallback.codec import FrameDecoder, RemotingCommand, decode_frame, encode_frame
+from rmq.fallback.codec import (FrameDecoder, FrameSplitter, RemotingCommand, decode_frame,
+                                encode_frame)
 from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
 from rmq.fallback.routes import RouteTable
 
@@ -21,7 +22,7 @@ IMPLEMENTATION = "python"
 
 __all__ = [
     "IMPLEMENTATION", "CRC32_KERNEL", "DEFAULT_MAX_INFLATED",
-    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
+    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter",
     "crc32", "body_crc32",
     "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",
     "encode_topic_route_data", "RouteTable",

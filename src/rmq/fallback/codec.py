@@ -448,3 +448,46 @@ class FrameDecoder:
             raise
         del buf[:pos]
         return out
+
+
+class FrameSplitter:
+    """Splits a byte stream into whole frames (bytes, 4-byte length prefix
+    included) without decoding them: what a trace records. Any chunking gives the
+    same frames; the length checks and errors are FrameDecoder's, and after an
+    error every later ``feed`` raises again."""
+
+    def __init__(self, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+        if max_frame_length < 8:
+            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
+        self.max_frame_length = max_frame_length
+        self._buf = bytearray()
+        self._error = None
+
+    @property
+    def buffered(self):
+        """Bytes held for a frame not yet complete."""
+        return len(self._buf)
+
+    def feed(self, data):
+        """Add bytes from the stream; returns the frames completed by them."""
+        if self._error is not None:
+            raise type(self._error)(f"splitter failed earlier: {self._error}")
+        self._buf += data
+        buf = self._buf
+        out = []
+        pos = 0
+        try:
+            while len(buf) - pos >= 4:
+                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+                _check_length(length, self.max_frame_length)
+                if len(buf) - pos - 4 < length:
+                    break
+                out.append(bytes(buf[pos:pos + 4 + length]))
+                pos += 4 + length
+        except ProtocolError as e:
+            self._error = e
+            del buf[:]
+            e.decoded = out
+            raise
+        del buf[:pos]
+        return out

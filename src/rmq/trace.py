@@ -1,0 +1,278 @@
+"""Traces: remoting traffic recorded frame by frame.
+
+A trace is a directory of segment files (``*.rmqtrace``), each a stream of msgpack
+objects: a header map ``{"rmq-trace": 1, "created_ns": ..., "host": ..., "pid": ...}``,
+then one array per frame::
+
+    [time_ns, conn, peer, direction, frame]
+
+``time_ns`` is when the frame was read or written (ns since the epoch), ``conn`` the
+connection's id in that process, ``peer`` the client's "ip:port", ``direction`` IN
+(0: towards the NameServer) or OUT (1: from it), and ``frame`` the whole frame
+(length prefix included). The same tuples come out of :func:`read_records` for a
+segment, and out of :mod:`rmq.pcap` for a tcpdump capture.
+
+Segments are size-bounded and written by one thread fed through a bounded queue
+(:class:`TraceRecorder`): the server only splits its bytes into frames and appends
+them; when the queue is full the frame is dropped and counted, never waited for.
+A segment cut by a crash reads back up to its last complete record.
+"""
+
+import collections
+import os
+import socket
+import threading
+import time
+
+import msgpack
+
+from rmq.codec import FrameSplitter
+from rmq.errors import ProtocolError, RmqError
+from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
+
+__all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
+           "segment_files", "TraceError", "SEGMENT_SUFFIX"]
+
+IN, OUT = 0, 1
+SEGMENT_SUFFIX = ".rmqtrace"
+FORMAT_VERSION = 1
+#: Segment files are closed and a new one begun past this size.
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: Frames waiting for the writer thread; more are dropped (and counted).
+DEFAULT_QUEUE_FRAMES = 100_000
+
+
+class TraceError(RmqError, ValueError):
+    """A file that is not a trace segment (or a pcap): says which, and why."""
+
+
+# ---------------------------------------------------------------- writing
+
+class SegmentWriter:
+    """Writes records into rotating segment files under ``directory``. Not
+    thread-safe: one writer (the recorder's thread, or a synthesizer)."""
+
+    def __init__(self, directory, *, segment_bytes=DEFAULT_SEGMENT_BYTES, prefix="trace"):
+        if segment_bytes < 1024:
+            raise ValueError(f"segment_bytes must be at least 1024, got {segment_bytes}")
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.prefix = prefix
+        self.files = []
+        self.records = 0
+        self._file = None
+        self._size = 0
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+        self._stamp = time.strftime("%Y%m%dT%H%M%S")
+
+    def _open(self):
+        path = os.path.join(self.directory, f"{self.prefix}-{self._stamp}-{os.getpid()}-"
+                                            f"{len(self.files):06d}{SEGMENT_SUFFIX}")
+        self._file = open(path, "xb", buffering=1 << 20)
+        self.files.append(path)
+        self._size = self._file.write(self._packer.pack({
+            "rmq-trace": FORMAT_VERSION, "created_ns": time.time_ns(),
+            "host": socket.gethostname(), "pid": os.getpid()}))
+
+    def write(self, time_ns, conn, peer, direction, frame):
+        if self._file is None or self._size >= self.segment_bytes:
+            self._rotate()
+        self._size += self._file.write(self._packer.pack((time_ns, conn, peer, direction, frame)))
+        self.records += 1
+
+    def write_packed(self, data, records):
+        """Append already-packed records (``records`` of them): for synthesizers."""
+        if self._file is None or self._size >= self.segment_bytes:
+            self._rotate()
+        self._size += self._file.write(data)
+        self.records += records
+
+    def _rotate(self):
+        if self._file is not None:
+            self._file.close()
+        self._open()
+
+    def flush(self):
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TraceRecorder:
+    """Records frames off the hot path: :meth:`record` appends to a bounded queue
+    (dropping and counting when it is full) and one thread writes the segments.
+
+    ``dropped``: frames lost to a full queue; ``recorded``: frames written;
+    ``unframed_bytes``: bytes of streams that stopped being frames (a bad length:
+    the server closes such a connection)."""
+
+    def __init__(self, directory, *, segment_bytes=DEFAULT_SEGMENT_BYTES,
+                 queue_frames=DEFAULT_QUEUE_FRAMES, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+        self.writer = SegmentWriter(directory, segment_bytes=segment_bytes)
+        self.max_frame_length = max_frame_length
+        self.queue_frames = queue_frames
+        self.dropped = 0
+        self.unframed_bytes = 0
+        self._queue = collections.deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="rmq-trace", daemon=True)
+        self._thread.start()
+
+    @property
+    def recorded(self):
+        return self.writer.records
+
+    @property
+    def files(self):
+        return list(self.writer.files)
+
+    def record(self, conn, peer, direction, frame, time_ns=None):
+        """Queue one frame; never blocks."""
+        if len(self._queue) >= self.queue_frames:
+            self.dropped += 1
+            return
+        self._queue.append((time.time_ns() if time_ns is None else time_ns, conn, peer,
+                            direction, frame))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def connection(self, conn, peer):
+        """A :class:`ConnectionTrace` for one connection's two streams."""
+        return ConnectionTrace(self, conn, peer)
+
+    def _run(self):
+        queue, write = self._queue, self.writer.write
+        while True:
+            self._wake.wait(0.2)
+            self._wake.clear()
+            while queue:
+                write(*queue.popleft())
+            self.writer.flush()         # what is recorded survives a crash of the process
+            if self._stop and not queue:
+                return
+
+    def close(self):
+        """Write what is queued, close the segment."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join()
+        self.writer.close()
+
+
+class ConnectionTrace:
+    """Splits one connection's bytes, each direction on its own, into frames for
+    the recorder."""
+
+    __slots__ = ("recorder", "conn", "peer", "_in", "_out")
+
+    def __init__(self, recorder, conn, peer):
+        self.recorder = recorder
+        self.conn = conn
+        self.peer = peer
+        self._in = FrameSplitter(recorder.max_frame_length)
+        self._out = FrameSplitter(recorder.max_frame_length)
+
+    def incoming(self, data):
+        self._record(self._in, IN, data)
+
+    def outgoing(self, data):
+        self._record(self._out, OUT, data)
+
+    def _record(self, splitter, direction, data):
+        t = time.time_ns()
+        try:
+            frames = splitter.feed(data)
+        except ProtocolError as e:
+            frames = e.decoded
+            self.recorder.unframed_bytes += len(data)
+        record = self.recorder.record
+        for frame in frames:
+            record(self.conn, self.peer, direction, frame, t)
+
+
+# ---------------------------------------------------------------- reading
+
+def segment_files(paths):
+    """The trace inputs under ``paths`` (files, or directories searched for
+    segments and captures), sorted by name."""
+    out = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            for name in sorted(os.listdir(p)):
+                if name.endswith((SEGMENT_SUFFIX, ".pcap", ".pcapng")):
+                    out.append(os.path.join(p, name))
+        else:
+            out.append(p)
+    return out
+
+
+class SegmentReader:
+    """The records of one segment (bytes or a path), in order. A cut last record
+    (a crash while writing) ends the reading: ``stats["truncated_bytes"]`` says how
+    much was left over."""
+
+    def __init__(self, source):
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self.data = bytes(source)
+            self.name = "<bytes>"
+        else:
+            self.name = os.fspath(source)
+            with open(self.name, "rb") as f:
+                self.data = f.read()
+        self.header = None
+        self.stats = {"records": 0, "truncated_bytes": 0}
+
+    def __iter__(self):
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
+        unpacker.feed(self.data)
+        try:
+            header = next(unpacker)
+        except StopIteration:
+            raise TraceError(f"{self.name}: empty or cut before its header") from None
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+            raise TraceError(f"{self.name}: not a trace segment ({e})") from None
+        if not isinstance(header, dict) or "rmq-trace" not in header:
+            raise TraceError(f"{self.name}: not a trace segment (header {header!r:.80})")
+        if header["rmq-trace"] != FORMAT_VERSION:
+            raise TraceError(f"{self.name}: trace format {header['rmq-trace']!r}, "
+                             f"this rmq reads {FORMAT_VERSION}")
+        self.header = header
+        n = 0
+        end = unpacker.tell()       # after the last complete object
+        try:
+            for rec in unpacker:
+                n += 1
+                end = unpacker.tell()
+                yield tuple(rec)
+        except (ValueError, msgpack.FormatError, msgpack.StackError) as e:
+            raise TraceError(f"{self.name}: corrupt record after {n} records ({e})") from None
+        finally:
+            self.stats["records"] = n
+            self.stats["truncated_bytes"] = len(self.data) - end
+
+
+def read_records(source, **pcap_options):
+    """The records of one trace input: a segment, or a pcap/pcapng capture (then
+    ``pcap_options`` go to rmq.pcap.PcapReader, e.g. server_ports)."""
+    head = source[:4] if isinstance(source, (bytes, bytearray, memoryview)) else _head(source)
+    if bytes(head) in _PCAP_MAGICS:
+        from rmq import pcap
+        return iter(pcap.PcapReader(source, **pcap_options))
+    return iter(SegmentReader(source))
+
+
+# pcap (usec, nsec; both byte orders) and pcapng's Section Header Block type
+_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
+                b"\xa1\xb2\x3c\x4d", b"\x0a\x0d\x0d\x0a"}
+
+
+def _head(path):
+    with open(path, "rb") as f:
+        return f.read(4)
