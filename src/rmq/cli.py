@@ -246,6 +246,40 @@ def _add_admin_parser(sub):
                    help="broker name")
 
 
+def _trace_analyze(args):
+    from rmq import analyze
+    return analyze.main(args)
+
+
+def _trace_synth(args):
+    from rmq import synth
+    return synth.main(args)
+
+
+def _add_trace_parser(sub):
+    p = sub.add_parser("trace", help="analyze recorded traffic with Spark; synthesize traces")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    a = verbs.add_parser("analyze", help="decode traces and pcaps with Spark: Parquet tables "
+                                         "and an HTML report")
+    try:
+        from rmq import analyze
+        analyze.add_arguments(a)
+    except ImportError as e:        # pyspark missing: say so when the verb is used
+        a.add_argument("rest", nargs="*")
+        a.set_defaults(func=lambda args, e=e: _missing("rmq trace analyze", e))
+    else:
+        a.set_defaults(func=_trace_analyze)
+    s = verbs.add_parser("synth", help="write a protocol-exact synthetic trace")
+    from rmq import synth
+    synth.add_arguments(s)
+    s.set_defaults(func=_trace_synth)
+
+
+def _missing(what, error):
+    print(f"{what}: {error} (pip install 'rmq[trace]')", file=sys.stderr)
+    return 2
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ NameServer toolkit")
     sub = parser.add_subparsers(dest="command")
@@ -264,6 +298,7 @@ def build_parser():
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_namesrv)
     _add_admin_parser(sub)
+    _add_trace_parser(sub)
     from rmq import brokersim
     brokersim.add_parser(sub)
     return parser
