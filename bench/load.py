@@ -156,7 +156,7 @@ def cpu_model():
 class Server:
     """``python -m rmq namesrv`` in a subprocess."""
 
-    def __init__(self, workdir, log_level="info", pin_cpu=None):
+    def __init__(self, workdir, log_level="info", pin_cpu=None, trace=False):
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.workdir = Path(workdir)
@@ -164,6 +164,8 @@ class Server:
         self.env = server_env()
         self.cmd = [sys.executable, "-m", "rmq", "namesrv", "--listen", self.address,
                     "--kv-config", str(self.workdir / "kvConfig.json"), "--log-level", log_level]
+        if trace:
+            self.cmd += ["--trace-dir", str(self.workdir / "trace")]
         self.pin_cpu = pin_cpu
         self.proc = None
 
@@ -324,7 +326,7 @@ def run(args):
             "built rmq._core): build it (make install, or an in-place build) to measure it")
     topics = broker_sim.topic_names(args.topics)
     workdir = tempfile.mkdtemp(prefix="rmq-load-")
-    server = Server(workdir, args.server_log_level, pin_server)
+    server = Server(workdir, args.server_log_level, pin_server, trace=args.trace)
     brokers = []
     try:
         server.start()
@@ -511,6 +513,8 @@ def main(argv=None):
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],
                    help="profile the server during one phase (--profile-phase)")
+    p.add_argument("--trace", action="store_true",
+                   help="run the server with --trace-dir (recording every frame)")
     p.add_argument("--profile-phase", choices=["w1_16", "during"], default="w1_16",
                    help="w1_16: 16 in flight (default); during: routes during registrations")
     p.add_argument("--profile-out", default="namesrv-profile.data", help="profile output file")
