@@ -181,3 +181,17 @@ def test_kill_9_during_traffic_leaves_readable_segments(tmp_path):
     assert records and all(rmq.decode_frame(r[4]) for r in records)
     assert 0 < len(records) <= 2 * answered
     del port_file
+
+
+def test_read_records_takes_a_capture_from_bytes_or_a_path(tmp_path):
+    """What the Spark job hands read_records: a whole file's bytes."""
+    from pcapfiles import Connection, pcap, timed
+    from rmq.pcap import PcapReader
+    frames = [rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}, opaque=1))]
+    c = Connection()
+    path = tmp_path / "c.pcap"
+    path.write_bytes(pcap(timed([*c.handshake(), c.packet("c", frames[0]), *c.close()])))
+    expected = list(PcapReader(str(path)))
+    assert len(expected) == 1 and expected[0][4] == frames[0]
+    assert list(read_records(str(path))) == expected
+    assert list(read_records(path.read_bytes())) == expected

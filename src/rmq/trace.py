@@ -19,6 +19,7 @@ A segment cut by a crash reads back up to its last complete record.
 """
 
 import collections
+import io
 import os
 import socket
 import threading
@@ -264,6 +265,8 @@ def read_records(source, **pcap_options):
     head = source[:4] if isinstance(source, (bytes, bytearray, memoryview)) else _head(source)
     if bytes(head) in _PCAP_MAGICS:
         from rmq import pcap
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            source = io.BytesIO(source)
         return iter(pcap.PcapReader(source, **pcap_options))
     return iter(SegmentReader(source))
 
