@@ -269,8 +269,12 @@ def test_two_files_keep_their_connections_apart(tmp_path, spark):
             (t + latency_ns, 7, f"10.0.0.{i}:5000", OUT, answer_frame(105, 0, opaque=1))],
             prefix=f"host{i}")
     out = tmp_path / "out"
-    summary = analyze.analyze(spark, [str(tmp_path / "in")], str(out))
+    # as URIs: the inputs listed and the report copied through Hadoop's FileSystem,
+    # as on a cluster's storage
+    summary = analyze.analyze(spark, ["file:" + str(tmp_path / "in")], "file:" + str(out))
     assert summary["connections"] == 2 and len(summary["inputs"]) == 2
+    assert json.loads((out / "summary.json").read_text())["connections"] == 2
+    assert (out / "report.html").exists() and (out / "requests_over_time.png").exists()
     frames = spark.read.parquet(str(out / "frames.parquet"))
     conns = {(r["file_index"], r["conn"]) for r in frames.select("file_index", "conn").collect()}
     assert conns == {(0, 7), (1, (1 << 32) + 7)}
@@ -357,3 +361,4 @@ def test_runs_through_spark_submit(tmp_path):
     assert (s["frames"], s["requests"], s["answers_per_code"]) == (40, 20, {"SUCCESS": 20})
     assert {t["topic"]: t["requests"] for t in s["top_topics"]} == {"T0": 7, "T1": 7, "T2": 6}
     assert (tmp_path / "out" / "report.html").exists()
+    assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-__all__ = ["add_arguments", "main", "analyze", "decode_files", "choose_bucket_ns",
+__all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions", "frame_rows", "decode_frames",
+           "decode_files", "requests_table", "aggregate", "choose_bucket_ns",
            "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
 
 #: RAW_FIELDS: what the partition function emits per frame, as a plain tuple.
@@ -79,8 +80,8 @@ def add_arguments(parser):
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="output directory: frames.parquet, requests.parquet, "
                              "summary.json, report.html and its charts")
-    parser.add_argument("--master", default="local[*]", metavar="URL",
-                        help="Spark master (default local[*]; spark-submit's --master wins)")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master (default: spark-submit's --master, else local[*])")
     parser.add_argument("--server-ports", type=_ports, default=(9876,), metavar="PORT[,PORT]",
                         help="for pcap inputs: the NameServer's ports, which say the "
                              "direction of each frame (default 9876)")
@@ -97,10 +98,16 @@ def main(args):
     except ImportError:
         print("rmq trace analyze: needs pyspark (pip install 'rmq[trace]')", file=sys.stderr)
         return 1
-    # An active session (a test's, or spark-submit's) is used and left running.
-    owned = SparkSession.getActiveSession() is None
-    spark = (SparkSession.builder.master(args.master).appName("rmq trace analyze")
-             .getOrCreate()) if owned else SparkSession.getActiveSession()
+    # An active session (a test's) is used and left running.
+    spark = SparkSession.getActiveSession()
+    owned = spark is None
+    if owned:
+        builder = SparkSession.builder.appName("rmq trace analyze")
+        # spark-submit (which starts the JVM first and says where in
+        # PYSPARK_GATEWAY_PORT) has configured the master: keep it unless told
+        if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+            builder = builder.master(args.master or "local[*]")
+        spark = builder.getOrCreate()
     try:
         summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
                           partitions=args.partitions)
@@ -148,7 +155,7 @@ def decode_files(files, file_indexes, server_ports=(9876,)):
                     read_records(data, server_ports=server_ports)):
                 try:
                     c = decode_frame(frame, max_frame)
-                except Exception as e:      # noqa: BLE001 (a row, whatever the frame)
+                except Exception as e:      # a row, whatever the frame
                     yield (path, index, record, t, conn_base + conn, peer, direction, None,
                            None, None, None, None, None, None, None, _len(frame),
                            f"{type(e).__name__}: {e}")
@@ -156,7 +163,7 @@ def decode_files(files, file_indexes, server_ports=(9876,)):
                 yield (path, index, record, t, conn_base + conn, peer, direction, c.code,
                        c.flag, c.opaque, c.language, c.version, c.remark, c.ext_fields,
                        len(c.body), len(frame), None)
-        except Exception as e:      # noqa: BLE001 (not a trace, a cut pcap, no rmq.pcap...)
+        except Exception as e:      # not a trace, a cut pcap, no rmq.pcap...
             yield (path, index, record + 1, None, None, None, None, None, None, None, None,
                    None, None, None, None, None, f"{type(e).__name__}: {e}")
 
@@ -249,20 +256,32 @@ def _name_map(names):
                           for x in (F.lit(code), F.lit(name))])
 
 
-def decode_frames(spark, paths, server_ports=(9876,), partitions=None):
-    """The frames DataFrame of the input files ``paths`` (as :func:`list_inputs`
-    gives them), not yet computed."""
+def default_partitions(sc, files):
+    """A file is never split: with a partition per core, files grouped by size
+    leave a core idle at the end; twice as many even the load out."""
+    return max(sc.defaultParallelism, min(files, 2 * sc.defaultParallelism))
+
+
+def frame_rows(spark, paths, server_ports=(9876,), partitions=None):
+    """The RDD of RAW_FIELDS tuples of the input files ``paths`` (as
+    :func:`list_inputs` gives them)."""
     import functools
 
+    sc = spark.sparkContext
+    file_indexes = {p: i for i, p in enumerate(paths)}
+    files = sc.binaryFiles(",".join(paths), minPartitions=partitions
+                           or default_partitions(sc, len(paths)))
+    return files.mapPartitions(functools.partial(decode_files, file_indexes=file_indexes,
+                                                 server_ports=tuple(server_ports)))
+
+
+def decode_frames(spark, paths, server_ports=(9876,), partitions=None):
+    """The frames DataFrame of the input files ``paths``, not yet computed."""
     from pyspark.sql import functions as F
 
     from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
 
-    sc = spark.sparkContext
-    file_indexes = {p: i for i, p in enumerate(paths)}
-    files = sc.binaryFiles(",".join(paths), minPartitions=partitions or sc.defaultParallelism)
-    rows = files.mapPartitions(functools.partial(decode_files, file_indexes=file_indexes,
-                                                 server_ports=tuple(server_ports)))
+    rows = frame_rows(spark, paths, server_ports, partitions)
     raw = spark.createDataFrame(rows, _raw_schema(), verifySchema=False)
     col = F.col
     is_response = (col("flag").bitwiseAND(1) != 0)
@@ -495,6 +514,7 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
     requests = spark.read.parquet(requests_path)
     summary = aggregate(frames, requests, paths)
     summary["seconds"] = round(time.monotonic() - t0, 3)
+    summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
     try:
