@@ -136,6 +136,7 @@ def test_session_counts_are_the_traffic_sent(recorded):
     written = json.loads((out / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary))
     s = written
+    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
     sent = sum(REQUESTS_SENT.values())
     assert s["frames"] == rec.recorded == sent + len(answers)
     assert (s["undecodable_frames"], s["unreadable_inputs"]) == (0, 0)
@@ -207,7 +208,8 @@ def test_session_parquet_tables(recorded, spark):
             assert r["latency_us"] == (r["answer_time_ns"] - r["time_ns"]) / 1000
     assert [r["code_name"] for r in rows if r["oneway"]] == ["DELETE_KV_CONFIG"]
     nope = [r for r in rows if r["topic"] == "nope"]
-    assert [(r["answer_code"], r["answer_code_name"]) for r in nope] == [(17, "TOPIC_NOT_EXIST")] * 2
+    assert [(r["answer_code"], r["answer_code_name"]) for r in nope] == \
+        [(17, "TOPIC_NOT_EXIST")] * 2
 
 
 def test_session_report_references_charts_that_exist(recorded):
@@ -362,3 +364,4 @@ def test_runs_through_spark_submit(tmp_path):
     assert {t["topic"]: t["requests"] for t in s["top_topics"]} == {"T0": 7, "T1": 7, "T2": 6}
     assert (tmp_path / "out" / "report.html").exists()
     assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]
+    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]

@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 
-__all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions", "frame_rows", "decode_frames",
-           "decode_files", "requests_table", "aggregate", "choose_bucket_ns",
-           "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
+__all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
+           "frame_rows", "decode_frames", "decode_files", "requests_table", "aggregate",
+           "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
 
 #: RAW_FIELDS: what the partition function emits per frame, as a plain tuple.
 RAW_FIELDS = ("file", "file_index", "record", "time_ns", "conn", "peer", "direction",
@@ -121,6 +121,9 @@ def main(args):
     finally:
         if owned:
             spark.stop()
+    if "python" in summary["spark"]["executor_implementation"]:
+        print("rmq trace analyze: the executors decoded with the pure-Python codec "
+              "(rmq._core is not importable there), several times slower", file=sys.stderr)
     print(f"{summary['frames']} frames ({summary['undecodable_frames']} undecodable, "
           f"{summary['unreadable_inputs']} unreadable inputs), {summary['requests']} requests, "
           f"{summary['errors']} error answers -> {args.out}")
@@ -331,7 +334,8 @@ def requests_table(frames):
                        & (col("answer_time_ns") >= col("time_ns"))
                        & (col("next_ns").isNull() | (col("answer_time_ns") < col("next_ns"))),
                        "left")
-    first = Window.partitionBy("file_index", "record").orderBy(col("answer_time_ns").asc_nulls_last())
+    first = Window.partitionBy("file_index", "record").orderBy(
+        col("answer_time_ns").asc_nulls_last())
     return (joined.withColumn("_n", F.row_number().over(first)).where(col("_n") == 1)
             .withColumn("latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
             .drop("_n", "next_ns", "a_conn", "a_opaque"))
@@ -497,6 +501,19 @@ def _brokers(requests, start, end, bucket_ns):
     return out
 
 
+def _implementation(_):
+    import rmq
+    return rmq.IMPLEMENTATION
+
+
+def executor_implementations(spark):
+    """The rmq codec the executors' Python workers load ("compiled", or "python"
+    when rmq._core did not reach them), from a task per core."""
+    sc = spark.sparkContext
+    n = sc.defaultParallelism
+    return sorted(sc.parallelize(range(n), n).map(_implementation).distinct().collect())
+
+
 def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
     """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
     summary.json)."""
@@ -514,7 +531,8 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
     requests = spark.read.parquet(requests_path)
     summary = aggregate(frames, requests, paths)
     summary["seconds"] = round(time.monotonic() - t0, 3)
-    summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version}
+    summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
+                        "executor_implementation": executor_implementations(spark)}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
     try:
