@@ -65,6 +65,18 @@ def pytest_terminal_summary(terminalreporter):
          "register body decode python"),
         ("register body decode compressed compiled / python",
          "register body decode compressed compiled", "register body decode compressed python"),
+        ("analyze: spark rdd / standalone 2 procs", "analyze spark rdd compiled",
+         "analyze standalone 2 processes"),
+        ("analyze: spark df / standalone 2 procs", "analyze spark df compiled",
+         "analyze standalone 2 processes"),
+        ("analyze: spark parquet / standalone 2 procs", "analyze spark parquet compiled",
+         "analyze standalone 2 processes"),
+        ("analyze: standalone compiled / python", "analyze standalone 1 process compiled",
+         "analyze standalone 1 process python"),
+        ("analyze: spark rdd compiled / python", "analyze spark rdd compiled",
+         "analyze spark rdd python"),
+        ("analyze: spark df compiled / python", "analyze spark df compiled",
+         "analyze spark df python"),
     ]
     for label, a, b in ratios:
         if a in by_name and b in by_name and by_name[b]:

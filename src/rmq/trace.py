@@ -231,7 +231,9 @@ class SegmentReader:
         self.stats = {"records": 0, "truncated_bytes": 0}
 
     def __iter__(self):
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
+        # use_list=False: records come out as the tuples they are read as, no copy
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False,
+                                    use_list=False)
         unpacker.feed(self.data)
         try:
             header = next(unpacker)
@@ -247,11 +249,12 @@ class SegmentReader:
         self.header = header
         n = 0
         end = unpacker.tell()       # after the last complete object
+        tell = unpacker.tell
         try:
             for rec in unpacker:
                 n += 1
-                end = unpacker.tell()
-                yield tuple(rec)
+                end = tell()
+                yield rec
         except (ValueError, msgpack.FormatError, msgpack.StackError) as e:
             raise TraceError(f"{self.name}: corrupt record after {n} records ({e})") from None
         finally:

@@ -1,0 +1,561 @@
+"""rmq trace analyze: a Spark job over trace segments (and pcap captures).
+
+Each input file is one binary record (``binaryFiles``); ``mapPartitions`` decodes
+them with the compiled codec inside the executors' Python workers and hands the JVM
+plain tuples only. Outputs under ``--out``:
+
+- ``frames.parquet``: one row per frame (a frame that does not decode, or a file that
+  cannot be read, is a row with ``decode_error`` set: the job never fails on data);
+- ``requests.parquet``: one row per request, joined by (conn, opaque) to its answer
+  with ``latency_us`` (null when oneway or unanswered);
+- ``summary.json``, ``report.html`` and its PNG charts (:mod:`rmq.report`), made
+  from small aggregates collected to the driver: the frames never are.
+
+Runs as ``rmq trace analyze`` and as ``spark-submit src/rmq/analyze.py``. Bare input
+and output paths are the driver's files (``file:`` URIs for Spark); on a cluster give
+URIs of its storage (``hdfs://``, ``s3a://``).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+__all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
+           "frame_rows", "decode_frames", "decode_files", "requests_table", "aggregate",
+           "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
+
+#: RAW_FIELDS: what the partition function emits per frame, as a plain tuple.
+RAW_FIELDS = ("file", "file_index", "record", "time_ns", "conn", "peer", "direction",
+              "code", "flag", "opaque", "language", "version", "remark", "ext", "body_len",
+              "frame_len", "decode_error")
+#: The NameServer drops a broker silent for longer than this (heartbeatTimeoutMillis).
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
+#: Requests that refresh a broker's liveness: REGISTER_BROKER, QUERY_DATA_VERSION,
+#: BROKER_HEARTBEAT. UNREGISTER_BROKER ends it.
+LIVENESS_CODES = (103, 322, 904)
+UNREGISTER_BROKER = 104
+REGISTER_BROKER = 103
+GET_ROUTEINFO_BY_TOPIC = 105
+TOP_TOPICS = 20
+#: Decode what the recording server accepted, whatever its maxFrameLength was.
+_MAX_FRAME = (1 << 31) - 1
+# Bucket sizes for the request mix over time; the smallest giving at most
+# _MAX_BUCKETS buckets is chosen.
+_BUCKETS_S = (0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+              3600, 7200, 21600, 43200, 86400)
+_MAX_BUCKETS = 120
+
+
+# ---------------------------------------------------------------- command line
+
+def _ports(text):
+    try:
+        ports = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        ports = ()
+    if not ports or not all(0 < p < 65536 for p in ports):
+        raise argparse.ArgumentTypeError(f"expected PORT[,PORT...], got {text!r}")
+    return ports
+
+
+def _positive(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def add_arguments(parser):
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="trace segments or pcap captures, or directories of them "
+                             "(bare paths are the driver's files; URIs such as hdfs://... "
+                             "are passed to Spark)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output directory: frames.parquet, requests.parquet, "
+                             "summary.json, report.html and its charts")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master (default: spark-submit's --master, else local[*])")
+    parser.add_argument("--server-ports", type=_ports, default=(9876,), metavar="PORT[,PORT]",
+                        help="for pcap inputs: the NameServer's ports, which say the "
+                             "direction of each frame (default 9876)")
+    parser.add_argument("--partitions", type=_positive, default=None, metavar="N",
+                        help="spread the input files over at least N partitions "
+                             "(a file is never split)")
+    return parser
+
+
+def main(args):
+    """Run the analysis; the exit status (0 done, 1 failed, 2 no inputs)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print("rmq trace analyze: needs pyspark (pip install 'rmq[trace]')", file=sys.stderr)
+        return 1
+    # An active session (a test's) is used and left running.
+    spark = SparkSession.getActiveSession()
+    owned = spark is None
+    if owned:
+        builder = SparkSession.builder.appName("rmq trace analyze")
+        # spark-submit (which starts the JVM first and says where in
+        # PYSPARK_GATEWAY_PORT) has configured the master: keep it unless told
+        if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+            builder = builder.master(args.master or "local[*]")
+        spark = builder.getOrCreate()
+    try:
+        summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
+                          partitions=args.partitions)
+    except NoInputs as e:
+        print(f"rmq trace analyze: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:      # a Spark or I/O failure: said in one line, not a traceback
+        print(f"rmq trace analyze: {type(e).__name__}: {str(e).strip().splitlines()[0]}",
+              file=sys.stderr)
+        return 1
+    finally:
+        if owned:
+            spark.stop()
+    if "python" in summary["spark"]["executor_implementation"]:
+        print("rmq trace analyze: the executors decoded with the pure-Python codec "
+              "(rmq._core is not importable there), several times slower", file=sys.stderr)
+    print(f"{summary['frames']} frames ({summary['undecodable_frames']} undecodable, "
+          f"{summary['unreadable_inputs']} unreadable inputs), {summary['requests']} requests, "
+          f"{summary['errors']} error answers -> {args.out}")
+    return 0
+
+
+class NoInputs(ValueError):
+    pass
+
+
+# ---------------------------------------------------------------- the partition function
+
+def decode_files(files, file_indexes, server_ports=(9876,)):
+    """The rows (RAW_FIELDS tuples) of ``files``, an iterator of (path, bytes).
+
+    Runs in the executors' Python workers: rmq is imported here, so the compiled
+    codec is loaded there, and only plain tuples go back to the JVM. Nothing a file
+    holds makes it raise: an undecodable frame is a row with ``decode_error``, a
+    file that cannot be read (or stops being readable) one more such row."""
+    from rmq.codec import decode_frame
+    from rmq.trace import read_records
+
+    max_frame = _MAX_FRAME
+    for path, data in files:
+        index = file_indexes.get(path)
+        if index is None:       # listed under another spelling: still one id per file
+            index = _fallback_index(path)
+        conn_base = index << 32
+        record = -1
+        try:
+            for record, (t, conn, peer, direction, frame) in enumerate(
+                    read_records(data, server_ports=server_ports)):
+                try:
+                    c = decode_frame(frame, max_frame)
+                except Exception as e:      # a row, whatever the frame
+                    yield (path, index, record, t, conn_base + conn, peer, direction, None,
+                           None, None, None, None, None, None, None, _len(frame),
+                           f"{type(e).__name__}: {e}")
+                    continue
+                yield (path, index, record, t, conn_base + conn, peer, direction, c.code,
+                       c.flag, c.opaque, c.language, c.version, c.remark, c.ext_fields,
+                       len(c.body), len(frame), None)
+        except Exception as e:      # not a trace, a cut pcap, no rmq.pcap...
+            yield (path, index, record + 1, None, None, None, None, None, None, None, None,
+                   None, None, None, None, None, f"{type(e).__name__}: {e}")
+
+
+def _len(frame):
+    try:
+        return len(frame)
+    except TypeError:
+        return None
+
+
+def _fallback_index(path):
+    import zlib
+    # above any listed index, below 2**31 so that index << 32 stays a long
+    return (1 << 30) | (zlib.crc32(path.encode()) & ((1 << 30) - 1))
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+def _is_uri(path):
+    return "://" in path or path.startswith("file:")
+
+
+def list_inputs(spark, inputs):
+    """The input files as Spark spells them (``file:/abs/path`` for the driver's
+    files, the FileSystem's own form for URIs), in order."""
+    from rmq.trace import SEGMENT_SUFFIX, segment_files
+
+    suffixes = (SEGMENT_SUFFIX, ".pcap", ".pcapng")
+    out = []
+    for p in inputs:
+        p = os.fspath(p)
+        if not _is_uri(p):
+            for f in segment_files([p]):
+                if not os.path.isfile(f):
+                    raise NoInputs(f"{f}: no such file")
+                out.append("file:" + os.path.abspath(f))
+            continue
+        jvm = spark.sparkContext._jvm
+        hpath = jvm.org.apache.hadoop.fs.Path(p)
+        fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        statuses = fs.globStatus(hpath) or []
+        for st in sorted(statuses, key=lambda s: s.getPath().toString()):
+            if st.isDirectory():
+                names = sorted(s.getPath().toString() for s in fs.listStatus(st.getPath())
+                               if s.isFile())
+                out += [n for n in names if n.endswith(suffixes)]
+            else:
+                out.append(st.getPath().toString())
+    if not out:
+        raise NoInputs(f"no trace segments or captures in {' '.join(map(str, inputs))}")
+    return out
+
+
+def _spark_path(out, name):
+    return out.rstrip("/") + "/" + name if _is_uri(out) else \
+        "file:" + os.path.join(os.path.abspath(out), name)
+
+
+def _publish(spark, local_dir, out):
+    """Copy the driver-written files (report, charts, summary) to a URI output."""
+    jvm = spark.sparkContext._jvm
+    dest = jvm.org.apache.hadoop.fs.Path(out)
+    fs = dest.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    for name in os.listdir(local_dir):
+        fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(
+            "file:" + os.path.join(local_dir, name)), jvm.org.apache.hadoop.fs.Path(dest, name))
+
+
+# ---------------------------------------------------------------- the job
+
+def _raw_schema():
+    from pyspark.sql.types import (IntegerType, LongType, MapType, StringType, StructField,
+                                   StructType)
+    types = {"file": StringType(), "file_index": LongType(), "record": LongType(),
+             "time_ns": LongType(), "conn": LongType(), "peer": StringType(),
+             "direction": IntegerType(), "code": IntegerType(), "flag": IntegerType(),
+             "opaque": IntegerType(), "language": StringType(), "version": IntegerType(),
+             "remark": StringType(), "ext": MapType(StringType(), StringType()),
+             "body_len": IntegerType(), "frame_len": IntegerType(),
+             "decode_error": StringType()}
+    # No field needs a Python-side conversion (a TimestampType would): rows go to
+    # the JVM as they are, the time column is made there.
+    return StructType([StructField(n, types[n]) for n in RAW_FIELDS])
+
+
+def _name_map(names):
+    from pyspark.sql import functions as F
+    return F.create_map(*[x for code, name in sorted(names.items())
+                          for x in (F.lit(code), F.lit(name))])
+
+
+def default_partitions(sc, files):
+    """A file is never split: with a partition per core, files grouped by size
+    leave a core idle at the end; twice as many even the load out."""
+    return max(sc.defaultParallelism, min(files, 2 * sc.defaultParallelism))
+
+
+def frame_rows(spark, paths, server_ports=(9876,), partitions=None):
+    """The RDD of RAW_FIELDS tuples of the input files ``paths`` (as
+    :func:`list_inputs` gives them)."""
+    import functools
+
+    sc = spark.sparkContext
+    file_indexes = {p: i for i, p in enumerate(paths)}
+    files = sc.binaryFiles(",".join(paths), minPartitions=partitions
+                           or default_partitions(sc, len(paths)))
+    return files.mapPartitions(functools.partial(decode_files, file_indexes=file_indexes,
+                                                 server_ports=tuple(server_ports)))
+
+
+def decode_frames(spark, paths, server_ports=(9876,), partitions=None):
+    """The frames DataFrame of the input files ``paths``, not yet computed."""
+    from pyspark.sql import functions as F
+
+    from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
+
+    rows = frame_rows(spark, paths, server_ports, partitions)
+    raw = spark.createDataFrame(rows, _raw_schema(), verifySchema=False)
+    col = F.col
+    is_response = (col("flag").bitwiseAND(1) != 0)
+    ext = col("ext")
+    return raw.select(
+        "time_ns",
+        F.expr("timestamp_micros(time_ns div 1000)").alias("time"),
+        "conn", "peer",
+        F.when(col("direction") == 0, "in").when(col("direction") == 1, "out")
+         .alias("direction"),
+        "code",
+        F.when(col("code").isNull(), None)
+         .otherwise(F.coalesce(
+             F.when(is_response, _name_map(RESPONSE_NAMES)[col("code")])
+              .otherwise(_name_map(REQUEST_NAMES)[col("code")]),
+             F.concat(F.lit("CODE_"), col("code").cast("string")))).alias("code_name"),
+        is_response.alias("is_response"),
+        "opaque", "flag",
+        (col("flag").bitwiseAND(2) != 0).alias("oneway"),
+        "language", "version", "remark", "ext", "body_len", "frame_len",
+        ext["topic"].alias("topic"), ext["brokerName"].alias("broker_name"),
+        ext["brokerAddr"].alias("broker_addr"), ext["clusterName"].alias("cluster"),
+        "decode_error", "file", "file_index", "record")
+
+
+def requests_table(frames):
+    """Each request (towards the NameServer), with the answer to it: the first
+    answer on its connection with its opaque, not before it and before that
+    opaque's next request there (clients may reuse opaques)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    ok = frames.where(col("decode_error").isNull())
+    reqs = ok.where((col("direction") == "in") & ~col("is_response")).select(
+        "file", "file_index", "record", "conn", "peer", "time_ns", "time", "code",
+        "code_name", "opaque", "oneway", "language", "version", "topic", "broker_name",
+        "broker_addr", "cluster", "ext")
+    reqs = reqs.withColumn("next_ns", F.lead("time_ns").over(
+        Window.partitionBy("conn", "opaque").orderBy("time_ns", "record")))
+    answers = ok.where((col("direction") == "out") & col("is_response")).select(
+        col("conn").alias("a_conn"), col("opaque").alias("a_opaque"),
+        col("time_ns").alias("answer_time_ns"), col("code").alias("answer_code"),
+        col("code_name").alias("answer_code_name"), col("remark").alias("answer_remark"))
+    joined = reqs.join(answers, (col("conn") == col("a_conn"))
+                       & (col("opaque") == col("a_opaque")) & ~col("oneway")
+                       & (col("answer_time_ns") >= col("time_ns"))
+                       & (col("next_ns").isNull() | (col("answer_time_ns") < col("next_ns"))),
+                       "left")
+    first = Window.partitionBy("file_index", "record").orderBy(
+        col("answer_time_ns").asc_nulls_last())
+    return (joined.withColumn("_n", F.row_number().over(first)).where(col("_n") == 1)
+            .withColumn("latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
+            .drop("_n", "next_ns", "a_conn", "a_opaque"))
+
+
+def choose_bucket_ns(span_ns):
+    """The smallest round bucket giving at most _MAX_BUCKETS buckets over the span."""
+    for s in _BUCKETS_S:
+        if span_ns / (s * 1e9) <= _MAX_BUCKETS:
+            return int(s * 1e9)
+    return int(_BUCKETS_S[-1] * 1e9 * (span_ns // (_BUCKETS_S[-1] * 1e9 * _MAX_BUCKETS) + 1))
+
+
+def _counts(df, key):
+    return {r[0]: r[1] for r in df.groupBy(key).count().orderBy(key).collect()
+            if r[0] is not None}
+
+
+def aggregate(frames, requests, inputs):
+    """The summary: counts and the small series the report draws (plain data)."""
+    from pyspark.sql import functions as F
+
+    col = F.col
+    f = frames.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(col("decode_error").isNotNull() & col("time_ns").isNotNull(), 1)
+              .otherwise(0)).alias("undecodable"),
+        F.sum(F.when(col("time_ns").isNull(), 1).otherwise(0)).alias("unreadable"),
+        F.countDistinct("conn").alias("conns"),
+        F.min("time_ns").alias("start"), F.max("time_ns").alias("end")).first()
+    start, end = f["start"], f["end"]
+    span = (end - start) if start is not None else 0
+    bucket_ns = choose_bucket_ns(span)
+    summary = {
+        "inputs": list(inputs),
+        "frames": f["rows"] - f["unreadable"],
+        "undecodable_frames": f["undecodable"],
+        "unreadable_inputs": f["unreadable"],
+        "connections": f["conns"],
+        "start_ns": start, "end_ns": end,
+    }
+    summary["input_errors"] = [
+        {"file": r["file"], "record": r["record"], "time_ns": r["time_ns"],
+         "error": r["decode_error"]}
+        for r in frames.where(col("decode_error").isNotNull())
+        .select("file", "record", "time_ns", "decode_error").orderBy("file", "record")
+        .limit(100).collect()]
+
+    decoded = frames.where(col("decode_error").isNull())
+    summary["requests_per_code"] = _counts(requests, "code_name")
+    summary["requests"] = sum(summary["requests_per_code"].values())
+    summary["answers_per_code"] = _counts(
+        decoded.where((col("direction") == "out") & col("is_response")), "code_name")
+    r = requests.agg(
+        F.sum(F.when(col("oneway"), 1).otherwise(0)).alias("oneway"),
+        F.sum(F.when(~col("oneway") & col("answer_code").isNull(), 1).otherwise(0))
+         .alias("unanswered"),
+        F.sum(F.when(col("answer_code") != 0, 1).otherwise(0)).alias("errors")).first()
+    summary["oneway"] = r["oneway"] or 0
+    summary["unanswered"] = r["unanswered"] or 0
+    summary["errors"] = r["errors"] or 0
+    summary["errors_per_code"] = [
+        {"request": x[0], "answer": x[1], "answer_code": x[2], "count": x[3]}
+        for x in requests.where(col("answer_code") != 0)
+        .groupBy("code_name", "answer_code_name", "answer_code").count()
+        .orderBy(F.desc("count"), "code_name", "answer_code").collect()]
+
+    summary["latency_us"] = {
+        x["code_name"]: {"count": x["n"], "p50": x["q"][0], "p90": x["q"][1],
+                         "p99": x["q"][2], "max": x["max"]}
+        for x in requests.where(col("latency_us").isNotNull()).groupBy("code_name").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.percentile_approx("latency_us", [0.5, 0.9, 0.99], 10000).alias("q"),
+            F.max("latency_us").alias("max")).orderBy("code_name").collect()}
+
+    summary["request_mix"] = {
+        "bucket_ns": bucket_ns, "start_ns": start,
+        "counts": [[x[0], x[1], x[2]] for x in requests.groupBy(
+            ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
+            .alias("bucket"), "code_name").count().orderBy("bucket", "code_name").collect()]}
+
+    summary["brokers"] = _brokers(requests, start, end, bucket_ns)
+
+    summary["top_topics"] = [
+        {"topic": x[0], "requests": x[1], "not_found": x[2]}
+        for x in requests.where((col("code") == GET_ROUTEINFO_BY_TOPIC) & col("topic").isNotNull())
+        .groupBy("topic").agg(F.count(F.lit(1)).alias("n"),
+                              F.sum(F.when(col("answer_code") == 17, 1).otherwise(0)).alias("nf"))
+        .orderBy(F.desc("n"), "topic").limit(TOP_TOPICS).collect()]
+    return summary
+
+
+def _brokers(requests, start, end, bucket_ns):
+    """Per broker (brokerName + brokerAddr): registrations, liveness gaps (longer
+    than twice the broker's median interval), expiries (a gap past its heartbeat
+    timeout, an UNREGISTER_BROKER, or silence past it at the end of the trace)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    key = ["broker_name", "broker_addr"]
+    events = requests.where(col("code").isin(*LIVENESS_CODES, UNREGISTER_BROKER)
+                            & col("broker_name").isNotNull() & col("broker_addr").isNotNull())
+    live = events.where(col("code").isin(*LIVENESS_CODES)).withColumn(
+        "gap_ns", col("time_ns") - F.lag("time_ns").over(
+            Window.partitionBy(*key).orderBy("time_ns", "record")))
+    per_broker = events.groupBy(*key).agg(
+        F.max("cluster").alias("cluster"),
+        F.sum(F.when(col("code") == REGISTER_BROKER, 1).otherwise(0)).alias("registrations"),
+        F.sum(F.when(col("code").isin(*LIVENESS_CODES[1:]), 1).otherwise(0)).alias("heartbeats"),
+        F.sum(F.when(col("code") == UNREGISTER_BROKER, 1).otherwise(0)).alias("unregistrations"),
+        F.min("time_ns").alias("first_ns"),
+        F.max(F.when(col("code").isin(*LIVENESS_CODES), col("time_ns"))).alias("last_live_ns"),
+        F.max(F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)")).alias("timeout_ms"))
+    medians = live.where(col("gap_ns").isNotNull()).groupBy(*key).agg(
+        F.percentile_approx("gap_ns", 0.5, 10000).alias("median_ns"))
+    stats = per_broker.join(medians, key, "left").withColumn(
+        "timeout_ms", F.coalesce(col("timeout_ms"), F.lit(DEFAULT_HEARTBEAT_TIMEOUT_MS)))
+    gaps = live.join(stats.select(*key, "median_ns", "timeout_ms"), key).where(
+        (col("gap_ns") > 2 * col("median_ns")) | (col("gap_ns") > col("timeout_ms") * 1_000_000)
+    ).select(*key, (col("time_ns") - col("gap_ns")).alias("from_ns"), col("time_ns").alias("to_ns"),
+             (col("gap_ns") > col("timeout_ms") * 1_000_000).alias("expired"))
+    gaps_by = {}
+    for g in gaps.orderBy(*key, "from_ns").collect():
+        gaps_by.setdefault((g[0], g[1]), []).append(
+            {"from_ns": g["from_ns"], "to_ns": g["to_ns"], "expired": g["expired"]})
+    unregs = {}
+    for u in events.where(col("code") == UNREGISTER_BROKER).select(*key, "time_ns") \
+            .orderBy(*key, "time_ns").collect():
+        unregs.setdefault((u[0], u[1]), []).append(u[2])
+    timeline = {}
+    for t in events.where(col("code") == REGISTER_BROKER).groupBy(
+            *key, ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
+            .alias("bucket")).count().orderBy(*key, "bucket").collect():
+        timeline.setdefault((t[0], t[1]), []).append([t[2], t[3]])
+
+    out = []
+    for b in stats.orderBy(*key).collect():
+        k = (b["broker_name"], b["broker_addr"])
+        timeout_ns = b["timeout_ms"] * 1_000_000
+        unreg_times = unregs.get(k, [])
+        expiries = [{"time_ns": t, "reason": "unregistered"} for t in unreg_times]
+        gap_list = gaps_by.get(k, [])
+        for g in gap_list:
+            # a broker that unregistered inside the gap did not expire in it
+            g["unregistered"] = any(g["from_ns"] <= t <= g["to_ns"] for t in unreg_times)
+            if g["expired"] and not g["unregistered"]:
+                expiries.append({"time_ns": g["from_ns"] + timeout_ns, "reason": "timeout"})
+        last = b["last_live_ns"]
+        if last is not None and end - last > timeout_ns and not any(t >= last for t in unreg_times):
+            expiries.append({"time_ns": last + timeout_ns, "reason": "silent at end"})
+        expiries.sort(key=lambda e: e["time_ns"])
+        out.append({
+            "broker_name": k[0], "broker_addr": k[1], "cluster": b["cluster"],
+            "registrations": b["registrations"], "heartbeats": b["heartbeats"],
+            "unregistrations": b["unregistrations"],
+            "median_interval_s": None if b["median_ns"] is None else b["median_ns"] / 1e9,
+            "timeout_s": b["timeout_ms"] / 1000,
+            "gaps": gap_list,
+            "expiries": expiries,
+            "registrations_per_bucket": timeline.get(k, []),
+        })
+    return out
+
+
+def _implementation(_):
+    import rmq
+    return rmq.IMPLEMENTATION
+
+
+def executor_implementations(spark):
+    """The rmq codec the executors' Python workers load ("compiled", or "python"
+    when rmq._core did not reach them), from a task per core."""
+    sc = spark.sparkContext
+    n = sc.defaultParallelism
+    return sorted(sc.parallelize(range(n), n).map(_implementation).distinct().collect())
+
+
+def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
+    """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
+    summary.json)."""
+    from rmq import report
+
+    t0 = time.monotonic()
+    paths = list_inputs(spark, inputs)
+    frames_path, requests_path = _spark_path(out, "frames.parquet"), \
+        _spark_path(out, "requests.parquet")
+    decode_frames(spark, paths, server_ports, partitions).write.mode("overwrite") \
+        .parquet(frames_path)
+    # Read back what was written: the decode runs once, everything after works on parquet.
+    frames = spark.read.parquet(frames_path)
+    requests_table(frames).write.mode("overwrite").parquet(requests_path)
+    requests = spark.read.parquet(requests_path)
+    summary = aggregate(frames, requests, paths)
+    summary["seconds"] = round(time.monotonic() - t0, 3)
+    summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
+                        "executor_implementation": executor_implementations(spark)}
+
+    local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
+    try:
+        os.makedirs(local, exist_ok=True)
+        with open(os.path.join(local, "summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=1, sort_keys=True)
+        report.write_report(local, summary)
+        if local != out:
+            _publish(spark, local, out)
+    finally:
+        if local != out:
+            shutil.rmtree(local, ignore_errors=True)
+    return summary
+
+
+if __name__ == "__main__":
+    # spark-submit src/rmq/analyze.py: the script's own directory (src/rmq) would
+    # shadow the standard library (trace); import the package this file is part of.
+    # (The executors import rmq from their own environment: see the README.)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    sys.path.insert(0, os.path.dirname(here))
+    from rmq import analyze as _analyze
+    _parser = _analyze.add_arguments(argparse.ArgumentParser(
+        prog="spark-submit analyze.py", description="rmq trace analyze"))
+    sys.exit(_analyze.main(_parser.parse_args()))

@@ -1,0 +1,367 @@
+"""rmq trace analyze: the Spark job on local[2] over a recorded NameServer session
+and over segments written to order (bad frames, unreadable files, two files, broker
+gaps), and once through spark-submit."""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("matplotlib")
+
+import rmq  # noqa: E402
+from nameserver import Client, register_broker, running_namesrv  # noqa: E402
+from rmq import analyze  # noqa: E402
+from rmq.trace import IN, OUT, SegmentWriter, TraceRecorder  # noqa: E402
+
+#: The package under test: the executors' Python workers must import this one.
+SRC = os.path.dirname(os.path.dirname(rmq.__file__))
+S = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    with pytest.MonkeyPatch.context() as mp:
+        # the JVM (and so the Python workers it starts) inherits this environment
+        mp.setenv("PYSPARK_PYTHON", sys.executable)
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+        session = (SparkSession.builder.master("local[2]").appName("rmq-test-analyze")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", "2")
+                   .config("spark.default.parallelism", "2")
+                   .config("spark.driver.memory", "1g")
+                   .config("spark.executorEnv.PYTHONPATH", SRC)
+                   .getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
+
+
+def run_main(argv):
+    parser = analyze.add_arguments(argparse.ArgumentParser())
+    return analyze.main(parser.parse_args(argv))
+
+
+def request_frame(code, ext=None, *, opaque, body=b"", oneway=False):
+    return rmq.encode_frame(rmq.RemotingCommand.request(code, ext, body, opaque=opaque,
+                                                        oneway=oneway))
+
+
+def answer_frame(code, answer_code, *, opaque):
+    req = rmq.RemotingCommand.request(code, opaque=opaque)
+    return rmq.encode_frame(req.response(answer_code))
+
+
+def test_workers_import_the_package_under_test(spark):
+    got = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: (__import__("rmq").__file__, __import__("rmq").IMPLEMENTATION)).collect()
+    assert got == [(rmq.__file__, rmq.IMPLEMENTATION)]
+
+
+# ---------------------------------------------------------------- a recorded session
+
+def record_session(address):
+    """Two brokers (re-registering, one unregistering), route queries (2 missing),
+    KV (a missing get), an unknown code and a oneway request. The answers received."""
+    answers = []
+    with Client(address) as broker_a, Client(address) as broker_b, Client(address) as client:
+        def call(c, code, ext=None, **kw):
+            r = c.request(code, ext, **kw)
+            if r is not None:
+                answers.append(r.code)
+            return r
+
+        for counter in (1, 2, 3):
+            answers.append(register_broker(broker_a, "broker-a", "10.0.0.1:10911",
+                                           topics=["T1", "T2"], counter=counter).code)
+        for counter in (1, 2):
+            answers.append(register_broker(broker_b, "broker-b", "10.0.0.2:10911",
+                                           topics=["T2", "T3"], counter=counter).code)
+        for topic in ("T1", "T2", "T1", "nope", "T3", "T1", "nope"):
+            call(client, 105, {"topic": topic})
+        call(client, 105, {"topic": "T2"}, serialize_type="ROCKETMQ")
+        for i in range(3):
+            call(client, 100, {"namespace": "ns", "key": f"k{i}", "value": "v"})
+        call(client, 101, {"namespace": "ns", "key": "k0"})
+        call(client, 101, {"namespace": "ns", "key": "k1"})
+        call(client, 101, {"namespace": "ns", "key": "missing"})
+        call(client, 102, {"namespace": "ns", "key": "k2"})
+        call(client, 102, {"namespace": "ns", "key": "k1"}, oneway=True)
+        call(client, 9999)
+        call(client, 106)
+        call(broker_b, 104, {"clusterName": "c1", "brokerAddr": "10.0.0.2:10911",
+                             "brokerName": "broker-b", "brokerId": "0"})
+    return answers
+
+
+REQUESTS_SENT = {"REGISTER_BROKER": 5, "GET_ROUTEINFO_BY_TOPIC": 8, "PUT_KV_CONFIG": 3,
+                 "GET_KV_CONFIG": 3, "DELETE_KV_CONFIG": 2, "CODE_9999": 1,
+                 "GET_BROKER_CLUSTER_INFO": 1, "UNREGISTER_BROKER": 1}
+ANSWERS = {"SUCCESS": 19, "TOPIC_NOT_EXIST": 2, "QUERY_NOT_FOUND": 1,
+           "REQUEST_CODE_NOT_SUPPORTED": 1}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, spark):
+    tmp = tmp_path_factory.mktemp("session")
+    rec = TraceRecorder(tmp / "trace")
+    with running_namesrv(tmp, trace=rec) as app:
+        answers = record_session(app.address)
+        deadline = time.monotonic() + 5
+        while app.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+    rec.close()
+    assert rec.dropped == 0
+    out = tmp / "out"
+    summary = analyze.analyze(spark, [str(tmp / "trace")], str(out))
+    return rec, answers, out, summary
+
+
+def test_session_counts_are_the_traffic_sent(recorded):
+    rec, answers, out, summary = recorded
+    from rmq.protocol import RESPONSE_NAMES
+    # the session itself went as planned
+    assert {RESPONSE_NAMES[c]: answers.count(c) for c in set(answers)} == ANSWERS
+    written = json.loads((out / "summary.json").read_text())
+    assert written == json.loads(json.dumps(summary))
+    s = written
+    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
+    sent = sum(REQUESTS_SENT.values())
+    assert s["frames"] == rec.recorded == sent + len(answers)
+    assert (s["undecodable_frames"], s["unreadable_inputs"]) == (0, 0)
+    assert s["connections"] == 3
+    assert s["requests_per_code"] == REQUESTS_SENT
+    assert s["requests"] == sent
+    assert s["answers_per_code"] == ANSWERS
+    assert (s["oneway"], s["unanswered"], s["errors"]) == (1, 0, 4)
+    assert s["errors_per_code"] == [
+        {"request": "GET_ROUTEINFO_BY_TOPIC", "answer": "TOPIC_NOT_EXIST", "answer_code": 17,
+         "count": 2},
+        {"request": "CODE_9999", "answer": "REQUEST_CODE_NOT_SUPPORTED", "answer_code": 3,
+         "count": 1},
+        {"request": "GET_KV_CONFIG", "answer": "QUERY_NOT_FOUND", "answer_code": 22, "count": 1}]
+    assert s["top_topics"] == [{"topic": "T1", "requests": 3, "not_found": 0},
+                               {"topic": "T2", "requests": 2, "not_found": 0},
+                               {"topic": "nope", "requests": 2, "not_found": 2},
+                               {"topic": "T3", "requests": 1, "not_found": 0}]
+    brokers = {b["broker_name"]: b for b in s["brokers"]}
+    assert sorted(brokers) == ["broker-a", "broker-b"]
+    a, b = brokers["broker-a"], brokers["broker-b"]
+    assert (a["broker_addr"], a["cluster"], a["registrations"], a["unregistrations"]) == \
+        ("10.0.0.1:10911", "c1", 3, 0)
+    assert (b["broker_addr"], b["registrations"], b["unregistrations"]) == ("10.0.0.2:10911", 2, 1)
+    assert [e["reason"] for e in b["expiries"]] == ["unregistered"]
+    assert a["expiries"] == []
+    assert sum(n for _, n in a["registrations_per_bucket"]) == 3
+    # every answered request has a latency in the table, per code
+    answered = {k: v - (1 if k == "DELETE_KV_CONFIG" else 0) for k, v in REQUESTS_SENT.items()}
+    assert {k: v["count"] for k, v in s["latency_us"].items()} == answered
+    for q in s["latency_us"].values():
+        assert 0 < q["p50"] <= q["p90"] <= q["p99"] <= q["max"] < 10 * 1e6
+    mix = s["request_mix"]
+    assert sum(n for _, _, n in mix["counts"]) == sent
+
+
+def test_session_parquet_tables(recorded, spark):
+    rec, answers, out, summary = recorded
+    frames = spark.read.parquet(str(out / "frames.parquet"))
+    requests = spark.read.parquet(str(out / "requests.parquet"))
+    assert frames.count() == rec.recorded
+    ins = frames.where("direction = 'in'")
+    got = {r["code_name"]: r["count"] for r in ins.groupBy("code_name").count().collect()}
+    assert got == REQUESTS_SENT
+    assert {r["code_name"]: r["count"] for r in
+            frames.where("direction = 'out'").groupBy("code_name").count().collect()} == ANSWERS
+    assert frames.where("is_response").count() == frames.where("direction = 'out'").count()
+    topics = {r["topic"]: r["count"] for r in
+              ins.where("code = 105").groupBy("topic").count().collect()}
+    assert topics == {"T1": 3, "T2": 2, "T3": 1, "nope": 2}
+    per_broker = {(r["broker_name"], r["broker_addr"], r["cluster"]): r["count"] for r in
+                  ins.where("code = 103").groupBy("broker_name", "broker_addr", "cluster")
+                  .count().collect()}
+    assert per_broker == {("broker-a", "10.0.0.1:10911", "c1"): 3,
+                          ("broker-b", "10.0.0.2:10911", "c1"): 2}
+    row = frames.where("code = 105 and is_response = false and language = 'JAVA'").first()
+    assert row["direction"] == "in" and row["ext"]["topic"] == row["topic"]
+    assert abs(row["time"].timestamp() - row["time_ns"] / 1e9) < 1e-3
+    assert frames.where("peer not like '127.0.0.1:%'").count() == 0
+    assert frames.where("decode_error is not null").count() == 0
+
+    assert requests.count() == sum(REQUESTS_SENT.values())
+    rows = requests.collect()
+    for r in rows:
+        if r["oneway"]:
+            assert r["latency_us"] is None and r["answer_code"] is None
+        else:
+            assert r["latency_us"] is not None and r["latency_us"] > 0, r
+            assert r["latency_us"] == (r["answer_time_ns"] - r["time_ns"]) / 1000
+    assert [r["code_name"] for r in rows if r["oneway"]] == ["DELETE_KV_CONFIG"]
+    nope = [r for r in rows if r["topic"] == "nope"]
+    assert [(r["answer_code"], r["answer_code_name"]) for r in nope] == \
+        [(17, "TOPIC_NOT_EXIST")] * 2
+
+
+def test_session_report_references_charts_that_exist(recorded):
+    out = recorded[2]
+    page = (out / "report.html").read_text()
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert sorted(images) == sorted(["requests_over_time.png", "latency.png", "errors.png",
+                                     "brokers.png", "topics.png"])
+    for name in images:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "TOPIC_NOT_EXIST" in page and "broker-b" in page and "nope" in page
+
+
+# ---------------------------------------------------------------- segments written to order
+
+def write_segment(directory, records, prefix="trace"):
+    w = SegmentWriter(directory, prefix=prefix)
+    for r in records:
+        w.write(*r)
+    w.close()
+    return w.files[0]
+
+
+def test_undecodable_frame_and_unreadable_file_are_rows_not_failures(tmp_path, spark, capsys):
+    header = b'{"code":105,"flag":0,"opaque":'          # cut inside the JSON header
+    bad = struct.pack(">ii", 4 + len(header), len(header)) + header
+    t = 1_700_000_000 * S
+    write_segment(tmp_path / "in", [
+        (t, 1, "10.0.0.9:5000", IN, request_frame(105, {"topic": "T"}, opaque=1)),
+        (t + 1000, 1, "10.0.0.9:5000", IN, bad),
+        (t + 2000, 1, "10.0.0.9:5000", OUT, answer_frame(105, 17, opaque=1))])
+    (tmp_path / "in" / "junk.rmqtrace").write_bytes(b"not a trace at all")
+    out = tmp_path / "out"
+    assert run_main([str(tmp_path / "in"), "--out", str(out)]) == 0
+    assert "1 undecodable" in capsys.readouterr().out
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["frames"], s["undecodable_frames"], s["unreadable_inputs"]) == (3, 1, 1)
+    assert s["requests_per_code"] == {"GET_ROUTEINFO_BY_TOPIC": 1}
+    assert s["answers_per_code"] == {"TOPIC_NOT_EXIST": 1}
+    frames = spark.read.parquet(str(out / "frames.parquet"))
+    bad_rows = frames.where("decode_error is not null").orderBy("file").collect()
+    assert len(bad_rows) == 2
+    junk, cut = bad_rows
+    assert junk["file"].endswith("junk.rmqtrace") and "not a trace segment" in junk["decode_error"]
+    assert junk["time_ns"] is None
+    assert cut["record"] == 1 and cut["time_ns"] == t + 1000 and cut["code"] is None
+    assert cut["frame_len"] == len(bad) and cut["peer"] == "10.0.0.9:5000"
+    assert re.search(r"Error", cut["decode_error"])
+    page = (out / "report.html").read_text()
+    assert "not a trace segment" in page
+
+
+def test_two_files_keep_their_connections_apart(tmp_path, spark):
+    t = 1_700_000_000 * S
+    # the same conn id and opaques in both files: only the file tells them apart
+    for i, latency_ns in enumerate((1_000_000, 5_000_000)):
+        write_segment(tmp_path / "in", [
+            (t, 7, f"10.0.0.{i}:5000", IN, request_frame(105, {"topic": "T"}, opaque=1)),
+            (t + latency_ns, 7, f"10.0.0.{i}:5000", OUT, answer_frame(105, 0, opaque=1))],
+            prefix=f"host{i}")
+    out = tmp_path / "out"
+    # as URIs: the inputs listed and the report copied through Hadoop's FileSystem,
+    # as on a cluster's storage
+    summary = analyze.analyze(spark, ["file:" + str(tmp_path / "in")], "file:" + str(out))
+    assert summary["connections"] == 2 and len(summary["inputs"]) == 2
+    assert json.loads((out / "summary.json").read_text())["connections"] == 2
+    assert (out / "report.html").exists() and (out / "requests_over_time.png").exists()
+    frames = spark.read.parquet(str(out / "frames.parquet"))
+    conns = {(r["file_index"], r["conn"]) for r in frames.select("file_index", "conn").collect()}
+    assert conns == {(0, 7), (1, (1 << 32) + 7)}
+    reqs = spark.read.parquet(str(out / "requests.parquet")).orderBy("file").collect()
+    assert [(r["peer"], r["latency_us"]) for r in reqs] == [("10.0.0.0:5000", 1000.0),
+                                                           ("10.0.0.1:5000", 5000.0)]
+
+
+def test_broker_gaps_and_expiries(tmp_path, spark):
+    """broker-a registers every 30 s with one 70 s gap (flagged) and one 200 s gap
+    (flagged, expired by timeout), then stays silent past the timeout until the end
+    of the trace; broker-b registers every 30 s, then unregisters."""
+    t0 = 1_700_000_000 * S
+    ext_a = {"clusterName": "c1", "brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911",
+             "brokerId": "0"}
+    ext_b = dict(ext_a, brokerName="broker-b", brokerAddr="10.0.0.2:10911")
+    times_a = [0, 30, 60, 90, 160, 190, 220, 420, 450, 480]
+    records, opaque = [], 0
+    for s in times_a:
+        opaque += 1
+        records.append((t0 + s * S, 1, "a:1", IN, request_frame(103, ext_a, opaque=opaque)))
+        records.append((t0 + s * S + 1000, 1, "a:1", OUT, answer_frame(103, 0, opaque=opaque)))
+    for s in (0, 30, 60, 90):
+        opaque += 1
+        records.append((t0 + s * S, 2, "b:1", IN, request_frame(103, ext_b, opaque=opaque)))
+    records.append((t0 + 100 * S, 2, "b:1", IN, request_frame(104, ext_b, opaque=opaque + 1)))
+    # a route query at the end makes the trace last until 700 s
+    records.append((t0 + 700 * S, 3, "c:1", IN, request_frame(105, {"topic": "T"}, opaque=1)))
+    records.sort(key=lambda r: r[0])
+    write_segment(tmp_path / "in", records)
+    summary = analyze.analyze(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
+    brokers = {b["broker_name"]: b for b in summary["brokers"]}
+    a, b = brokers["broker-a"], brokers["broker-b"]
+    assert a["registrations"] == 10 and a["median_interval_s"] == 30
+    assert [((g["from_ns"] - t0) // S, (g["to_ns"] - t0) // S, g["expired"]) for g in a["gaps"]] \
+        == [(90, 160, False), (220, 420, True)]
+    assert [((e["time_ns"] - t0) // S, e["reason"]) for e in a["expiries"]] == \
+        [(340, "timeout"), (600, "silent at end")]
+    assert (b["registrations"], b["unregistrations"], b["gaps"]) == (4, 1, [])
+    assert [((e["time_ns"] - t0) // S, e["reason"]) for e in b["expiries"]] == \
+        [(100, "unregistered")]
+    assert summary["request_mix"]["bucket_ns"] == 10 * S       # 700 s in at most 120 buckets
+
+
+def test_bucket_size_follows_the_span():
+    assert analyze.choose_bucket_ns(0) == 1_000_000
+    assert analyze.choose_bucket_ns(60 * S) == S // 2
+    assert analyze.choose_bucket_ns(3600 * S) == 30 * S
+    assert analyze.choose_bucket_ns(7 * 86400 * S) == 7200 * S
+    assert 365 * 86400 * S / analyze.choose_bucket_ns(365 * 86400 * S) <= 120
+
+
+def test_no_inputs_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert run_main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
+    assert "no trace segments" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- spark-submit
+
+def _spark_submit():
+    import pyspark
+    path = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    return path if os.access(path, os.X_OK) else shutil.which("spark-submit")
+
+
+@pytest.mark.skipif(not _spark_submit(), reason="no spark-submit")
+def test_runs_through_spark_submit(tmp_path):
+    t = 1_700_000_000 * S
+    write_segment(tmp_path / "in", [
+        (t + i * 1000, 1, "p:1", IN if i % 2 == 0 else OUT,
+         request_frame(105, {"topic": f"T{i // 2 % 3}"}, opaque=i // 2) if i % 2 == 0
+         else answer_frame(105, 0, opaque=i // 2)) for i in range(40)])
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=SRC)
+    script = os.path.join(SRC, "rmq", "analyze.py")
+    with contextlib.suppress(KeyError):
+        del env["SPARK_HOME"]       # the pyspark package's own
+    p = subprocess.run([_spark_submit(), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                        script, str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (s["frames"], s["requests"], s["answers_per_code"]) == (40, 20, {"SUCCESS": 20})
+    assert {t["topic"]: t["requests"] for t in s["top_topics"]} == {"T0": 7, "T1": 7, "T2": 6}
+    assert (tmp_path / "out" / "report.html").exists()
+    assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]
+    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
