@@ -365,3 +365,22 @@ def test_runs_through_spark_submit(tmp_path):
     assert (tmp_path / "out" / "report.html").exists()
     assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]
     assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
+
+
+def test_rmq_trace_analyze_command_on_a_synthetic_trace(tmp_path):
+    """The CLI as an operator runs it (no PYSPARK_PYTHON set: local workers run on
+    rmq's own Python), on a synthetic trace whose counts are known."""
+    from rmq.synth import synthesize
+    m = synthesize(tmp_path / "in", brokers=2, clients=3, minutes=3, topics=20, seed=3,
+                   start=1_700_000_000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env["PYTHONPATH"] = SRC
+    p = subprocess.run([sys.executable, "-m", "rmq", "trace", "analyze", str(tmp_path / "in"),
+                        "--out", str(tmp_path / "out"), "--master", "local[2]"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["frames"] == m["frames"]
+    assert s["answers_per_code"] == m["answers"]
+    assert s["requests_per_code"] == m["requests"]
+    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]

@@ -106,7 +106,12 @@ def main(args):
         # spark-submit (which starts the JVM first and says where in
         # PYSPARK_GATEWAY_PORT) has configured the master: keep it unless told
         if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-            builder = builder.master(args.master or "local[*]")
+            master = args.master or "local[*]"
+            builder = builder.master(master)
+            if master.startswith("local"):
+                # Local workers are this machine's: run them on this Python (with
+                # rmq and its core), not whatever "python3" is on PATH.
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         spark = builder.getOrCreate()
     try:
         summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
