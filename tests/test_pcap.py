@@ -595,8 +595,11 @@ def _start_tcpdump(path, port):
 
 
 def test_real_tcpdump_capture_of_a_session(tmp_path):
+    """The capture decodes to the frames the NameServer's own recorder saw."""
+    from rmq.trace import TraceRecorder, read_records, segment_files
     path = tmp_path / "session.pcap"
-    with running_namesrv(tmp_path) as app:
+    recorder = TraceRecorder(tmp_path / "trace")
+    with running_namesrv(tmp_path, trace=recorder) as app:
         tcpdump = _start_tcpdump(path, app.port)
         try:
             sent = {}                                 # conn -> request frames, in order
@@ -633,6 +636,7 @@ def test_real_tcpdump_capture_of_a_session(tmp_path):
         finally:
             tcpdump.send_signal(signal.SIGINT)
             tcpdump.wait(10)
+    recorder.close()
     reader = PcapReader(path, server_ports={app.port})
     records = list(reader)
     by_conn = {}
@@ -650,4 +654,15 @@ def test_real_tcpdump_capture_of_a_session(tmp_path):
     assert [r.time_ns for r in records] == sorted(r.time_ns for r in records)
     stats = reader.stats
     assert (stats.flows, stats.frames) == (2, 12)
+    # the same frames, connection by connection and direction by direction, as the
+    # recorder inside the server saw them (its connection ids are its own)
+    seen = [r for p in segment_files([tmp_path / "trace"]) for r in read_records(p)]
+    assert recorder.dropped == 0 and len(seen) == len(records)
+
+    def streams(recs):
+        out = {}
+        for t, conn, peer, direction, frame in recs:
+            out.setdefault((peer, direction), []).append(frame)
+        return out
+    assert streams(records) == streams(seen)
     assert stats.unaligned_bytes == stats.lost_bytes == stats.cut_at_end == stats.non_remoting == 0
