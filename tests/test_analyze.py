@@ -285,6 +285,22 @@ def test_two_files_keep_their_connections_apart(tmp_path, spark):
                                                            ("10.0.0.1:5000", 5000.0)]
 
 
+def test_an_answer_in_the_next_segment_of_a_recording_is_matched(tmp_path, spark):
+    """A recording's segments share its connection ids: a request at the end of
+    one segment and its answer at the start of the next are one exchange."""
+    from rmq.trace import SegmentWriter
+    t = 1_700_000_000 * S
+    w = SegmentWriter(tmp_path / "in", segment_bytes=1024)
+    w.write(t, 3, "10.0.0.9:5000", IN, request_frame(105, {"topic": "T" * 900}, opaque=4))
+    w.write(t + 2_000_000, 3, "10.0.0.9:5000", OUT, answer_frame(105, 0, opaque=4))
+    w.close()
+    assert len(w.files) == 2
+    summary = analyze.analyze(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
+    assert summary["connections"] == 1
+    [req] = spark.read.parquet(str(tmp_path / "out" / "requests.parquet")).collect()
+    assert req["latency_us"] == 2000.0
+
+
 def test_broker_gaps_and_expiries(tmp_path, spark):
     """broker-a registers every 30 s with one 70 s gap (flagged) and one 200 s gap
     (flagged, expired by timeout), then stays silent past the timeout until the end

@@ -373,3 +373,62 @@ def test_bad_settings_are_refused():
         BrokerRegistrar("127.0.0.1:9876", split_size=0, **BROKER)
     with pytest.raises(ValueError, match="topicName"):
         BrokerRegistrar("127.0.0.1:9876", topics={"A": bodies.topic_config("B")}, **BROKER)
+
+
+def test_stop_during_a_round_leaves_nothing_running(ns):
+    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(10)])
+    try:
+        async def main():
+            r = FastRegistrar(f"{ns.address};{silent.address}", topics=topics(5),
+                              register_timeout=3, period=0.1, **BROKER)
+            with pytest.raises(RegistrationError):      # only for the silent one: no
+                await r.register_broker_all(addrs=[silent.address])
+            r.first_delay = 0
+            r._tasks.append(asyncio.ensure_future(r._periodically()))
+            await asyncio.sleep(0.3)                    # a round waits for the silent one
+            await r.stop(unregister=False)
+            return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+        assert run(main()) == set()
+    finally:
+        silent.close()
+
+
+def test_a_failed_start_leaves_no_connection(ns):
+    async def main():
+        r = BrokerRegistrar(ns.address, topics=topics(1), **BROKER)   # refused: one topic
+        with pytest.raises(RegistrationError):
+            await r.start()
+        assert r._client is None and r._tasks == []
+    run(main())
+    deadline = time.monotonic() + 5
+    while ns.connections and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not ns.connections
+
+
+def test_a_split_table_is_registered_within_one_timeout():
+    """Every part shares the one register_timeout: a peer that answers slowly
+    cannot stretch it to parts x timeout."""
+    def slow(conn, i):
+        dec = rmq.FrameDecoder()
+        try:
+            while data := conn.recv(1 << 20):
+                for req in dec.feed(data):
+                    time.sleep(0.2)
+                    conn.sendall(rmq.encode_frame(req.response(0, ext_fields={})))
+        except OSError:
+            pass
+    peer = RawServer(slow)
+    try:
+        async def main():
+            r = BrokerRegistrar(peer.address, topics=topics(50), split_registration=True,
+                                split_size=5, register_timeout=1.0, **BROKER)
+            t = time.monotonic()
+            with pytest.raises(RegistrationError):      # 11 parts x 0.2 s > 1 s
+                await r.register_broker_all()
+            took = time.monotonic() - t
+            await r.stop(unregister=False)
+            return took
+        assert run(main()) < 1.6
+    finally:
+        peer.close()

@@ -231,3 +231,95 @@ def test_bad_addresses_are_refused(text):
 def test_parse_address():
     assert parse_address("[::1]:9876") == ("::1", 9876)
     assert parse_address("10.0.0.1:10911") == ("10.0.0.1", 10911)
+
+
+@pytest.fixture
+def unanswered_syn():
+    """An address whose connects hang: a listener whose accept queue is full."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(0)
+    addr = f"127.0.0.1:{s.getsockname()[1]}"
+    fillers = []
+    for _ in range(4):              # fill the queue; later SYNs are dropped
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(s.getsockname())
+        fillers.append(c)
+    time.sleep(0.1)
+    yield addr
+    for c in fillers:
+        c.close()
+    s.close()
+
+
+def test_a_connect_that_hangs_is_a_connect_error(unanswered_syn):
+    """So that callers move on to the next NameServer, as Java's do."""
+    async def main():
+        async with RemotingClient() as c:
+            t = time.monotonic()
+            with pytest.raises(RemotingConnectError, match="timed out connecting"):
+                await c.invoke(unanswered_syn, rmq.RemotingCommand.request(106), timeout=0.3)
+            assert time.monotonic() - t < 2
+    run(main())
+
+
+def test_close_while_connecting_leaves_no_connection(unanswered_syn):
+    async def main():
+        c = RemotingClient(connect_timeout=5)
+        task = asyncio.ensure_future(c.invoke(unanswered_syn, rmq.RemotingCommand.request(106),
+                                              timeout=5))
+        await asyncio.sleep(0.2)
+        await c.close()
+        with pytest.raises((RemotingClosedError, RemotingConnectError)):
+            await task
+        assert c.addresses == [] and not c._connecting
+    run(main())
+
+
+def test_blocking_close_ends_a_call_of_another_thread(unanswered_syn):
+    c = BlockingRemotingClient(connect_timeout=10)
+    errors = []
+
+    def call():
+        try:
+            c.request(unanswered_syn, 106, timeout=10)
+        except Exception as e:
+            errors.append(e)
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    c.close()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - started < 5
+    assert len(errors) == 1 and isinstance(errors[0], RemotingClosedError)
+
+
+def test_one_senders_timeout_does_not_fail_the_others_waiting_to_write():
+    """Two requests wait for a peer that does not read; the first gives up (its
+    timeout), the second still gets its answer once the peer reads."""
+    def slow_reader(conn, i):
+        time.sleep(1.0)
+        dec = rmq.FrameDecoder()
+        try:
+            while data := conn.recv(1 << 20):
+                for req in dec.feed(data):
+                    conn.sendall(rmq.encode_frame(req.response(0, remark=str(req.opaque))))
+        except OSError:             # closed by the test's end
+            pass
+    server = RawServer(slow_reader)
+    try:
+        async def main():
+            async with RemotingClient() as c:
+                big = b"x" * (12 << 20)         # more than the socket buffers hold
+                first = rmq.RemotingCommand.request(100, {"k": "1"}, big)
+                second = rmq.RemotingCommand.request(100, {"k": "2"}, big)
+                a = asyncio.ensure_future(c.invoke(server.address, first, timeout=0.3))
+                b = asyncio.ensure_future(c.invoke(server.address, second, timeout=20))
+                with pytest.raises(RemotingTimeoutError):
+                    await a
+                assert (await b).remark == str(second.opaque)
+        run(main())
+    finally:
+        server.close()

@@ -16,7 +16,7 @@ import pytest
 import rmq
 from nameserver import Client, register_broker, running_namesrv
 from pcapfiles import (ACK, ETHERNET, FIN, LINK_WRAPPERS, LOOP, NULL, PSH, RAW, RST, SLL, SLL2,
-                       Connection, enhanced_packet, ethernet, fragment_header, hop_by_hop,
+                       Connection, block, enhanced_packet, ethernet, fragment_header, hop_by_hop,
                        interface_description, ipv4, ipv6, pcap, pcapng, section_header,
                        tcp_segment, timed)
 from rmq.errors import RmqError
@@ -666,3 +666,10 @@ def test_real_tcpdump_capture_of_a_session(tmp_path):
         return out
     assert streams(records) == streams(seen)
     assert stats.unaligned_bytes == stats.lost_bytes == stats.cut_at_end == stats.non_remoting == 0
+
+
+@pytest.mark.parametrize("btype, body_len", [(6, 4), (2, 16), (3, 0)])
+def test_a_packet_block_shorter_than_its_fields_is_a_pcap_error(btype, body_len):
+    data = section_header() + interface_description() + block("<", btype, bytes(body_len))
+    with pytest.raises(PcapError, match="less than its fixed fields"):
+        list(PcapReader(io.BytesIO(data)))

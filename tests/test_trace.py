@@ -195,3 +195,44 @@ def test_read_records_takes_a_capture_from_bytes_or_a_path(tmp_path):
     assert len(expected) == 1 and expected[0][4] == frames[0]
     assert list(read_records(str(path))) == expected
     assert list(read_records(path.read_bytes())) == expected
+
+
+def test_a_write_error_stops_the_recording_not_the_server(tmp_path):
+    """The trace directory disappears: the next segment cannot be opened. The
+    recorder says so (error, dropped) and record() goes on returning at once."""
+    import shutil
+    frame = rmq.encode_frame(rmq.RemotingCommand.request(100, {"v": "x" * 300}))
+    rec = TraceRecorder(tmp_path / "t", segment_bytes=1024)
+    for _ in range(3):
+        rec.record(1, "p", IN, frame)
+    deadline = time.monotonic() + 5
+    while rec.recorded < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    shutil.rmtree(tmp_path / "t")
+    for _ in range(20):                     # past the segment size: a new file is needed
+        rec.record(1, "p", IN, frame)
+    deadline = time.monotonic() + 5
+    while rec.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(rec.error, OSError)
+    t = time.monotonic()
+    for _ in range(1000):
+        rec.record(1, "p", IN, frame)
+    assert time.monotonic() - t < 0.5
+    rec.close()
+    assert rec.recorded + rec.dropped == 1023
+
+
+def test_the_queue_is_bounded_in_bytes_too(tmp_path):
+    rec = TraceRecorder(tmp_path, queue_bytes=10_000)
+    gate = threading.Event()
+    write = rec.writer.write
+    rec.writer.write = lambda *a: (gate.wait(10), write(*a))
+    rec._wake.set()
+    time.sleep(0.3)
+    big = b"\x00\x00\x0f\xfc" + b"x" * 4092      # 4 KiB frames: two fit, the rest do not
+    for _ in range(10):
+        rec.record(1, "p", IN, big)
+    gate.set()
+    rec.close()
+    assert rec.dropped >= 7 and rec.recorded + rec.dropped == 10

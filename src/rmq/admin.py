@@ -94,8 +94,10 @@ class NamesrvAdmin:
             return None
         try:
             return read(resp)
-        except ProtocolError as e:
-            raise BodyError(f"answer from {addr} to request {code}: {e}") from e
+        except (ProtocolError, TypeError, ValueError, AttributeError, KeyError) as e:
+            # a body that decodes but is not the shape Java sends (a number where
+            # a list of names belongs...): the same typed error as undecodable JSON
+            raise BodyError(f"answer from {addr} to request {code}: {e!r}") from e
 
     def _call_one(self, code, ext_fields=None, read=None):
         """Java's ``invokeSync(null, ...)``: the first NameServer that can be

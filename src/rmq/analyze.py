@@ -19,6 +19,7 @@ URIs of its storage (``hdfs://``, ``s3a://``).
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -120,7 +121,8 @@ def main(args):
         print(f"rmq trace analyze: {e}", file=sys.stderr)
         return 2
     except Exception as e:      # a Spark or I/O failure: said in one line, not a traceback
-        print(f"rmq trace analyze: {type(e).__name__}: {str(e).strip().splitlines()[0]}",
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        print(f"rmq trace analyze: {type(e).__name__}: {first_line}",
               file=sys.stderr)
         return 1
     finally:
@@ -141,7 +143,7 @@ class NoInputs(ValueError):
 
 # ---------------------------------------------------------------- the partition function
 
-def decode_files(files, file_indexes, server_ports=(9876,)):
+def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None):
     """The rows (RAW_FIELDS tuples) of ``files``, an iterator of (path, bytes).
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
@@ -156,7 +158,9 @@ def decode_files(files, file_indexes, server_ports=(9876,)):
         index = file_indexes.get(path)
         if index is None:       # listed under another spelling: still one id per file
             index = _fallback_index(path)
-        conn_base = index << 32
+        # The segments of one recording share its connection ids (a request at the
+        # end of one segment, its answer in the next); other inputs have their own.
+        conn_base = (conn_spaces or {}).get(path, index) << 32
         record = -1
         try:
             for record, (t, conn, peer, direction, frame) in enumerate(
@@ -277,10 +281,23 @@ def frame_rows(spark, paths, server_ports=(9876,), partitions=None):
 
     sc = spark.sparkContext
     file_indexes = {p: i for i, p in enumerate(paths)}
+    recordings = {}
+    conn_spaces = {p: recordings.setdefault(_recording(p), file_indexes[p]) for p in paths}
     files = sc.binaryFiles(",".join(paths), minPartitions=partitions
                            or default_partitions(sc, len(paths)))
     return files.mapPartitions(functools.partial(decode_files, file_indexes=file_indexes,
-                                                 server_ports=tuple(server_ports)))
+                                                 server_ports=tuple(server_ports),
+                                                 conn_spaces=conn_spaces))
+
+
+_SEGMENT_NUMBER = re.compile(r"-\d{6}\.rmqtrace$")
+
+
+def _recording(path):
+    """What the segments of one recording have in common: the name without its
+    segment number (rmq.trace.SegmentWriter's names); a capture is its own."""
+    stem, n = _SEGMENT_NUMBER.subn("", path)
+    return stem if n else path
 
 
 def decode_frames(spark, paths, server_ports=(9876,), partitions=None):

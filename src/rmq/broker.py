@@ -230,12 +230,12 @@ class BrokerRegistrar:
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
                                        version=self.version)
 
-    async def _register_one(self, addr, body, crc, compressed, oneway):
+    async def _register_one(self, addr, body, crc, compressed, oneway, timeout):
         cmd = self._register_command(body, crc, compressed, oneway)
         if oneway:
-            await self._client_().invoke_oneway(addr, cmd, self.register_timeout)
+            await self._client_().invoke_oneway(addr, cmd, timeout)
             return None
-        resp = await self._client_().invoke(addr, cmd, self.register_timeout)
+        resp = await self._client_().invoke(addr, cmd, timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise ResponseError(resp.code, resp.remark, addr, RequestCode.REGISTER_BROKER)
         ext = resp.ext_fields or {}
@@ -247,15 +247,26 @@ class BrokerRegistrar:
         that answered within ``register_timeout`` (none for oneway: nothing answers;
         sent is enough), logs the others, and raises RegistrationError only when
         none answered (or, oneway, none could be sent to). A split table goes as
-        one such round per part, in order; a NameServer counts as answered when it
-        answered every part. ``addrs``: only these NameServers (default: all)."""
+        one such round per part, in order, all within the one ``register_timeout``;
+        a NameServer counts as answered when it answered every part. ``addrs``: only
+        these NameServers (default: all)."""
         oneway = self.oneway if oneway is None else bool(oneway)
         compressed = self.compressed if compressed is None else bool(compressed)
+        if addrs is not None and not addrs:
+            raise ValueError("register_broker_all(addrs=...): no address given")
         chunks = self._chunks(compressed)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.register_timeout
         results, errors = {}, {}
         for body, crc in chunks:
+            timeout = max(deadline - loop.time(), 0.001)
+            pending = [a for a in (self.namesrv_addrs if addrs is None else addrs)
+                       if a not in errors]
+            if not pending:
+                break
             got, failed = await self._each(
-                lambda addr: self._register_one(addr, body, crc, compressed, oneway), addrs)
+                lambda addr: self._register_one(addr, body, crc, compressed, oneway, timeout),
+                pending, timeout)
             for addr, e in failed.items():
                 errors.setdefault(addr, e)
             results.update(got)
@@ -277,19 +288,26 @@ class BrokerRegistrar:
                 self.on_results(ok)
         return ok
 
-    async def _each(self, call, addrs=None):
+    async def _each(self, call, addrs=None, timeout=None):
         """Run ``call(addr)`` for every NameServer (or those of ``addrs``) at once,
-        within register_timeout overall; returns ({addr: result}, {addr: exception})."""
+        within ``timeout`` (register_timeout) overall; returns ({addr: result},
+        {addr: exception}). Nothing outlives it, not even when it is cancelled."""
+        timeout = self.register_timeout if timeout is None else timeout
         tasks = {addr: asyncio.ensure_future(call(addr))
                  for addr in (self.namesrv_addrs if addrs is None else addrs)}
-        done, pending = await asyncio.wait(tasks.values(), timeout=self.register_timeout)
-        for t in pending:
-            t.cancel()
+        if not tasks:
+            return {}, {}
+        try:
+            await asyncio.wait(tasks.values(), timeout=timeout)
+        finally:
+            late = [t for t in tasks.values() if not t.done()]
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         results, errors = {}, {}
         for addr, t in tasks.items():
-            if t in pending:
-                errors[addr] = RemotingError(
-                    f"no answer within {self.register_timeout:g} s", addr)
+            if t.cancelled():
+                errors[addr] = RemotingError(f"no answer within {timeout:g} s", addr)
             elif t.exception() is not None:
                 errors[addr] = t.exception()
             else:
@@ -355,8 +373,17 @@ class BrokerRegistrar:
 
     async def start(self):
         """Register now (sync, forced, as BrokerController.start), then every period;
-        the light heartbeat too when enabled. Returns the first results."""
-        results = await self.register_broker_all(oneway=False)
+        the light heartbeat too when enabled. Returns the first results. When no
+        NameServer answers the first registration it raises RegistrationError and
+        nothing is left running (Java would go on trying each period: call start()
+        again, or tick(), to do that)."""
+        try:
+            results = await self.register_broker_all(oneway=False)
+        except BaseException:
+            if self._own_client and self._client is not None:
+                await self._client.close()
+                self._client = None
+            raise
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodically()))
         if self.light_heartbeat:

@@ -21,6 +21,12 @@ log = logging.getLogger("rmq.brokersim")
 class SimRegistrar(BrokerRegistrar):
     # A simulator may register faster than a real broker's 10 s floor.
     SHORTEST_PERIOD = 1.0
+    bump = False                    # a new DataVersion every period (--bump)
+
+    async def tick(self):
+        if self.bump:
+            self.update_topics(self._topics)
+        return await super().tick()
 
 
 def add_parser(sub):
@@ -105,9 +111,8 @@ async def run(args, stop=None):
             log.info("%s registered with %d of %d name servers (%d topics)", r.broker_name,
                      len(results), len(r.namesrv_addrs), len(r.topics))
         if status == 0:
-            if args.bump:
-                for r in registrars:
-                    r.on_results = lambda _res, r=r: r.update_topics(r.topics)
+            for r in registrars:
+                r.bump = args.bump
             log.info("%d brokers registered; Ctrl-C stops them", len(started))
             try:
                 await asyncio.wait_for(stop.wait(), args.duration)

@@ -12,6 +12,7 @@ an event loop of its own in a background thread.
 """
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 
@@ -118,7 +119,8 @@ class _Channel(asyncio.Protocol):
             raise RemotingClosedError(f"connection to {self.addr} is closed", self.addr)
         self.transport.write(encode_frame(cmd))
         if self._drained is not None:
-            await self._drained
+            # shared by every sender: one sender's timeout must not cancel it
+            await asyncio.shield(self._drained)
 
     def close(self):
         if not self.closed:
@@ -150,7 +152,13 @@ class RemotingClient:
             loop = asyncio.get_running_loop()
             fut = self._connecting[addr] = loop.create_task(self._connect(addr))
             fut.add_done_callback(lambda _f: self._connecting.pop(addr, None))
-        return await asyncio.shield(fut)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if fut.cancelled() and self._closed:        # close() stopped the connect
+                raise RemotingClosedError("the client was closed while connecting",
+                                          addr) from None
+            raise
 
     async def _connect(self, addr):
         if self._closed:
@@ -167,6 +175,9 @@ class RemotingClient:
                 f"connect to {addr} timed out after {self.connect_timeout:g} s", addr) from None
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}", addr) from e
+        if self._closed:            # closed while connecting
+            ch.close()
+            raise RemotingClosedError("the client is closed", addr)
         old = self._channels.get(addr)
         if old is not None:
             old.close()
@@ -205,9 +216,11 @@ class RemotingClient:
         try:
             return await asyncio.wait_for(aw, max(remaining, 0))
         except asyncio.TimeoutError:
-            raise RemotingTimeoutError(
-                f"request {cmd.code} (opaque {cmd.opaque}) to {addr}: timed out {doing}",
-                addr) from None
+            message = f"request {cmd.code} (opaque {cmd.opaque}) to {addr}: timed out {doing}"
+            # No connection within the time: a connect failure, as Java's
+            # RemotingConnectException (callers move on to the next address).
+            error = RemotingConnectError if doing == "connecting" else RemotingTimeoutError
+            raise error(message, addr) from None
 
     def close_address(self, addr):
         """Close the connection to ``addr`` (the next call reconnects)."""
@@ -218,6 +231,10 @@ class RemotingClient:
     async def close(self):
         """Close every connection; requests still waiting fail with RemotingClosedError."""
         self._closed = True
+        connecting = list(self._connecting.values())
+        for task in connecting:
+            task.cancel()
+        await asyncio.gather(*connecting, return_exceptions=True)
         for addr in list(self._channels):
             self.close_address(addr)
         await asyncio.sleep(0)           # let connection_lost run
@@ -249,7 +266,10 @@ class BlockingRemotingClient:
         if not self._thread.is_alive():
             coro.close()
             raise RemotingClosedError("the client is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        except concurrent.futures.CancelledError:
+            raise RemotingClosedError("the client was closed during the call") from None
 
     def invoke(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
         return self._run(self.client.invoke(addr, cmd, timeout))
@@ -263,10 +283,20 @@ class BlockingRemotingClient:
 
     def close(self):
         if self._thread.is_alive():
-            self._run(self.client.close())
+            self._run(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop.close()
+
+    async def _shutdown(self):
+        # Calls still running (e.g. connecting) in other threads end with
+        # RemotingClosedError rather than waiting on a stopped loop forever.
+        await self.client.close()
+        me = asyncio.current_task()
+        others = [t for t in asyncio.all_tasks() if t is not me]
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     def __enter__(self):
         return self

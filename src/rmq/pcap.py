@@ -117,6 +117,8 @@ _PCAP_HEADER_SIZE = 24
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"      # a palindrome: the same in both byte orders
 _PCAPNG_BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
 _BLOCK_IDB, _BLOCK_OPB, _BLOCK_SPB, _BLOCK_EPB = 1, 2, 3, 6
+# block header and trailer (12 bytes) plus each packet block's fixed fields
+_LEAST_BLOCK_LENGTH = {_BLOCK_EPB: 32, _BLOCK_OPB: 32, _BLOCK_SPB: 16}
 _OPT_IF_TSRESOL, _OPT_IF_TSOFFSET = 9, 14
 
 _CHUNK = 1 << 20
@@ -359,6 +361,10 @@ class PcapReader:
             buf, pos = reader.buf, reader.pos
             reader.pos = pos + blen
             body, end = pos + 8, pos + blen - 4
+            least = _LEAST_BLOCK_LENGTH.get(btype, 12)
+            if blen < least:
+                raise PcapError(f"pcapng block of type {btype:#x} at offset {reader.offset + pos} "
+                                f"has length {blen}, less than its fixed fields' {least}")
             if btype == _BLOCK_EPB or btype == _BLOCK_OPB:
                 if btype == _BLOCK_EPB:
                     iface, high, low, caplen, wirelen = struct.unpack_from(order + "5I", buf, body)

@@ -20,6 +20,7 @@ A segment cut by a crash reads back up to its last complete record.
 
 import collections
 import io
+import logging
 import os
 import socket
 import threading
@@ -31,6 +32,8 @@ from rmq.codec import FrameSplitter
 from rmq.errors import ProtocolError, RmqError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
 
+log = logging.getLogger("rmq.trace")
+
 __all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
            "segment_files", "TraceError", "SEGMENT_SUFFIX"]
 
@@ -39,8 +42,9 @@ SEGMENT_SUFFIX = ".rmqtrace"
 FORMAT_VERSION = 1
 #: Segment files are closed and a new one begun past this size.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-#: Frames waiting for the writer thread; more are dropped (and counted).
+#: Frames, and their bytes, waiting for the writer thread; more are dropped (and counted).
 DEFAULT_QUEUE_FRAMES = 100_000
+DEFAULT_QUEUE_BYTES = 256 * 1024 * 1024
 
 
 class TraceError(RmqError, ValueError):
@@ -65,10 +69,12 @@ class SegmentWriter:
         self._file = None
         self._size = 0
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-        self._stamp = time.strftime("%Y%m%dT%H%M%S")
+        # Names sort in time order, and two writers (processes, or two writers of one
+        # process in the same second) never pick the same one.
+        self._stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**9:09d}"
 
     def _open(self):
-        path = os.path.join(self.directory, f"{self.prefix}-{self._stamp}-{os.getpid()}-"
+        path = os.path.join(self.directory, f"{self.prefix}-{self._stamp}-"
                                             f"{len(self.files):06d}{SEGMENT_SUFFIX}")
         self._file = open(path, "xb", buffering=1 << 20)
         self.files.append(path)
@@ -108,17 +114,23 @@ class TraceRecorder:
     """Records frames off the hot path: :meth:`record` appends to a bounded queue
     (dropping and counting when it is full) and one thread writes the segments.
 
-    ``dropped``: frames lost to a full queue; ``recorded``: frames written;
-    ``unframed_bytes``: bytes of streams that stopped being frames (a bad length:
-    the server closes such a connection)."""
+    ``dropped``: frames lost to a full queue (``queue_frames`` frames or
+    ``queue_bytes`` bytes waiting) or to a failed write; ``recorded``: frames
+    written; ``unframed_bytes``: bytes of streams that stopped being frames (a bad
+    length: the server closes such a connection); ``error``: the write error that
+    stopped the recording (a full disk...), None while it goes on."""
 
     def __init__(self, directory, *, segment_bytes=DEFAULT_SEGMENT_BYTES,
-                 queue_frames=DEFAULT_QUEUE_FRAMES, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+                 queue_frames=DEFAULT_QUEUE_FRAMES, queue_bytes=DEFAULT_QUEUE_BYTES,
+                 max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
         self.writer = SegmentWriter(directory, segment_bytes=segment_bytes)
         self.max_frame_length = max_frame_length
         self.queue_frames = queue_frames
+        self.queue_bytes = queue_bytes
         self.dropped = 0
         self.unframed_bytes = 0
+        self.error = None
+        self._queued_bytes = 0
         self._queue = collections.deque()
         self._wake = threading.Event()
         self._stop = False
@@ -135,9 +147,11 @@ class TraceRecorder:
 
     def record(self, conn, peer, direction, frame, time_ns=None):
         """Queue one frame; never blocks."""
-        if len(self._queue) >= self.queue_frames:
+        if (len(self._queue) >= self.queue_frames or self.error is not None
+                or self._queued_bytes + len(frame) > self.queue_bytes):
             self.dropped += 1
             return
+        self._queued_bytes += len(frame)
         self._queue.append((time.time_ns() if time_ns is None else time_ns, conn, peer,
                             direction, frame))
         if not self._wake.is_set():
@@ -148,13 +162,24 @@ class TraceRecorder:
         return ConnectionTrace(self, conn, peer)
 
     def _run(self):
-        queue, write = self._queue, self.writer.write
+        queue = self._queue
         while True:
             self._wake.wait(0.2)
             self._wake.clear()
-            while queue:
-                write(*queue.popleft())
-            self.writer.flush()         # what is recorded survives a crash of the process
+            try:
+                while queue:
+                    rec = queue.popleft()
+                    self._queued_bytes -= len(rec[4])
+                    self.writer.write(*rec)
+                self.writer.flush()     # what is recorded survives a crash of the process
+            except OSError as e:        # a full disk, a removed directory: stop recording,
+                self.error = e          # not the server; what was queued is dropped
+                self.dropped += len(queue) + 1
+                queue.clear()
+                self._queued_bytes = 0
+                log.error(
+                    "trace recording stopped: %s (%d frames recorded)", e, self.recorded)
+                return
             if self._stop and not queue:
                 return
 
@@ -163,7 +188,10 @@ class TraceRecorder:
         self._stop = True
         self._wake.set()
         self._thread.join()
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OSError as e:
+            self.error = self.error or e
 
 
 class ConnectionTrace:
