@@ -99,8 +99,9 @@ def _namesrv(args):
         loop.close()
         if trace is not None:
             trace.close()
-            log.info("trace: %d frames recorded in %d segments, %d dropped (queue full)",
-                     trace.recorded, len(trace.files), trace.dropped)
+            log.info("trace: %d frames recorded in %d segments, %d dropped%s",
+                     trace.recorded, len(trace.files), trace.dropped,
+                     f" (recording stopped: {trace.error})" if trace.error else "")
     return 0
 
 
