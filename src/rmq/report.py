@@ -43,6 +43,12 @@ def _table(headers, rows):
 
 # ---------------------------------------------------------------- charts
 
+def _short(label, width=40):
+    # Topic names may be 127 characters: a chart label that long squeezes the plot
+    # out of the figure (the table below the chart has them whole).
+    return label if len(label) <= width else label[:width - 1] + "…"
+
+
 def _save(fig, out_dir, name):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, name), dpi=100)
@@ -153,7 +159,7 @@ def chart_topics(summary, out_dir):
     ax.barh(ys, found, label="found")
     ax.barh(ys, [t["not_found"] for t in topics], left=found, color="tab:gray",
             label="TOPIC_NOT_EXIST")
-    ax.set_yticks(ys, [t["topic"] for t in topics])
+    ax.set_yticks(ys, [_short(t["topic"]) for t in topics])
     ax.invert_yaxis()
     ax.set_xlabel("GET_ROUTEINFO_BY_TOPIC requests")
     ax.set_title(f"Hottest topics (top {len(topics)})")
