@@ -432,3 +432,38 @@ def test_a_split_table_is_registered_within_one_timeout():
         assert run(main()) < 1.6
     finally:
         peer.close()
+
+
+@pytest.mark.parametrize("filters", [(), ("10.0.0.9:1",)])
+def test_body_from_kept_topic_json_is_the_encoders_bytes(filters):
+    """The whole-table body is assembled from the table's JSON kept between
+    registrations: byte for byte what encode_register_broker_body writes, also
+    after topics change, come, go, and with non-ASCII names and 5.x attributes."""
+    table = [bodies.topic_config(f"T{i}", i % 5 + 1, 4, perm=(2, 4, 6)[i % 3]) for i in range(30)]
+    table.append(bodies.topic_config("主题-ü", 8, 8, attributes={"+message.type": "NORMAL"}))
+    r = BrokerRegistrar("127.0.0.1:9876", topics=table, filter_servers=filters, **BROKER)
+
+    def expected():
+        return bodies.encode_register_broker_body(bodies.register_broker_body(
+            list(r.topics.values()), r.data_version, filters))
+    [(body, crc)] = r._chunks(False)
+    assert body == expected() and crc == rmq.body_crc32(body)
+    table[3] = bodies.topic_config("T3", 16, 16)           # changed
+    del table[7]                                            # gone
+    table.append(bodies.topic_config("New", 2, 2))          # new
+    r.update_topics(table)
+    [(body, _)] = r._chunks(False)
+    assert body == expected()
+    assert bodies.decode_register_broker_body(body)["topicConfigSerializeWrapper"][
+        "topicConfigTable"]["T3"]["readQueueNums"] == 16
+
+
+def test_a_topic_config_changed_in_place_is_sent_after_update_topics():
+    tc = bodies.topic_config("T1", 4, 4)
+    r = BrokerRegistrar("127.0.0.1:9876", topics=[tc, bodies.topic_config("T2")], **BROKER)
+    r._chunks(False)
+    tc["readQueueNums"] = 9                                 # not through update_topics
+    r.update_topics([tc, bodies.topic_config("T2")])
+    [(body, _)] = r._chunks(False)
+    got = bodies.decode_register_broker_body(body)["topicConfigSerializeWrapper"]
+    assert got["topicConfigTable"]["T1"]["readQueueNums"] == 9

@@ -128,6 +128,7 @@ class BrokerRegistrar:
         self._client = client
         self._own_client = client is None
         self._topics = {}
+        self._table_blob = None          # the topicConfigTable's JSON, once needed
         self._data_version = None
         self._encoded = None             # (key, [(body, crc32)]) for the current table
         self._tasks = []
@@ -146,8 +147,9 @@ class BrokerRegistrar:
         return dict(self._data_version)
 
     def update_topics(self, topics, data_version=None):
-        """Replace the topic table. Without ``data_version`` the DataVersion moves
-        on (counter + 1, timestamp now) as Java's nextVersion does."""
+        """Replace the topic table (change it only through here: its encoding is
+        kept until then). Without ``data_version`` the DataVersion moves on
+        (counter + 1, timestamp now) as Java's nextVersion does."""
         if not isinstance(topics, dict):
             topics = {tc["topicName"]: tc for tc in topics}
         for name, tc in topics.items():
@@ -155,6 +157,7 @@ class BrokerRegistrar:
                 raise ValueError(f"topic {name!r}: expected a TopicConfig dict with that "
                                  f"topicName, got {tc!r}")
         self._topics = dict(topics)
+        self._table_blob = None         # encoded again on the next registration
         if data_version is not None:
             self._data_version = dict(data_version)
         elif self._data_version is None:
@@ -194,13 +197,23 @@ class BrokerRegistrar:
 
     def _encode(self, configs, compressed):
         """RegisterBrokerBody of ``configs`` (the table, or a list of its configs)."""
-        if isinstance(configs, dict):       # the whole table: no copy of 10,000 entries
-            body = {"filterServerList": list(self.filter_servers),
-                    "topicConfigSerializeWrapper": {"dataVersion": dict(self._data_version),
-                                                    "topicConfigTable": configs}}
-        else:
-            body = bodies.register_broker_body(configs, self._data_version, self.filter_servers)
+        if isinstance(configs, dict) and not compressed:
+            # What encode_register_broker_body writes, with the table's JSON kept
+            # until the table changes: a new DataVersion alone (split parts,
+            # broker-sim --bump) costs a join (tests/test_broker.py checks the bytes).
+            return b"".join((b'{"filterServerList":', bodies.json_dumps(list(self.filter_servers)),
+                             b',"topicConfigSerializeWrapper":{"dataVersion":',
+                             bodies.json_dumps(self._data_version), b',"topicConfigTable":',
+                             self._table_json(), b"}}"))
+        if isinstance(configs, dict):
+            configs = list(configs.values())
+        body = bodies.register_broker_body(configs, self._data_version, self.filter_servers)
         return bodies.encode_register_broker_body(body, compressed=compressed)
+
+    def _table_json(self):
+        if self._table_blob is None:
+            self._table_blob = bodies.json_dumps(self._topics)
+        return self._table_blob
 
     def _next_version(self):
         # DataVersion.nextVersion: counter + 1, timestamp now (5.x: stateVersion 0).
