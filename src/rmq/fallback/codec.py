@@ -369,12 +369,12 @@ def encode_frame(cmd):
 
 # ---------------------------------------------------------------- streaming
 
-class FrameDecoder:
-    """Splits a byte stream into commands; any chunking gives the same commands.
+class _FrameStream:
+    """A byte stream cut at frame boundaries: ``feed`` returns ``_frame(buf, start,
+    length)`` for each frame it completes. After an error the stream is unusable
+    and every later ``feed`` raises again."""
 
-    After an error the stream is unusable (the server closes the connection),
-    and every later ``feed`` raises again.
-    """
+    _what = "stream"
 
     def __init__(self, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
         if max_frame_length < 8:
@@ -387,6 +387,44 @@ class FrameDecoder:
     def buffered(self):
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
+
+    def feed(self, data):
+        """Add bytes from the stream; returns what the frames completed by them give."""
+        if self._error is not None:
+            raise type(self._error)(f"{self._what} failed earlier: {self._error}")
+        self._buf += data
+        buf = self._buf
+        out = []
+        pos = 0
+        try:
+            while len(buf) - pos >= 4:
+                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+                _check_length(length, self.max_frame_length)
+                if len(buf) - pos - 4 < length:
+                    break
+                out.append(self._frame(buf, pos, length))
+                pos += 4 + length
+        except ProtocolError as e:
+            self._error = e
+            del buf[:]
+            e.decoded = out
+            raise
+        del buf[:pos]
+        return out
+
+
+class FrameDecoder(_FrameStream):
+    """Splits a byte stream into commands; any chunking gives the same commands.
+
+    After an error the stream is unusable (the server closes the connection),
+    and every later ``feed`` raises again.
+    """
+
+    _what = "decoder"
+
+    @staticmethod
+    def _frame(buf, pos, length):
+        return _decode_payload(memoryview(bytes(buf[pos + 4:pos + 4 + length])), length)
 
     def serve_routes(self, data, table, limit=-1):
         """Feed bytes and answer route queries from the route table.
@@ -425,69 +463,15 @@ class FrameDecoder:
                 size += len(answers[-1])
         return b"".join(answers), others, error
 
-    def feed(self, data):
-        if self._error is not None:
-            raise type(self._error)(f"decoder failed earlier: {self._error}")
-        self._buf += data
-        buf = self._buf
-        out = []
-        pos = 0
-        try:
-            while len(buf) - pos >= 4:
-                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
-                _check_length(length, self.max_frame_length)
-                if len(buf) - pos - 4 < length:
-                    break
-                out.append(_decode_payload(memoryview(bytes(buf[pos + 4:pos + 4 + length])),
-                                           length))
-                pos += 4 + length
-        except ProtocolError as e:
-            self._error = e
-            del buf[:]
-            e.decoded = out
-            raise
-        del buf[:pos]
-        return out
 
-
-class FrameSplitter:
+class FrameSplitter(_FrameStream):
     """Splits a byte stream into whole frames (bytes, 4-byte length prefix
     included) without decoding them: what a trace records. Any chunking gives the
     same frames; the length checks and errors are FrameDecoder's, and after an
     error every later ``feed`` raises again."""
 
-    def __init__(self, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
-        if max_frame_length < 8:
-            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
-        self.max_frame_length = max_frame_length
-        self._buf = bytearray()
-        self._error = None
+    _what = "splitter"
 
-    @property
-    def buffered(self):
-        """Bytes held for a frame not yet complete."""
-        return len(self._buf)
-
-    def feed(self, data):
-        """Add bytes from the stream; returns the frames completed by them."""
-        if self._error is not None:
-            raise type(self._error)(f"splitter failed earlier: {self._error}")
-        self._buf += data
-        buf = self._buf
-        out = []
-        pos = 0
-        try:
-            while len(buf) - pos >= 4:
-                length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
-                _check_length(length, self.max_frame_length)
-                if len(buf) - pos - 4 < length:
-                    break
-                out.append(bytes(buf[pos:pos + 4 + length]))
-                pos += 4 + length
-        except ProtocolError as e:
-            self._error = e
-            del buf[:]
-            e.decoded = out
-            raise
-        del buf[:pos]
-        return out
+    @staticmethod
+    def _frame(buf, pos, length):
+        return bytes(buf[pos:pos + 4 + length])
