@@ -222,7 +222,7 @@ class BrokerRegistrar:
 
     # ------------------------------------------------------------ requests
 
-    def _connected_client(self):
+    def _remoting_client(self):
         if self._client is None:
             self._client = RemotingClient(max_frame_length=self.max_frame_length)
         return self._client
@@ -246,9 +246,9 @@ class BrokerRegistrar:
     async def _register_one(self, addr, body, crc, compressed, oneway, timeout):
         cmd = self._register_command(body, crc, compressed, oneway)
         if oneway:
-            await self._connected_client().invoke_oneway(addr, cmd, timeout)
+            await self._remoting_client().invoke_oneway(addr, cmd, timeout)
             return None
-        resp = await self._connected_client().invoke(addr, cmd, timeout)
+        resp = await self._remoting_client().invoke(addr, cmd, timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise ResponseError(resp.code, resp.remark, addr, RequestCode.REGISTER_BROKER)
         ext = resp.ext_fields or {}
@@ -339,7 +339,7 @@ class BrokerRegistrar:
             cmd = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
                                           dv_body, version=self.version)
             remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
-            resp = await self._connected_client().invoke(addr, cmd, remaining)
+            resp = await self._remoting_client().invoke(addr, cmd, remaining)
             if resp.code != ResponseCode.SUCCESS:
                 return False            # Java: changed stays false on another code
             changed = (resp.ext_fields or {}).get("changed") == "true"
@@ -360,7 +360,7 @@ class BrokerRegistrar:
             cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
                 "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
                 "clusterName": self.cluster}, oneway=True, version=self.version)
-            await self._connected_client().invoke_oneway(addr, cmd, HEARTBEAT_TIMEOUT)
+            await self._remoting_client().invoke_oneway(addr, cmd, HEARTBEAT_TIMEOUT)
         _, errors = await self._each(beat)
         for addr, e in errors.items():
             log.debug("heartbeat to name server %s failed: %s", addr, e)
@@ -371,7 +371,7 @@ class BrokerRegistrar:
         async def unregister(addr):
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
                                           version=self.version)
-            resp = await self._connected_client().invoke(addr, cmd, UNREGISTER_TIMEOUT)
+            resp = await self._remoting_client().invoke(addr, cmd, UNREGISTER_TIMEOUT)
             if resp.code != ResponseCode.SUCCESS:
                 raise ResponseError(resp.code, resp.remark, addr, RequestCode.UNREGISTER_BROKER)
             log.info("unregister broker %s from name server %s OK", self.broker_name, addr)
