@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import threading
+import time
 
 import rmq
 from rmq.config import NamesrvConfig
@@ -182,6 +183,29 @@ def register_broker(client, broker_name, broker_addr, *, cluster="c1", broker_id
     fields.update(ext or {})
     return client.request(103, {k: v for k, v in fields.items() if v is not None}, body,
                           **kwargs)
+
+
+def wait_for(predicate, timeout=2.0):
+    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def recorded_traffic(tmp_path, session):
+    """Run ``session(address)`` against a NameServer recording every frame under
+    ``tmp_path/trace``; returns (the recorder, closed once every connection is
+    gone, and what the session returned)."""
+    from rmq.trace import TraceRecorder
+    recorder = TraceRecorder(tmp_path / "trace")
+    with running_namesrv(tmp_path, trace=recorder) as app:
+        result = session(app.address)
+        wait_for(lambda: not app.connections, 5)
+    recorder.close()
+    return recorder, result
 
 
 # ---------------------------------------------------------------- peers that misbehave

@@ -11,7 +11,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,9 +18,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("matplotlib")
 
 import rmq  # noqa: E402
-from nameserver import Client, register_broker, running_namesrv  # noqa: E402
+from nameserver import Client, recorded_traffic, register_broker  # noqa: E402
 from rmq import analyze  # noqa: E402
-from rmq.trace import IN, OUT, SegmentWriter, TraceRecorder  # noqa: E402
+from rmq.trace import IN, OUT, SegmentWriter  # noqa: E402
 
 #: The package under test: the executors' Python workers must import this one.
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
@@ -115,13 +114,7 @@ ANSWERS = {"SUCCESS": 19, "TOPIC_NOT_EXIST": 2, "QUERY_NOT_FOUND": 1,
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, spark):
     tmp = tmp_path_factory.mktemp("session")
-    rec = TraceRecorder(tmp / "trace")
-    with running_namesrv(tmp, trace=rec) as app:
-        answers = record_session(app.address)
-        deadline = time.monotonic() + 5
-        while app.connections and time.monotonic() < deadline:
-            time.sleep(0.01)
-    rec.close()
+    rec, answers = recorded_traffic(tmp, record_session)
     assert rec.dropped == 0
     out = tmp / "out"
     summary = analyze.analyze(spark, [str(tmp / "trace")], str(out))

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import rmq
-from nameserver import Client, RawServer, read_request, running_namesrv
+from nameserver import Client, RawServer, read_request, running_namesrv, wait_for
 from rmq import bodies
 from rmq.broker import BrokerRegistrar, RegistrationError, register_period
 from rmq.errors import RemotingConnectError, ResponseError
@@ -400,10 +400,7 @@ def test_a_failed_start_leaves_no_connection(ns):
             await r.start()
         assert r._client is None and r._tasks == []
     run(main())
-    deadline = time.monotonic() + 5
-    while ns.connections and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not ns.connections
+    assert wait_for(lambda: not ns.connections, 5)
 
 
 def test_a_split_table_is_registered_within_one_timeout():

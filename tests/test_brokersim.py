@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from nameserver import Client, running_namesrv
+from nameserver import Client, running_namesrv, wait_for
 from rmq import bodies
 
 
@@ -25,15 +24,6 @@ def cluster_info(app):
         return bodies.decode_cluster_info(c.request(106).body)
 
 
-def wait_for(predicate, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def sim(ns, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.Popen([sys.executable, "-m", "rmq", "broker-sim", "-n", ns.address, *args],
@@ -44,7 +34,7 @@ def test_brokers_register_and_unregister_on_sigint(ns, caplog):
     caplog.set_level(logging.INFO, logger="rmq.namesrv")
     p = sim(ns, "--brokers", "3", "--topics", "50", "--clusters", "2", "--period", "1")
     try:
-        assert wait_for(lambda: len(cluster_info(ns)[0]) == 3), p.stdout.read()
+        assert wait_for(lambda: len(cluster_info(ns)[0]) == 3, 20), p.stdout.read()
         brokers, clusters = cluster_info(ns)
         assert sorted(clusters) == ["Cluster-0", "Cluster-1"]
         assert sorted(clusters["Cluster-0"]) == ["broker-0", "broker-2"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import rmq
-from nameserver import Client, call_in_loop, register_broker, running_namesrv
+from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
 
 NEW = 476           # above V5_3_1 (475): told to go away
 OLD = 475           # V5_3_1 itself and below: served to the end
@@ -26,15 +26,6 @@ SLACK = 0.6
 def start_close(app):
     """Begin app.close() on its loop; the future of its completion."""
     return asyncio.run_coroutine_threadsafe(app.close(), app.loop)
-
-
-def wait_for(predicate, limit=2.0):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def assert_go_away(resp, req_opaque):

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 import rmq
-from nameserver import Client, register_broker, running_namesrv
+from nameserver import Client, recorded_traffic, register_broker
 from rmq.trace import (IN, OUT, SegmentReader, SegmentWriter, TraceError, TraceRecorder,
                        read_records, segment_files)
 
@@ -52,13 +52,7 @@ def session(address):
 
 
 def test_recorded_session_holds_every_frame_in_and_out(tmp_path):
-    rec = TraceRecorder(tmp_path / "trace")
-    with running_namesrv(tmp_path, trace=rec) as app:
-        sent = session(app.address)
-        deadline = time.monotonic() + 5
-        while app.connections and time.monotonic() < deadline:
-            time.sleep(0.01)
-    rec.close()
+    rec, sent = recorded_traffic(tmp_path, session)
     assert rec.dropped == 0
     records = records_of(tmp_path / "trace")
     ins = [r for r in records if r[3] == IN]
