@@ -243,6 +243,12 @@ class RawServer:
         for c in self.conns:
             c.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 def read_request(conn):
     """One frame from the socket, decoded (None at EOF)."""

@@ -124,8 +124,7 @@ def test_request_as_a_java_broker_sends_it():
         while (req := read_request(conn)) is not None:
             seen.append(req)
             conn.sendall(rmq.encode_frame(req.response(0, ext_fields={})))
-    peer = RawServer(answer)
-    try:
+    with RawServer(answer) as peer:
         async def main():
             for compressed in (False, True):
                 r = BrokerRegistrar(peer.address, topics=topics(5), compressed=compressed,
@@ -134,8 +133,6 @@ def test_request_as_a_java_broker_sends_it():
                 await r.register_broker_all()
                 await r.stop(unregister=False)
         run(main())
-    finally:
-        peer.close()
     for req, compressed in zip(seen, (False, True)):
         assert req.code == 103 and req.version == rmq.protocol.V4_9_8
         assert req.ext_fields == {
@@ -328,8 +325,7 @@ def test_light_heartbeat_is_sent_oneway(ns):
             seen.append(req)
             if not req.is_oneway:
                 conn.sendall(rmq.encode_frame(req.response(0, ext_fields={})))
-    peer = RawServer(record)
-    try:
+    with RawServer(record) as peer:
         async def main():
             r = FastRegistrar(peer.address, topics=topics(3), light_heartbeat=True,
                               heartbeat_interval=0.05, period=60, **BROKER)
@@ -338,8 +334,6 @@ def test_light_heartbeat_is_sent_oneway(ns):
                 await asyncio.sleep(0.02)
             await r.stop(unregister=False)
         run(main())
-    finally:
-        peer.close()
     beats = [q for q in seen if q.code == 904]
     assert all(q.is_oneway for q in beats)
     assert beats[0].ext_fields == {"brokerAddr": "10.0.0.1:10911", "brokerName": "broker-a",
@@ -376,8 +370,7 @@ def test_bad_settings_are_refused():
 
 
 def test_stop_during_a_round_leaves_nothing_running(ns):
-    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(10)])
-    try:
+    with RawServer(lambda conn, i: [read_request(conn), time.sleep(10)]) as silent:
         async def main():
             r = FastRegistrar(f"{ns.address};{silent.address}", topics=topics(5),
                               register_timeout=3, period=0.1, **BROKER)
@@ -389,8 +382,6 @@ def test_stop_during_a_round_leaves_nothing_running(ns):
             await r.stop(unregister=False)
             return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
         assert run(main()) == set()
-    finally:
-        silent.close()
 
 
 def test_a_failed_start_leaves_no_connection(ns):
@@ -415,8 +406,7 @@ def test_a_split_table_is_registered_within_one_timeout():
                     conn.sendall(rmq.encode_frame(req.response(0, ext_fields={})))
         except OSError:
             pass
-    peer = RawServer(slow)
-    try:
+    with RawServer(slow) as peer:
         async def main():
             r = BrokerRegistrar(peer.address, topics=topics(50), split_registration=True,
                                 split_size=5, register_timeout=1.0, **BROKER)
@@ -427,8 +417,6 @@ def test_a_split_table_is_registered_within_one_timeout():
             await r.stop(unregister=False)
             return took
         assert run(main()) < 1.6
-    finally:
-        peer.close()
 
 
 @pytest.mark.parametrize("filters", [(), ("10.0.0.9:1",)])

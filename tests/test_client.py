@@ -72,8 +72,7 @@ def test_connect_failure_is_typed_and_names_the_address():
 
 
 def test_silent_peer_times_out_within_the_timeout():
-    server = RawServer(lambda conn, i: read_request(conn))   # reads, never answers
-    try:
+    with RawServer(lambda conn, i: read_request(conn)) as server:   # reads, never answers
         async def main():
             async with RemotingClient() as c:
                 t = time.monotonic()
@@ -82,8 +81,6 @@ def test_silent_peer_times_out_within_the_timeout():
                                    timeout=0.3)
                 assert 0.25 < time.monotonic() - t < 2
         run(main())
-    finally:
-        server.close()
 
 
 def test_late_answer_after_a_timeout_is_dropped_and_the_connection_goes_on():
@@ -92,8 +89,7 @@ def test_late_answer_after_a_timeout_is_dropped_and_the_connection_goes_on():
             if req.code == 106:
                 time.sleep(0.4)                         # too late for the first call
             conn.sendall(rmq.encode_frame(req.response(0, remark=str(req.code))))
-    server = RawServer(handler)
-    try:
+    with RawServer(handler) as server:
         async def main():
             async with RemotingClient() as c:
                 with pytest.raises(RemotingTimeoutError):
@@ -103,8 +99,6 @@ def test_late_answer_after_a_timeout_is_dropped_and_the_connection_goes_on():
                 assert r.remark == "206"
                 assert server.accepted == 1
         run(main())
-    finally:
-        server.close()
 
 
 def test_closed_connection_fails_the_waiting_request_and_the_next_call_reconnects():
@@ -114,8 +108,7 @@ def test_closed_connection_fails_the_waiting_request_and_the_next_call_reconnect
             conn.close()                                # drop the first connection
             return
         conn.sendall(rmq.encode_frame(req.response(0, remark="second")))
-    server = RawServer(handler)
-    try:
+    with RawServer(handler) as server:
         async def main():
             async with RemotingClient() as c:
                 with pytest.raises(RemotingClosedError, match="closed"):
@@ -123,8 +116,6 @@ def test_closed_connection_fails_the_waiting_request_and_the_next_call_reconnect
                 r = await c.invoke(server.address, rmq.RemotingCommand.request(106))
                 assert r.remark == "second" and server.accepted == 2
         run(main())
-    finally:
-        server.close()
 
 
 def test_garbage_answer_closes_the_connection_with_a_typed_error():
@@ -132,16 +123,13 @@ def test_garbage_answer_closes_the_connection_with_a_typed_error():
         read_request(conn)
         conn.sendall(b"\x7f" * 16)
         time.sleep(1)
-    server = RawServer(handler)
-    try:
+    with RawServer(handler) as server:
         async def main():
             async with RemotingClient() as c:
                 with pytest.raises(RemotingClosedError, match="bad answer"):
                     await c.invoke(server.address, rmq.RemotingCommand.request(106))
                 assert c.addresses == []
         run(main())
-    finally:
-        server.close()
 
 
 def test_answer_above_the_frame_limit_closes_the_connection():
@@ -149,20 +137,16 @@ def test_answer_above_the_frame_limit_closes_the_connection():
         req = read_request(conn)
         conn.sendall(rmq.encode_frame(req.response(0, body=b"x" * 5000)))
         time.sleep(1)
-    server = RawServer(handler)
-    try:
+    with RawServer(handler) as server:
         async def main():
             async with RemotingClient(max_frame_length=1024) as c:
                 with pytest.raises(RemotingClosedError, match="bad answer"):
                     await c.invoke(server.address, rmq.RemotingCommand.request(106))
         run(main())
-    finally:
-        server.close()
 
 
 def test_close_fails_waiting_requests():
-    server = RawServer(lambda conn, i: read_request(conn))
-    try:
+    with RawServer(lambda conn, i: read_request(conn)) as server:
         async def main():
             c = RemotingClient()
             task = asyncio.ensure_future(c.invoke(server.address,
@@ -176,8 +160,6 @@ def test_close_fails_waiting_requests():
             with pytest.raises(RemotingClosedError, match="client is closed"):
                 await c.invoke(server.address, rmq.RemotingCommand.request(106))
         run(main())
-    finally:
-        server.close()
 
 
 def test_blocking_client_from_several_threads(srv):
@@ -308,8 +290,7 @@ def test_one_senders_timeout_does_not_fail_the_others_waiting_to_write():
                     conn.sendall(rmq.encode_frame(req.response(0, remark=str(req.opaque))))
         except OSError:             # closed by the test's end
             pass
-    server = RawServer(slow_reader)
-    try:
+    with RawServer(slow_reader) as server:
         async def main():
             async with RemotingClient() as c:
                 big = b"x" * (12 << 20)         # more than the socket buffers hold
@@ -321,5 +302,3 @@ def test_one_senders_timeout_does_not_fail_the_others_waiting_to_write():
                     await a
                 assert (await b).remark == str(second.opaque)
         run(main())
-    finally:
-        server.close()
