@@ -46,7 +46,7 @@ setup(
             include_dirs=["src/_core"],
             depends=["src/_core/crc32.h", "src/_core/scan.h", "src/_core/routetable.h",
                      "src/_core/scan.pxi", "src/_core/routes.pxi", "src/_core/codec.pxi", "src/_core/bodies.pxi",
-                     "src/_core/crc32.pxi", "src/_core/jsonio.pxi"],
+                     "src/_core/crc32.pxi", "src/_core/jsonio.pxi", "src/_core/trace.pxi"],
             extra_compile_args=cflags,
             define_macros=[("RMQ_DEBUG", "1" if DEBUG else "0")],
         )

@@ -5,6 +5,11 @@ Issue 5's target: a 1 GB synthetic trace analyzed end to end on this 2-core mach
 in at most 60 s.
 
     PYTHONPATH=src .venv/bin/python bench/trace_e2e.py [--gb 1] [--master local[2]] [--keep]
+
+The default mix is registration-heavy (8 brokers x 10,000 topics: ~156,000 frames per
+GB); a route-query-heavy GB (~3.2 million frames, as in test_bench_analyze.py):
+
+    ... bench/trace_e2e.py --brokers 2 --topics 100 --clients 2000 --minutes 38
 """
 
 import argparse
@@ -29,12 +34,15 @@ def main():
     p.add_argument("--brokers", type=int, default=8)
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--topics", type=int, default=10_000)
+    p.add_argument("--minutes", type=float, default=None,
+                   help="the trace's virtual minutes (default: scaled to --gb for "
+                        "the registration-heavy default mix)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--keep", action="store_true", help="keep the trace and the output")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="rmq-trace-e2e-")
     try:
-        minutes = args.gb * 1000 / (MB_PER_BROKER_MINUTE * args.brokers)
+        minutes = args.minutes or args.gb * 1000 / (MB_PER_BROKER_MINUTE * args.brokers)
         t = time.monotonic()
         m = synthesize(os.path.join(work, "trace"), brokers=args.brokers, clients=args.clients,
                        minutes=minutes, topics=args.topics, seed=1)

@@ -255,6 +255,97 @@ def test_undecodable_frame_and_unreadable_file_are_rows_not_failures(tmp_path, s
     assert "not a trace segment" in page
 
 
+def test_requests_meet_their_answers_by_connection_and_opaque(tmp_path, spark):
+    """A request's answer is the first one on its connection with its opaque, not
+    before it and before that opaque's next request there."""
+    t = 1_700_000_000 * S
+    ms = 1_000_000
+    q = lambda c, o, at, **kw: (t + at * ms, c, f"p{c}", IN, request_frame(105, {"topic": "T"},
+                                                                           opaque=o, **kw))
+    a = lambda c, o, at, code=0: (t + at * ms, c, f"p{c}", OUT, answer_frame(105, code, opaque=o))
+    write_segment(tmp_path / "in", [
+        q(1, 5, 0), a(1, 6, 1), q(1, 6, 2), q(1, 7, 3, oneway=True), a(1, 7, 4),
+        q(2, 5, 5), a(2, 5, 8, 17), a(1, 5, 10), a(1, 5, 20),     # a duplicate answer
+        a(1, 5, 30), q(1, 5, 30)])                  # opaque 5 again; answered at once
+    paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
+    reqs = analyze.requests_table(analyze.decode_frames(spark, paths))
+    got = sorted((r["conn"], r["opaque"], (r["time_ns"] - t) // ms, r["oneway"],
+                  r["answer_code"], r["latency_us"]) for r in reqs.collect())
+    assert got == [(1, 5, 0, False, 0, 10_000.0), (1, 5, 30, False, 0, 0.0),
+                   (1, 6, 2, False, None, None), (1, 7, 3, True, None, None),
+                   (2, 5, 5, False, 17, 3000.0)]
+    assert set(reqs.columns) >= {"file", "record", "peer", "code_name", "topic",
+                                 "heartbeat_timeout_ms",
+                                 "answer_time_ns", "answer_code_name", "answer_remark"}
+
+
+def test_both_readers_give_the_same_rows(tmp_path, spark):
+    """The workers opening file: inputs themselves (the default) and binaryFiles
+    handing them over: the same rows for segments, a cut segment, a pcap capture and
+    a file that is neither."""
+    from pcapfiles import Connection, pcap, timed
+    t = 1_700_000_000 * S
+    write_segment(tmp_path / "in", [
+        (t + i, 1 + i % 3, f"10.0.0.{i % 3}:5000", i % 2,
+         request_frame(105, {"topic": f"T{i}"}, opaque=i) if i % 2 == 0
+         else answer_frame(105, 0, opaque=i - 1)) for i in range(40)], prefix="a")
+    cut = write_segment(tmp_path / "in", [
+        (t, 9, "10.0.0.9:1", IN, request_frame(105, {"topic": "T"}, opaque=1)),
+        (t + 1, 9, "10.0.0.9:1", OUT, answer_frame(105, 0, opaque=1))], prefix="b")
+    with open(cut, "r+b") as f:
+        f.truncate(os.path.getsize(cut) - 5)
+    c = Connection()
+    (tmp_path / "in" / "c.pcap").write_bytes(pcap(timed([
+        *c.handshake(), c.packet("c", request_frame(105, {"topic": "P"}, opaque=3)),
+        c.packet("s", answer_frame(105, 17, opaque=3)), *c.close()])))
+    (tmp_path / "in" / "d.rmqtrace").write_bytes(b"neither")
+    paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
+    assert len(paths) == 4
+
+    def rows(reader):
+        return sorted(analyze.frame_rows(spark, paths, reader=reader).collect(),
+                      key=lambda r: (r[1], r[2]))
+
+    workers = rows("workers")
+    assert workers == rows("spark") == rows("auto")
+    assert [sum(r[0] == p for r in workers) for p in paths] == [40, 1, 2, 1]
+    assert workers[40][2:5] == (0, t, (1 << 32) + 9)            # the cut one's first record
+    assert workers[-1][-1].startswith("TraceError: ") and "not a trace segment" in workers[-1][-1]
+    with pytest.raises(ValueError, match="reader must be one of"):
+        analyze.frame_rows(spark, paths, reader="jvm")
+
+
+def test_a_worker_that_cannot_open_an_input_makes_it_a_row(tmp_path):
+    missing = "file:" + str(tmp_path / "gone.rmqtrace")
+    [row] = analyze.decode_paths([[missing]], {missing: 3})
+    assert row[:3] == (missing, 3, 0) and row[3] is None
+    assert row[-1].startswith("FileNotFoundError: ")
+    empty = tmp_path / "empty.rmqtrace"
+    empty.write_bytes(b"")
+    [row] = analyze.decode_paths([["file:" + str(empty)]], {})
+    assert "empty or cut before its header" in row[-1]
+
+
+@pytest.mark.parametrize("uri, path", [
+    ("file:/a/b c#1.rmqtrace", "/a/b c#1.rmqtrace"), ("file:///a/b", "/a/b"),
+    ("file://localhost/a/b", "/a/b"), ("/a/b", "/a/b")])
+def test_file_uris_name_local_paths(uri, path):
+    assert analyze._local_path(uri) == path
+
+
+def test_worker_groups_balance_bytes_and_keep_input_order(tmp_path):
+    sizes = [50, 10, 40, 30, 20, 10]
+    paths = []
+    for i, n in enumerate(sizes):
+        (tmp_path / f"{i}").write_bytes(b"x" * n)
+        paths.append("file:" + str(tmp_path / f"{i}"))
+    groups = analyze._balanced_groups(paths, 2)
+    assert sorted(sum(groups, [])) == sorted(paths)
+    assert [sum(sizes[paths.index(p)] for p in g) for g in groups] == [80, 80]
+    assert all(g == sorted(g, key=paths.index) for g in groups)
+    assert analyze._balanced_groups(paths[:1], 4) == [paths[:1]]
+
+
 def test_two_files_keep_their_connections_apart(tmp_path, spark):
     t = 1_700_000_000 * S
     # the same conn id and opaques in both files: only the file tells them apart

@@ -12,6 +12,7 @@ include "bodies.pxi"
 include "crc32.pxi"
 include "scan.pxi"
 include "routes.pxi"
+include "trace.pxi"
 
 # The typed public surface is src/rmq/_core.pyi (installed beside the module).
 IMPLEMENTATION = "compiled"

@@ -376,8 +376,9 @@ cdef int decode_binary_header(RemotingCommand cmd, const uint8_t* d, Py_ssize_t 
 
 # ---------------------------------------------------------------- frame decode
 
-cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length):
-    """One frame from p = everything after the length prefix (length bytes)."""
+cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length, bint with_body=True):
+    """One frame from p = everything after the length prefix (length bytes). Without
+    with_body the body is not copied (body stays None): its length is known."""
     cdef uint32_t word
     cdef uint32_t stype, header_len
     cdef RemotingCommand cmd
@@ -398,7 +399,9 @@ cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length):
         decode_binary_header(cmd, p + 4, header_len)
     else:
         raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
-    if length - 4 - header_len:
+    if not with_body:
+        pass
+    elif length - 4 - header_len:
         cmd.body = PyBytes_FromStringAndSize(<const char*>p + 4 + header_len,
                                              length - 4 - header_len)
     else:
@@ -414,21 +417,24 @@ cdef int check_length(int64_t length, Py_ssize_t max_frame_length) except -1:
     return 0
 
 
+cdef RemotingCommand decode_whole_frame(const uint8_t* p, Py_ssize_t n,
+                                       Py_ssize_t max_frame_length, bint with_body):
+    cdef int32_t length
+    if n < 8:
+        raise CorruptFrame(f"frame of {n} bytes is shorter than the 8-byte minimum")
+    length = be32(p)
+    check_length(length, max_frame_length)
+    if length != n - 4:
+        raise CorruptFrame(f"frame length {length} does not match the {n - 4} bytes after it")
+    return decode_payload(p + 4, length, with_body)
+
+
 def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
     """Decode one complete frame, 4-byte length prefix included."""
     cdef Py_buffer view
-    cdef const uint8_t* p
-    cdef int32_t length
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        p = <const uint8_t*>view.buf
-        if view.len < 8:
-            raise CorruptFrame(f"frame of {view.len} bytes is shorter than the 8-byte minimum")
-        length = be32(p)
-        check_length(length, max_frame_length)
-        if length != view.len - 4:
-            raise CorruptFrame(f"frame length {length} does not match the {view.len - 4} bytes after it")
-        return decode_payload(p + 4, length)
+        return decode_whole_frame(<const uint8_t*>view.buf, view.len, max_frame_length, True)
     finally:
         PyBuffer_Release(&view)
 

@@ -1,8 +1,9 @@
 """rmq trace analyze: a Spark job over trace segments (and pcap captures).
 
-Each input file is one binary record (``binaryFiles``); ``mapPartitions`` decodes
-them with the compiled codec inside the executors' Python workers and hands the JVM
-plain tuples only. Outputs under ``--out``:
+Each input file is one binary record; ``mapPartitions`` decodes them with the
+compiled codec inside the executors' Python workers and hands the JVM plain tuples
+only. ``file:`` inputs are opened by the workers themselves, others are handed over
+by ``binaryFiles`` (:data:`READERS`). Outputs under ``--out``:
 
 - ``frames.parquet``: one row per frame (a frame that does not decode, or a file that
   cannot be read, is a row with ``decode_error`` set: the job never fails on data);
@@ -26,7 +27,8 @@ import tempfile
 import time
 
 __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
-           "frame_rows", "decode_frames", "decode_files", "requests_table", "aggregate",
+           "frame_rows", "decode_frames", "decode_files", "decode_paths", "READERS",
+           "requests_table", "aggregate",
            "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
 
 #: RAW_FIELDS: what the partition function emits per frame, as a plain tuple.
@@ -89,6 +91,11 @@ def add_arguments(parser):
     parser.add_argument("--partitions", type=_positive, default=None, metavar="N",
                         help="spread the input files over at least N partitions "
                              "(a file is never split)")
+    parser.add_argument("--reader", choices=READERS, default="auto",
+                        help="how the executors get the files: 'spark' reads them with "
+                             "binaryFiles (any Hadoop filesystem); 'workers' (and 'auto') "
+                             "lets the Python workers open file: inputs themselves, "
+                             "which skips copying them through the JVM (default auto)")
     return parser
 
 
@@ -116,7 +123,7 @@ def main(args):
         spark = builder.getOrCreate()
     try:
         summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
-                          partitions=args.partitions)
+                          partitions=args.partitions, reader=args.reader)
     except NoInputs as e:
         print(f"rmq trace analyze: {e}", file=sys.stderr)
         return 2
@@ -144,47 +151,83 @@ class NoInputs(ValueError):
 # ---------------------------------------------------------------- the partition function
 
 def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None):
-    """The rows (RAW_FIELDS tuples) of ``files``, an iterator of (path, bytes).
+    """The rows (RAW_FIELDS tuples) of ``files``, an iterator of (path, bytes), as
+    ``binaryFiles`` hands them over.
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
     codec is loaded there, and only plain tuples go back to the JVM. Nothing a file
     holds makes it raise: an undecodable frame is a row with ``decode_error``, a
     file that cannot be read (or stops being readable) one more such row."""
-    from rmq.codec import decode_frame
-    from rmq.trace import read_records
-
-    max_frame = _MAX_FRAME
     for path, data in files:
-        index = file_indexes.get(path)
-        if index is None:       # listed under another spelling: still one id per file
-            index = _fallback_index(path)
-        # The segments of one recording share its connection ids (a request at the
-        # end of one segment, its answer in the next); other inputs have their own.
-        conn_base = (conn_spaces or {}).get(path, index) << 32
-        record = -1
-        try:
-            for record, (t, conn, peer, direction, frame) in enumerate(
-                    read_records(data, server_ports=server_ports)):
-                try:
-                    c = decode_frame(frame, max_frame)
-                except Exception as e:      # a row, whatever the frame
-                    yield (path, index, record, t, conn_base + conn, peer, direction, None,
-                           None, None, None, None, None, None, None, _len(frame),
-                           f"{type(e).__name__}: {e}")
-                    continue
-                yield (path, index, record, t, conn_base + conn, peer, direction, c.code,
-                       c.flag, c.opaque, c.language, c.version, c.remark, c.ext_fields,
-                       len(c.body), len(frame), None)
-        except Exception as e:      # not a trace, a cut pcap, no rmq.pcap...
-            yield (path, index, record + 1, None, None, None, None, None, None, None, None,
-                   None, None, None, None, None, f"{type(e).__name__}: {e}")
+        yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
 
 
-def _len(frame):
+def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
+    """The rows of the ``file:`` inputs of ``groups`` (lists of paths), which the
+    worker maps from its own disk: the file the executor's JVM would have read for
+    ``binaryFiles``, without copying it through the JVM's heap and its socket."""
+    import mmap
+
+    for group in groups:
+        for path in group:
+            try:
+                with open(_local_path(path), "rb") as f:
+                    # mapped, not read: no copy; populated at once, not page by page
+                    data = (mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ,
+                                      flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+                            if os.fstat(f.fileno()).st_size else b"")
+            except OSError as e:
+                yield _input_error(path, file_indexes, 0, e)
+                continue
+            try:
+                yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
+            finally:
+                if isinstance(data, mmap.mmap):
+                    try:
+                        data.close()
+                    except BufferError:     # a reader still holds it: closed when freed
+                        pass
+
+
+def _local_path(uri):
+    """The path of a ``file:`` URI as Hadoop spells it (file:/abs, file:///abs or
+    file://host/abs; not percent-encoded)."""
+    if uri.startswith("file://"):
+        rest = uri[len("file://"):]
+        return rest if rest.startswith("/") else "/" + rest.partition("/")[2]
+    return uri[len("file:"):] if uri.startswith("file:") else uri
+
+
+def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
+    from rmq.codec import decode_frame
+    from rmq.fallback.trace import frame_row
+    from rmq.trace import is_capture, read_records, segment_rows
+
+    index = file_indexes.get(path)
+    if index is None:       # listed under another spelling: still one id per file
+        index = _fallback_index(path)
+    # The segments of one recording share its connection ids (a request at the
+    # end of one segment, its answer in the next); other inputs have their own.
+    conn_base = (conn_spaces or {}).get(path, index) << 32
+    stats = {"records": 0}
     try:
-        return len(frame)
-    except TypeError:
-        return None
+        if not is_capture(data):
+            yield from segment_rows(data, path, index, conn_base, _MAX_FRAME, stats=stats)
+            return
+        for record, (t, conn, peer, direction, frame) in enumerate(
+                read_records(data, server_ports=server_ports)):
+            stats["records"] = record + 1
+            yield frame_row(path, index, record, t, conn_base + conn, peer, direction, frame,
+                            _MAX_FRAME, decode_frame)
+    except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.pcap...
+        yield _input_error(path, file_indexes, stats["records"], e)
+
+
+def _input_error(path, file_indexes, record, e):
+    index = file_indexes.get(path)
+    return (path, _fallback_index(path) if index is None else index, record, None, None,
+            None, None, None, None, None, None, None, None, None, None, None,
+            f"{type(e).__name__}: {e}")
 
 
 def _fallback_index(path):
@@ -274,20 +317,57 @@ def default_partitions(sc, files):
     return max(sc.defaultParallelism, min(files, 2 * sc.defaultParallelism))
 
 
-def frame_rows(spark, paths, server_ports=(9876,), partitions=None):
+#: How the inputs reach the Python workers: "spark" (binaryFiles: the executor's JVM
+#: reads each file and hands its bytes over), "workers" (each ``file:`` input is
+#: opened by the worker that decodes it; other URIs still go through binaryFiles),
+#: "auto" (the same as "workers").
+READERS = ("auto", "workers", "spark")
+
+
+def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
     """The RDD of RAW_FIELDS tuples of the input files ``paths`` (as
     :func:`list_inputs` gives them)."""
     import functools
 
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
     sc = spark.sparkContext
     file_indexes = {p: i for i, p in enumerate(paths)}
     recordings = {}
     conn_spaces = {p: recordings.setdefault(_recording(p), file_indexes[p]) for p in paths}
-    files = sc.binaryFiles(",".join(paths), minPartitions=partitions
-                           or default_partitions(sc, len(paths)))
-    return files.mapPartitions(functools.partial(decode_files, file_indexes=file_indexes,
-                                                 server_ports=tuple(server_ports),
-                                                 conn_spaces=conn_spaces))
+    options = dict(file_indexes=file_indexes, server_ports=tuple(server_ports),
+                   conn_spaces=conn_spaces)
+    local = [p for p in paths if reader != "spark" and p.startswith("file:")]
+    shipped = [p for p in paths if p not in local] if local else list(paths)
+    parts = []
+    if local:
+        groups = _balanced_groups(local, partitions or default_partitions(sc, len(local)))
+        parts.append(sc.parallelize(groups, len(groups)).mapPartitions(
+            functools.partial(decode_paths, **options)))
+    if shipped:
+        files = sc.binaryFiles(",".join(shipped), minPartitions=partitions
+                               or default_partitions(sc, len(shipped)))
+        parts.append(files.mapPartitions(functools.partial(decode_files, **options)))
+    return parts[0] if len(parts) == 1 else sc.union(parts)
+
+
+def _balanced_groups(paths, n):
+    """``paths`` in at most ``n`` groups of about equal bytes (the driver's view of
+    the files' sizes), largest first; each group keeps its paths in input order."""
+    def size(p):
+        try:
+            return os.path.getsize(_local_path(p))
+        except OSError:
+            return 0
+
+    n = max(1, min(n, len(paths)))
+    groups = [[0, []] for _ in range(n)]
+    for p in sorted(paths, key=size, reverse=True):
+        g = min(groups, key=lambda g: g[0])
+        g[0] += size(p)
+        g[1].append(p)
+    order = {p: i for i, p in enumerate(paths)}
+    return [sorted(g[1], key=order.get) for g in groups if g[1]]
 
 
 _SEGMENT_NUMBER = re.compile(r"-\d{6}\.rmqtrace$")
@@ -300,13 +380,13 @@ def _recording(path):
     return stem if n else path
 
 
-def decode_frames(spark, paths, server_ports=(9876,), partitions=None):
+def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
     """The frames DataFrame of the input files ``paths``, not yet computed."""
     from pyspark.sql import functions as F
 
     from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
 
-    rows = frame_rows(spark, paths, server_ports, partitions)
+    rows = frame_rows(spark, paths, server_ports, partitions, reader)
     raw = spark.createDataFrame(rows, _raw_schema(), verifySchema=False)
     col = F.col
     is_response = (col("flag").bitwiseAND(1) != 0)
@@ -332,35 +412,43 @@ def decode_frames(spark, paths, server_ports=(9876,), partitions=None):
         "decode_error", "file", "file_index", "record")
 
 
+#: A request's columns in requests.parquet, then its answer's. Its other ext fields
+#: are in frames.parquet (the same file_index and record): the ext maps would double
+#: the cost of the shuffle that pairs requests with answers.
+_REQUEST_COLUMNS = ("file", "file_index", "record", "conn", "peer", "time_ns", "time", "code",
+                    "code_name", "opaque", "oneway", "language", "version", "topic",
+                    "broker_name", "broker_addr", "cluster", "heartbeat_timeout_ms")
+
+
 def requests_table(frames):
     """Each request (towards the NameServer), with the answer to it: the first
     answer on its connection with its opaque, not before it and before that
-    opaque's next request there (clients may reuse opaques)."""
+    opaque's next request there (clients may reuse opaques).
+
+    One shuffle and one window: in time order per (conn, opaque), a request before
+    an answer of the same instant, a request's answer is the row right after it when
+    that row is an answer (if it is the next request, there was none)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     col = F.col
     ok = frames.where(col("decode_error").isNull())
-    reqs = ok.where((col("direction") == "in") & ~col("is_response")).select(
-        "file", "file_index", "record", "conn", "peer", "time_ns", "time", "code",
-        "code_name", "opaque", "oneway", "language", "version", "topic", "broker_name",
-        "broker_addr", "cluster", "ext")
-    reqs = reqs.withColumn("next_ns", F.lead("time_ns").over(
-        Window.partitionBy("conn", "opaque").orderBy("time_ns", "record")))
-    answers = ok.where((col("direction") == "out") & col("is_response")).select(
-        col("conn").alias("a_conn"), col("opaque").alias("a_opaque"),
-        col("time_ns").alias("answer_time_ns"), col("code").alias("answer_code"),
-        col("code_name").alias("answer_code_name"), col("remark").alias("answer_remark"))
-    joined = reqs.join(answers, (col("conn") == col("a_conn"))
-                       & (col("opaque") == col("a_opaque")) & ~col("oneway")
-                       & (col("answer_time_ns") >= col("time_ns"))
-                       & (col("next_ns").isNull() | (col("answer_time_ns") < col("next_ns"))),
-                       "left")
-    first = Window.partitionBy("file_index", "record").orderBy(
-        col("answer_time_ns").asc_nulls_last())
-    return (joined.withColumn("_n", F.row_number().over(first)).where(col("_n") == 1)
-            .withColumn("latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
-            .drop("_n", "next_ns", "a_conn", "a_opaque"))
+    is_request = (col("direction") == "in") & ~col("is_response")
+    is_answer = (col("direction") == "out") & col("is_response")
+    events = ok.where(is_request | is_answer).select(
+        *_REQUEST_COLUMNS[:-1],
+        F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)").alias(_REQUEST_COLUMNS[-1]),
+        "remark", is_request.alias("_req"))
+    w = Window.partitionBy("conn", "opaque").orderBy(
+        "time_ns", F.desc("_req"), "file_index", "record")
+    answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
+    answer = {"answer_time_ns": "time_ns", "answer_code": "code",
+              "answer_code_name": "code_name", "answer_remark": "remark"}
+    return events.select(
+        *_REQUEST_COLUMNS, "_req",
+        *[F.when(answered, F.lead(c).over(w)).alias(name) for name, c in answer.items()]
+    ).where(col("_req")).drop("_req").withColumn(
+        "latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
 
 
 def choose_bucket_ns(span_ns):
@@ -471,7 +559,7 @@ def _brokers(requests, start, end, bucket_ns):
         F.sum(F.when(col("code") == UNREGISTER_BROKER, 1).otherwise(0)).alias("unregistrations"),
         F.min("time_ns").alias("first_ns"),
         F.max(F.when(col("code").isin(*LIVENESS_CODES), col("time_ns"))).alias("last_live_ns"),
-        F.max(F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)")).alias("timeout_ms"))
+        F.max("heartbeat_timeout_ms").alias("timeout_ms"))
     medians = live.where(col("gap_ns").isNotNull()).groupBy(*key).agg(
         F.percentile_approx("gap_ns", 0.5, 10000).alias("median_ns"))
     stats = per_broker.join(medians, key, "left").withColumn(
@@ -536,16 +624,20 @@ def executor_implementations(spark):
     return sorted(sc.parallelize(range(n), n).map(_implementation).distinct().collect())
 
 
-def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
+def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader="auto"):
     """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
     summary.json)."""
     from rmq import report
 
     t0 = time.monotonic()
+    sc = spark.sparkContext
+    if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+        # one machine: 200 shuffle partitions (Spark's default) are 200 tiny tasks each
+        spark.conf.set("spark.sql.shuffle.partitions", str(2 * sc.defaultParallelism))
     paths = list_inputs(spark, inputs)
     frames_path, requests_path = _spark_path(out, "frames.parquet"), \
         _spark_path(out, "requests.parquet")
-    decode_frames(spark, paths, server_ports, partitions).write.mode("overwrite") \
+    decode_frames(spark, paths, server_ports, partitions, reader).write.mode("overwrite") \
         .parquet(frames_path)
     # Read back what was written: the decode runs once, everything after works on parquet.
     frames = spark.read.parquet(frames_path)
@@ -554,7 +646,8 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None):
     summary = aggregate(frames, requests, paths)
     summary["seconds"] = round(time.monotonic() - t0, 3)
     summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
-                        "executor_implementation": executor_implementations(spark)}
+                        "executor_implementation": executor_implementations(spark),
+                        "reader": reader}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
     try:

@@ -17,6 +17,7 @@ __all__ = [
     "RemotingTimeoutError",
     "RemotingClosedError",
     "ResponseError",
+    "TraceError",
 ]
 
 
@@ -85,3 +86,8 @@ class ResponseError(RmqError):
         self.code = code
         self.remark = remark
         self.addr = addr
+
+
+class TraceError(RmqError, ValueError):
+    """A file that is not a trace segment, or a segment with a corrupt record:
+    says which file, and why."""

@@ -29,13 +29,13 @@ import time
 import msgpack
 
 from rmq.codec import FrameSplitter
-from rmq.errors import ProtocolError, RmqError
+from rmq.errors import ProtocolError, TraceError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
 
 log = logging.getLogger("rmq.trace")
 
 __all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
-           "segment_files", "TraceError", "SEGMENT_SUFFIX"]
+           "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX"]
 
 IN, OUT = 0, 1
 SEGMENT_SUFFIX = ".rmqtrace"
@@ -45,10 +45,6 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 #: Frames, and their bytes, waiting for the writer thread; more are dropped (and counted).
 DEFAULT_QUEUE_FRAMES = 100_000
 DEFAULT_QUEUE_BYTES = 256 * 1024 * 1024
-
-
-class TraceError(RmqError, ValueError):
-    """A file that is not a trace segment (or a pcap): says which, and why."""
 
 
 # ---------------------------------------------------------------- writing
@@ -248,7 +244,7 @@ class SegmentReader:
     much was left over."""
 
     def __init__(self, source):
-        if isinstance(source, (bytes, bytearray, memoryview)):
+        if not isinstance(source, (str, os.PathLike)):
             self.data = bytes(source)
             self.name = "<bytes>"
         else:
@@ -263,18 +259,7 @@ class SegmentReader:
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False,
                                     use_list=False)
         unpacker.feed(self.data)
-        try:
-            header = next(unpacker)
-        except StopIteration:
-            raise TraceError(f"{self.name}: empty or cut before its header") from None
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
-            raise TraceError(f"{self.name}: not a trace segment ({e})") from None
-        if not isinstance(header, dict) or "rmq-trace" not in header:
-            raise TraceError(f"{self.name}: not a trace segment (header {header!r:.80})")
-        if header["rmq-trace"] != FORMAT_VERSION:
-            raise TraceError(f"{self.name}: trace format {header['rmq-trace']!r}, "
-                             f"this rmq reads {FORMAT_VERSION}")
-        self.header = header
+        self.header = _read_header(unpacker, self.name)
         n = 0
         end = unpacker.tell()       # after the last complete object
         tell = unpacker.tell
@@ -290,16 +275,67 @@ class SegmentReader:
             self.stats["truncated_bytes"] = len(self.data) - end
 
 
+def _read_header(unpacker, name):
+    try:
+        header = next(unpacker)
+    except StopIteration:
+        raise TraceError(f"{name}: empty or cut before its header") from None
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise TraceError(f"{name}: not a trace segment ({e})") from None
+    if not isinstance(header, dict) or "rmq-trace" not in header:
+        raise TraceError(f"{name}: not a trace segment (header {header!r:.80})")
+    if header["rmq-trace"] != FORMAT_VERSION:
+        raise TraceError(f"{name}: trace format {header['rmq-trace']!r}, "
+                         f"this rmq reads {FORMAT_VERSION}")
+    return header
+
+
+def segment_rows(data, file, file_index, conn_base=0, max_frame_length=DEFAULT_MAX_FRAME_LENGTH,
+                 stats=None):
+    """The frames of one segment (bytes-like) as rows with their headers decoded
+    (``rmq.fallback.trace.TRACE_ROW_FIELDS`` tuples), by the compiled core when it is
+    loaded. A cut last record ends the rows; ``stats`` (a dict), when given, gets
+    "records" and "truncated_bytes" once they are read."""
+    from rmq import fallback
+    from rmq._impl import core
+
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
+    # the header is small: the first 64 KiB hold it, or the segment is not one
+    unpacker.feed(memoryview(data)[:65536])
+    _read_header(unpacker, file)
+    rows = core.TraceRows(data, unpacker.tell(), file, file_index, conn_base, 0,
+                          max_frame_length)
+    try:
+        yield from rows
+        if rows.stopped == "other":     # a record in a form the compiled reader leaves to it
+            rows = fallback.TraceRows(data, rows.offset, file, file_index, conn_base,
+                                      rows.records, max_frame_length)
+            yield from rows
+    finally:
+        if stats is not None:
+            stats["records"] = rows.records
+            with memoryview(data) as view:
+                stats["truncated_bytes"] = view.nbytes - rows.offset if rows.stopped else 0
+
+
 def read_records(source, **pcap_options):
-    """The records of one trace input: a segment, or a pcap/pcapng capture (then
-    ``pcap_options`` go to rmq.pcap.PcapReader, e.g. server_ports)."""
-    head = source[:4] if isinstance(source, (bytes, bytearray, memoryview)) else _head(source)
-    if bytes(head) in _PCAP_MAGICS:
+    """The records of one trace input (a path, or its bytes: any bytes-like object):
+    a segment, or a pcap/pcapng capture (then ``pcap_options`` go to
+    rmq.pcap.PcapReader, e.g. server_ports)."""
+    in_memory = not isinstance(source, (str, os.PathLike))
+    if is_capture(source if in_memory else _head(source)):
         from rmq import pcap
-        if isinstance(source, (bytes, bytearray, memoryview)):
+        if in_memory:
             source = io.BytesIO(source)
         return iter(pcap.PcapReader(source, **pcap_options))
     return iter(SegmentReader(source))
+
+
+def is_capture(data):
+    """Whether ``data`` (a bytes-like file content, or its first bytes) begins like a
+    pcap or pcapng capture rather than a trace segment."""
+    with memoryview(data) as view:
+        return bytes(view[:4]) in _PCAP_MAGICS
 
 
 # pcap (usec, nsec; both byte orders) and pcapng's Section Header Block type
