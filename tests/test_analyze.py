@@ -236,9 +236,11 @@ def test_undecodable_frame_and_unreadable_file_are_rows_not_failures(tmp_path, s
         (t + 2000, 1, "10.0.0.9:5000", OUT, answer_frame(105, 17, opaque=1))])
     (tmp_path / "in" / "junk.rmqtrace").write_bytes(b"not a trace at all")
     out = tmp_path / "out"
-    assert run_main([str(tmp_path / "in"), "--out", str(out)]) == 0
+    # through binaryFiles, as for inputs on a cluster's storage
+    assert run_main([str(tmp_path / "in"), "--out", str(out), "--reader", "spark"]) == 0
     assert "1 undecodable" in capsys.readouterr().out
     s = json.loads((out / "summary.json").read_text())
+    assert s["spark"]["reader"] == "spark"
     assert (s["frames"], s["undecodable_frames"], s["unreadable_inputs"]) == (3, 1, 1)
     assert s["requests_per_code"] == {"GET_ROUTEINFO_BY_TOPIC": 1}
     assert s["answers_per_code"] == {"TOPIC_NOT_EXIST": 1}
