@@ -433,6 +433,44 @@ def test_fin_ends_a_direction_and_port_reuse_is_a_new_connection():
     assert stats.retransmitted_bytes == len(a) and stats.cut_at_close == 0
 
 
+def test_finished_connections_are_forgotten_after_they_linger():
+    """A long capture of many short connections: every frame comes out, and only the
+    connections finished within the last two minutes (capture time) are remembered."""
+    from rmq import pcap as pcap_module
+    a = route_request("A")
+    ips = []
+    for i in range(3000):       # 8 packets each, 100 ms apart: 40 minutes in all
+        ips += exchange(Connection(client=("10.0.0.1", 20000 + i)), a, answer(a))
+    step = 100_000_000
+    reader = PcapReader(io.BytesIO(pcap(timed(ips, step_ns=step))))
+    records = list(reader)
+    assert len(records) == 6000 and reader.stats.flows == 3000
+    assert [r.conn for r in records[::2]] == list(range(1, 3001))
+    assert reader._live == {}
+    linger_packets = pcap_module._LINGER_NS // step + pcap_module._SWEEP_EVERY
+    assert len(reader._flows) <= 2 * (linger_packets // 8 + 1) < 2 * 3000
+
+
+def test_a_late_packet_lingers_then_is_a_new_connection():
+    from rmq import pcap as pcap_module
+    a = route_request("A")
+    conn = Connection()
+    ips = exchange(conn, a, answer(a))
+    late = conn.packet("c", a, seq=1001)            # the request, retransmitted
+    filler = [tcp_segment(50000 + i, 9876, 1, flags=ACK) for i in range(pcap_module._SWEEP_EVERY)]
+    within = timed(ips + [late])
+    after = within[:-1] + [(within[-2][0] + pcap_module._LINGER_NS + 1 + i, ethernet(
+        ipv4("10.0.0.9", "10.0.0.2", f))) for i, f in enumerate(filler)] + \
+        [(within[-2][0] + 2 * pcap_module._LINGER_NS, within[-1][1])]
+    records, stats = read(pcap(within))
+    assert len(records) == 2 and stats.retransmitted_bytes == len(a) and stats.flows == 1
+    # two minutes after its last packet the connection is forgotten: a packet on its
+    # ports (TCP would not retransmit after both FINs) is a new connection's
+    records, stats = read(pcap(after))
+    assert stats.flows == 1 + len(filler) + 1 and stats.retransmitted_bytes == 0
+    assert records[2] == TraceRecord(after[-1][0], stats.flows, PEER, IN, a)
+
+
 def test_flows_off_the_server_ports_are_ignored():
     http = Connection(client=("10.0.0.1", 41000), server=("10.0.0.2", 80))
     req = route_request()

@@ -153,6 +153,11 @@ _OPEN = 1      # aligned: bytes are framed
 _LOST = 2      # a gap never filled: what follows is counted as lost
 _DONE = 3      # ended by FIN, RST or a bad length: nothing more is decoded
 
+#: A finished connection (RST, or FIN both ways) is remembered this long after its
+#: last packet (capture time), for its late retransmissions; then forgotten.
+_LINGER_NS = 120 * 1_000_000_000
+_SWEEP_EVERY = 4096     # segments between two looks for flows to forget
+
 
 class _Stream:
     """One direction of a TCP connection: offsets count bytes from the alignment
@@ -185,13 +190,17 @@ class _Stream:
 
 
 class _Flow:
-    __slots__ = ("conn", "peer", "client_isn", "streams")
+    __slots__ = ("conn", "peer", "client_isn", "streams", "keys", "fins", "last_ns", "finished")
 
-    def __init__(self, conn, peer, client_isn):
+    def __init__(self, conn, peer, client_isn, keys):
         self.conn = conn
         self.peer = peer
         self.client_isn = client_isn
         self.streams = (_Stream(self, IN), _Stream(self, OUT)) if peer else ()
+        self.keys = keys            # its two (src, sport, dst, dport) in self._flows
+        self.fins = 0               # bit 0: FIN from keys[0]'s source, bit 1: from the other
+        self.last_ns = 0
+        self.finished = False
 
 
 def _address(ip, port):
@@ -249,7 +258,9 @@ class PcapReader:
         self._max_reorder_bytes = max_reorder_bytes
         self._sort_window_ns = sort_window_ns
         self._flows = {}         # (src, sport, dst, dport) -> (flow, stream of src, or None)
-        self._all_flows = []
+        self._live = {}          # conn -> flow, until it is finished (RST, or FIN both ways)
+        self._finished = []      # finished flows, forgotten _LINGER_NS after their last packet
+        self._segments = 0
         self._ready = []         # heap of (time_ns, order, record)
         self._order = itertools.count()
         self._released_ns = -1 << 63
@@ -455,7 +466,7 @@ class PcapReader:
 
     def _finish(self):
         """End of the file: what is still waiting will never complete."""
-        for flow in self._all_flows:
+        for flow in self._live.values():
             for stream in flow.streams:
                 if stream.state == _OPEN:
                     if stream.pending:
@@ -561,6 +572,37 @@ class PcapReader:
                 self._end_flow(entry[0])
             entry = self._new_flow(src, sport, dst, dport, seq, ack, flags)
         flow, stream = entry
+        flow.last_ns = time_ns
+        self._segments += 1
+        if self._segments % _SWEEP_EVERY == 0:
+            self._forget(time_ns - _LINGER_NS)
+        if flags & _FIN:
+            flow.fins |= 1 if (src, sport, dst, dport) == flow.keys[0] else 2
+        try:
+            self._follow(time_ns, flow, stream, seq, flags, payload)
+        finally:
+            if not flow.finished and (flags & _RST or flow.fins == 3 and all(
+                    s.state != _OPEN for s in flow.streams)):
+                flow.finished = True
+                self._live.pop(flow.conn, None)
+                self._finished.append(flow)
+
+    def _forget(self, horizon_ns):
+        """Drop the finished flows silent since ``horizon_ns``, as TCP's TIME_WAIT
+        ends: a capture of many connections keeps only the recent ones. A packet of a
+        forgotten flow is taken as a new connection's."""
+        keep = []
+        for flow in self._finished:
+            if flow.last_ns >= horizon_ns:
+                keep.append(flow)
+                continue
+            for key in flow.keys:
+                entry = self._flows.get(key)
+                if entry is not None and entry[0] is flow:
+                    del self._flows[key]
+        self._finished = keep
+
+    def _follow(self, time_ns, flow, stream, seq, flags, payload):
         if stream is None:
             self.stats.unaligned_bytes += len(payload)
             return
@@ -621,9 +663,10 @@ class PcapReader:
             client_is_src = to_server if to_server != from_server else None
         stats = self.stats
         stats.flows += 1
+        keys = ((src, sport, dst, dport), (dst, dport, src, sport))
         if client_is_src is None:
             stats.unknown_client_flows += 1
-            flow = _Flow(stats.flows, None, None)
+            flow = _Flow(stats.flows, None, None, keys)
             forward = backward = (flow, None)
         else:
             # The SYN-ACK acknowledges the client's SYN: its ISN is known either way.
@@ -632,17 +675,21 @@ class PcapReader:
             else:
                 client_isn = None
             peer = _address(src, sport) if client_is_src else _address(dst, dport)
-            flow = _Flow(stats.flows, peer, client_isn)
+            flow = _Flow(stats.flows, peer, client_isn, keys)
             inbound, outbound = flow.streams
             forward = (flow, inbound if client_is_src else outbound)
             backward = (flow, outbound if client_is_src else inbound)
-        self._flows[src, sport, dst, dport] = forward
-        self._flows[dst, dport, src, sport] = backward
-        self._all_flows.append(flow)
+        self._flows[keys[0]] = forward
+        self._flows[keys[1]] = backward
+        self._live[flow.conn] = flow
         return forward
 
     def _end_flow(self, flow):
         """RST (or a new connection on the same ports): both directions end here."""
+        if not flow.finished:
+            flow.finished = True
+            self._live.pop(flow.conn, None)
+            self._finished.append(flow)
         for stream in flow.streams:
             if stream.state == _OPEN:
                 if stream.pending:
