@@ -495,23 +495,27 @@ def aggregate(frames, requests, inputs):
         .limit(100).collect()]
 
     decoded = frames.where(col("decode_error").isNull())
-    summary["requests_per_code"] = _counts(requests, "code_name")
-    summary["requests"] = sum(summary["requests_per_code"].values())
+    # One pass over the requests for their counts, outcomes and error answers.
+    per_code, errors = {}, {}
+    summary["oneway"] = summary["unanswered"] = summary["errors"] = 0
+    for name, oneway, code, answer_name, n in requests.groupBy(
+            "code_name", "oneway", "answer_code", "answer_code_name").count().collect():
+        if name is not None:
+            per_code[name] = per_code.get(name, 0) + n
+        if oneway:
+            summary["oneway"] += n
+        elif code is None:
+            summary["unanswered"] += n
+        if code is not None and code != 0:
+            summary["errors"] += n
+            errors[name, answer_name, code] = errors.get((name, answer_name, code), 0) + n
+    summary["requests_per_code"] = dict(sorted(per_code.items()))
+    summary["requests"] = sum(per_code.values())
     summary["answers_per_code"] = _counts(
         decoded.where((col("direction") == "out") & col("is_response")), "code_name")
-    r = requests.agg(
-        F.sum(F.when(col("oneway"), 1).otherwise(0)).alias("oneway"),
-        F.sum(F.when(~col("oneway") & col("answer_code").isNull(), 1).otherwise(0))
-         .alias("unanswered"),
-        F.sum(F.when(col("answer_code") != 0, 1).otherwise(0)).alias("errors")).first()
-    summary["oneway"] = r["oneway"] or 0
-    summary["unanswered"] = r["unanswered"] or 0
-    summary["errors"] = r["errors"] or 0
     summary["errors_per_code"] = [
-        {"request": x[0], "answer": x[1], "answer_code": x[2], "count": x[3]}
-        for x in requests.where(col("answer_code") != 0)
-        .groupBy("code_name", "answer_code_name", "answer_code").count()
-        .orderBy(F.desc("count"), "code_name", "answer_code").collect()]
+        {"request": k[0], "answer": k[1], "answer_code": k[2], "count": n}
+        for k, n in sorted(errors.items(), key=lambda e: (-e[1], e[0][0] or "", e[0][2]))]
 
     summary["latency_us"] = {
         x["code_name"]: {"count": x["n"], "p50": x["q"][0], "p90": x["q"][1],
