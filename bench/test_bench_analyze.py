@@ -87,9 +87,7 @@ def test_standalone_1_process(benchmark, figure, trace, impl, monkeypatch):
 def test_standalone_2_processes(benchmark, figure, trace):
     # "two cores": two processes, the files split between them by size, the bytes
     # already in memory (spawned: this process may run a JVM and py4j threads)
-    shares = [[], []]
-    for f in sorted(trace["files"], key=os.path.getsize, reverse=True):
-        min(shares, key=lambda s: sum(map(os.path.getsize, s))).append(f)
+    shares = analyze._balanced_groups(trace["files"], 2)     # as the Spark job groups them
     ctx = multiprocessing.get_context("spawn")
     pools = [ctx.Pool(1, initializer=_load_share, initargs=(s,)) for s in shares]
     try:

@@ -65,10 +65,9 @@ def test_register_with_a_live_a_stopped_and_a_silent_name_server(ns):
     """The issue's scenario: three NameServers, one stopped and one that accepts but
     never answers. Registration completes within the timeout with the live one's
     answer; periodic re-registration happens; stop unregisters everywhere it can."""
-    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(10)])
     stopped = closed_address()
     got = []
-    try:
+    with RawServer(lambda conn, i: [read_request(conn), time.sleep(10)]) as silent:
         async def main():
             r = FastRegistrar(f"{stopped};{silent.address};{ns.address}", topics=topics(20),
                               register_timeout=0.5, period=0.2, on_results=got.append,
@@ -88,8 +87,6 @@ def test_register_with_a_live_a_stopped_and_a_silent_name_server(ns):
             assert time.monotonic() - t < 1.5
             return outcome
         outcome = run(main())
-    finally:
-        silent.close()
     assert outcome[ns.address] is None
     assert isinstance(outcome[stopped], RemotingConnectError)
     assert outcome[silent.address] is not None
@@ -97,9 +94,8 @@ def test_register_with_a_live_a_stopped_and_a_silent_name_server(ns):
 
 
 def test_raises_only_when_no_name_server_answered():
-    silent = RawServer(lambda conn, i: [read_request(conn), time.sleep(5)])
     stopped = closed_address()
-    try:
+    with RawServer(lambda conn, i: [read_request(conn), time.sleep(5)]) as silent:
         async def main():
             r = BrokerRegistrar(f"{stopped};{silent.address}", topics=topics(3),
                                 register_timeout=0.3, **BROKER)
@@ -112,8 +108,6 @@ def test_raises_only_when_no_name_server_answered():
         err = run(main())
         assert set(err.errors) == {stopped, silent.address}
         assert isinstance(err.errors[stopped], RemotingConnectError)
-    finally:
-        silent.close()
 
 
 def test_request_as_a_java_broker_sends_it():

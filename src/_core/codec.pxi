@@ -399,13 +399,10 @@ cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length, bint wi
         decode_binary_header(cmd, p + 4, header_len)
     else:
         raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
-    if not with_body:
-        pass
-    elif length - 4 - header_len:
+    if with_body:
         cmd.body = PyBytes_FromStringAndSize(<const char*>p + 4 + header_len,
-                                             length - 4 - header_len)
-    else:
-        cmd.body = EMPTY
+                                             length - 4 - header_len) \
+            if length - 4 - header_len else EMPTY
     return cmd
 
 
@@ -886,9 +883,7 @@ cdef class FrameSplitter:
                             break
                         PyList_Append(out, p[pos:pos + 4 + length])
                         pos += 4 + length
-                    if pos < n:
-                        if n - pos >= 4:
-                            check_length(be32(p + pos), self.max_frame_length)
+                    if pos < n:     # less than a frame: its length, if there, was checked
                         self.partial += p[pos:n]
             except ProtocolError as e:
                 self.error = e

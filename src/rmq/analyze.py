@@ -31,18 +31,8 @@ __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partition
            "requests_table", "aggregate",
            "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
 
-#: RAW_FIELDS: what the partition function emits per frame, as a plain tuple.
-RAW_FIELDS = ("file", "file_index", "record", "time_ns", "conn", "peer", "direction",
-              "code", "flag", "opaque", "language", "version", "remark", "ext", "body_len",
-              "frame_len", "decode_error")
 #: The NameServer drops a broker silent for longer than this (heartbeatTimeoutMillis).
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
-#: Requests that refresh a broker's liveness: REGISTER_BROKER, QUERY_DATA_VERSION,
-#: BROKER_HEARTBEAT. UNREGISTER_BROKER ends it.
-LIVENESS_CODES = (103, 322, 904)
-UNREGISTER_BROKER = 104
-REGISTER_BROKER = 103
-GET_ROUTEINFO_BY_TOPIC = 105
 TOP_TOPICS = 20
 #: Decode what the recording server accepted, whatever its maxFrameLength was.
 _MAX_FRAME = (1 << 31) - 1
@@ -151,7 +141,7 @@ class NoInputs(ValueError):
 # ---------------------------------------------------------------- the partition function
 
 def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None):
-    """The rows (RAW_FIELDS tuples) of ``files``, an iterator of (path, bytes), as
+    """The rows (rmq.fallback.trace.TRACE_ROW_FIELDS tuples) of ``files``, an iterator of (path, bytes), as
     ``binaryFiles`` hands them over.
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
@@ -177,7 +167,7 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                yield _input_error(path, file_indexes, 0, e)
+                yield _input_error(path, _file_index(path, file_indexes), 0, e)
                 continue
             try:
                 yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
@@ -203,9 +193,7 @@ def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
     from rmq.fallback.trace import frame_row
     from rmq.trace import is_capture, read_records, segment_rows
 
-    index = file_indexes.get(path)
-    if index is None:       # listed under another spelling: still one id per file
-        index = _fallback_index(path)
+    index = _file_index(path, file_indexes)
     # The segments of one recording share its connection ids (a request at the
     # end of one segment, its answer in the next); other inputs have their own.
     conn_base = (conn_spaces or {}).get(path, index) << 32
@@ -220,20 +208,21 @@ def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
             yield frame_row(path, index, record, t, conn_base + conn, peer, direction, frame,
                             _MAX_FRAME, decode_frame)
     except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.pcap...
-        yield _input_error(path, file_indexes, stats["records"], e)
+        yield _input_error(path, index, stats["records"], e)
 
 
-def _input_error(path, file_indexes, record, e):
+def _input_error(path, index, record, e):
+    return (path, index, record, None, None, None, None, None, None, None, None, None, None,
+            None, None, None, f"{type(e).__name__}: {e}")
+
+
+def _file_index(path, file_indexes):
     index = file_indexes.get(path)
-    return (path, _fallback_index(path) if index is None else index, record, None, None,
-            None, None, None, None, None, None, None, None, None, None, None,
-            f"{type(e).__name__}: {e}")
-
-
-def _fallback_index(path):
-    import zlib
-    # above any listed index, below 2**31 so that index << 32 stays a long
-    return (1 << 30) | (zlib.crc32(path.encode()) & ((1 << 30) - 1))
+    if index is None:       # listed under another spelling: still one id per file
+        import zlib
+        # above any listed index, below 2**31 so that index << 32 stays a long
+        index = (1 << 30) | (zlib.crc32(path.encode()) & ((1 << 30) - 1))
+    return index
 
 
 # ---------------------------------------------------------------- inputs and outputs
@@ -293,6 +282,8 @@ def _publish(spark, local_dir, out):
 def _raw_schema():
     from pyspark.sql.types import (IntegerType, LongType, MapType, StringType, StructField,
                                    StructType)
+
+    from rmq.fallback.trace import TRACE_ROW_FIELDS
     types = {"file": StringType(), "file_index": LongType(), "record": LongType(),
              "time_ns": LongType(), "conn": LongType(), "peer": StringType(),
              "direction": IntegerType(), "code": IntegerType(), "flag": IntegerType(),
@@ -302,7 +293,7 @@ def _raw_schema():
              "decode_error": StringType()}
     # No field needs a Python-side conversion (a TimestampType would): rows go to
     # the JVM as they are, the time column is made there.
-    return StructType([StructField(n, types[n]) for n in RAW_FIELDS])
+    return StructType([StructField(n, types[n]) for n in TRACE_ROW_FIELDS])
 
 
 def _name_map(names):
@@ -325,7 +316,7 @@ READERS = ("auto", "workers", "spark")
 
 
 def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
-    """The RDD of RAW_FIELDS tuples of the input files ``paths`` (as
+    """The RDD of TRACE_ROW_FIELDS tuples of the input files ``paths`` (as
     :func:`list_inputs` gives them)."""
     import functools
 
@@ -337,8 +328,9 @@ def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto
     conn_spaces = {p: recordings.setdefault(_recording(p), file_indexes[p]) for p in paths}
     options = dict(file_indexes=file_indexes, server_ports=tuple(server_ports),
                    conn_spaces=conn_spaces)
-    local = [p for p in paths if reader != "spark" and p.startswith("file:")]
-    shipped = [p for p in paths if p not in local] if local else list(paths)
+    local, shipped = [], []
+    for p in paths:
+        (local if reader != "spark" and p.startswith("file:") else shipped).append(p)
     parts = []
     if local:
         groups = _balanced_groups(local, partitions or default_partitions(sc, len(local)))
@@ -354,17 +346,17 @@ def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto
 def _balanced_groups(paths, n):
     """``paths`` in at most ``n`` groups of about equal bytes (the driver's view of
     the files' sizes), largest first; each group keeps its paths in input order."""
-    def size(p):
+    sizes = {}
+    for p in paths:
         try:
-            return os.path.getsize(_local_path(p))
+            sizes[p] = os.path.getsize(_local_path(p))
         except OSError:
-            return 0
-
+            sizes[p] = 0
     n = max(1, min(n, len(paths)))
     groups = [[0, []] for _ in range(n)]
-    for p in sorted(paths, key=size, reverse=True):
+    for p in sorted(paths, key=sizes.get, reverse=True):
         g = min(groups, key=lambda g: g[0])
-        g[0] += size(p)
+        g[0] += sizes[p]
         g[1].append(p)
     order = {p: i for i, p in enumerate(paths)}
     return [sorted(g[1], key=order.get) for g in groups if g[1]]
@@ -468,6 +460,8 @@ def aggregate(frames, requests, inputs):
     """The summary: counts and the small series the report draws (plain data)."""
     from pyspark.sql import functions as F
 
+    from rmq.protocol import RequestCode, ResponseCode
+
     col = F.col
     f = frames.agg(
         F.count(F.lit(1)).alias("rows"),
@@ -535,9 +529,11 @@ def aggregate(frames, requests, inputs):
 
     summary["top_topics"] = [
         {"topic": x[0], "requests": x[1], "not_found": x[2]}
-        for x in requests.where((col("code") == GET_ROUTEINFO_BY_TOPIC) & col("topic").isNotNull())
+        for x in requests.where((col("code") == RequestCode.GET_ROUTEINFO_BY_TOPIC)
+                                & col("topic").isNotNull())
         .groupBy("topic").agg(F.count(F.lit(1)).alias("n"),
-                              F.sum(F.when(col("answer_code") == 17, 1).otherwise(0)).alias("nf"))
+                              F.sum(F.when(col("answer_code") == ResponseCode.TOPIC_NOT_EXIST, 1)
+                                    .otherwise(0)).alias("nf"))
         .orderBy(F.desc("n"), "topic").limit(TOP_TOPICS).collect()]
     return summary
 
@@ -549,6 +545,11 @@ def _brokers(requests, start, end, bucket_ns):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    from rmq.protocol import RequestCode
+
+    # what refreshes a broker's liveness; UNREGISTER_BROKER ends it
+    REGISTER_BROKER, UNREGISTER_BROKER = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
+    LIVENESS_CODES = (REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
     col = F.col
     key = ["broker_name", "broker_addr"]
     events = requests.where(col("code").isin(*LIVENESS_CODES, UNREGISTER_BROKER)

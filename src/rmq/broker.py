@@ -393,9 +393,7 @@ class BrokerRegistrar:
         try:
             results = await self.register_broker_all(oneway=False)
         except BaseException:
-            if self._own_client and self._client is not None:
-                await self._client.close()
-                self._client = None
+            await self.stop(unregister=False)       # closes the client it made
             raise
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodically()))

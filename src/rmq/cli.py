@@ -247,38 +247,18 @@ def _add_admin_parser(sub):
                    help="broker name")
 
 
-def _trace_analyze(args):
-    from rmq import analyze
-    return analyze.main(args)
-
-
-def _trace_synth(args):
-    from rmq import synth
-    return synth.main(args)
-
-
 def _add_trace_parser(sub):
+    # rmq.analyze imports pyspark only when run: it says itself when pyspark is missing
+    from rmq import analyze, synth
     p = sub.add_parser("trace", help="analyze recorded traffic with Spark; synthesize traces")
     verbs = p.add_subparsers(dest="verb", required=True)
     a = verbs.add_parser("analyze", help="decode traces and pcaps with Spark: Parquet tables "
                                          "and an HTML report")
-    try:
-        from rmq import analyze
-        analyze.add_arguments(a)
-    except ImportError as e:        # pyspark missing: say so when the verb is used
-        a.add_argument("rest", nargs="*")
-        a.set_defaults(func=lambda args, e=e: _missing("rmq trace analyze", e))
-    else:
-        a.set_defaults(func=_trace_analyze)
+    analyze.add_arguments(a)
+    a.set_defaults(func=analyze.main)
     s = verbs.add_parser("synth", help="write a protocol-exact synthetic trace")
-    from rmq import synth
     synth.add_arguments(s)
-    s.set_defaults(func=_trace_synth)
-
-
-def _missing(what, error):
-    print(f"{what}: {error} (pip install 'rmq[trace]')", file=sys.stderr)
-    return 2
+    s.set_defaults(func=synth.main)
 
 
 def build_parser():

@@ -192,7 +192,8 @@ class RemotingClient:
             raise ValueError("invoke() of a oneway request: use invoke_oneway()")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting")
+        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
+                                RemotingConnectError)
         fut = loop.create_future()
         ch.pending[cmd.opaque] = fut
         try:
@@ -208,18 +209,19 @@ class RemotingClient:
         cmd.flag |= 2                    # FLAG_ONEWAY
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting")
+        ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
+                                RemotingConnectError)
         await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
 
-    async def _within(self, aw, deadline, addr, cmd, doing):
+    async def _within(self, aw, deadline, addr, cmd, doing, error=RemotingTimeoutError):
+        """Await ``aw`` until the deadline; past it raise ``error``. No connection
+        within the time is a connect failure, as Java's RemotingConnectException
+        (callers move on to the next address)."""
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             return await asyncio.wait_for(aw, max(remaining, 0))
         except asyncio.TimeoutError:
             message = f"request {cmd.code} (opaque {cmd.opaque}) to {addr}: timed out {doing}"
-            # No connection within the time: a connect failure, as Java's
-            # RemotingConnectException (callers move on to the next address).
-            error = RemotingConnectError if doing == "connecting" else RemotingTimeoutError
             raise error(message, addr) from None
 
     def close_address(self, addr):

@@ -30,13 +30,10 @@ from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from rmq.errors import RmqError
-from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, LANGUAGES
+from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT, LANGUAGES
 
 __all__ = ["IN", "OUT", "PcapError", "PcapReader", "PcapStats", "TraceRecord",
            "is_pcap", "read_pcap"]
-
-IN = 0   #: client -> server (towards the NameServer)
-OUT = 1  #: server -> client
 
 #: Default for ``max_reorder_bytes``: above any real TCP window, so only a packet the
 #: capture lost holds this much out-of-order data of one direction.
@@ -96,12 +93,11 @@ def is_pcap(first_bytes):
     return len(first_bytes) < 12 or bytes(first_bytes[8:12]) in _PCAPNG_BYTE_ORDER
 
 
-def read_pcap(source, *, server_ports=(9876,), max_frame_length=DEFAULT_MAX_FRAME_LENGTH,
-              **options):
+def read_pcap(source, **options):
     """Trace records of the remoting frames in a capture (path or binary file);
-    ``PcapReader`` gives the same records and the stats."""
-    with PcapReader(source, server_ports=server_ports, max_frame_length=max_frame_length,
-                    **options) as reader:
+    ``PcapReader`` (which takes the same ``options``) gives the same records and the
+    stats."""
+    with PcapReader(source, **options) as reader:
         yield from reader
 
 
@@ -116,6 +112,8 @@ _PCAP_MAGIC = {  # first 4 bytes -> (struct byte order, nanoseconds per fraction
 _PCAP_HEADER_SIZE = 24
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"      # a palindrome: the same in both byte orders
 _PCAPNG_BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
+#: The first 4 bytes of a capture file, pcap (either byte order and resolution) or pcapng.
+CAPTURE_MAGICS = frozenset(_PCAP_MAGIC) | {_PCAPNG_SHB}
 _BLOCK_IDB, _BLOCK_OPB, _BLOCK_SPB, _BLOCK_EPB = 1, 2, 3, 6
 # block header and trailer (12 bytes) plus each packet block's fixed fields
 _LEAST_BLOCK_LENGTH = {_BLOCK_EPB: 32, _BLOCK_OPB: 32, _BLOCK_SPB: 16}
@@ -190,7 +188,7 @@ class _Stream:
 
 
 class _Flow:
-    __slots__ = ("conn", "peer", "client_isn", "streams", "keys", "fins", "last_ns", "finished")
+    __slots__ = ("conn", "peer", "client_isn", "streams", "keys", "fins", "last_ns")
 
     def __init__(self, conn, peer, client_isn, keys):
         self.conn = conn
@@ -200,7 +198,6 @@ class _Flow:
         self.keys = keys            # its two (src, sport, dst, dport) in self._flows
         self.fins = 0               # bit 0: FIN from keys[0]'s source, bit 1: from the other
         self.last_ns = 0
-        self.finished = False
 
 
 def _address(ip, port):
@@ -264,7 +261,6 @@ class PcapReader:
         self._ready = []         # heap of (time_ns, order, record)
         self._order = itertools.count()
         self._released_ns = -1 << 63
-        self._last_time_ns = 0
         if isinstance(source, (str, bytes, os.PathLike)):
             self._file, self._owns_file = open(source, "rb"), True
         else:
@@ -345,6 +341,7 @@ class PcapReader:
     def _pcapng_packets(self, reader):
         """(time_ns, linktype, data) of each packet block of a pcapng file."""
         stats = self.stats
+        last_time_ns = 0
         order = "<"
         block_header = struct.Struct("<II")
         interfaces = []          # per section: (linktype, mul, div, offset_ns)
@@ -386,8 +383,7 @@ class PcapReader:
                     raise PcapError(f"pcapng packet block at offset {reader.offset + pos} names "
                                     f"interface {iface}; the section describes {len(interfaces)}")
                 linktype, mul, div, offset_ns = interfaces[iface]
-                time_ns = ((high << 32 | low) * mul) // div + offset_ns
-                self._last_time_ns = time_ns
+                time_ns = last_time_ns = ((high << 32 | low) * mul) // div + offset_ns
             elif btype == _BLOCK_SPB:
                 (wirelen,) = struct.unpack_from(order + "I", buf, body)
                 data_start = body + 4
@@ -396,7 +392,7 @@ class PcapReader:
                     raise PcapError(f"pcapng simple packet block at offset {reader.offset + pos} "
                                     "before any interface description")
                 linktype = interfaces[0][0]
-                time_ns = self._last_time_ns     # an SPB has no timestamp
+                time_ns = last_time_ns          # an SPB has no timestamp
             else:
                 if btype == _BLOCK_IDB:
                     interfaces.append(self._interface(order, buf, body, end))
@@ -467,13 +463,7 @@ class PcapReader:
     def _finish(self):
         """End of the file: what is still waiting will never complete."""
         for flow in self._live.values():
-            for stream in flow.streams:
-                if stream.state == _OPEN:
-                    if stream.pending:
-                        self._lose(stream)
-                    elif stream.buf:
-                        self.stats.cut_at_end += 1
-                    stream.state = _DONE
+            self._end_streams(flow, at_end=True)
 
     # ------------------------------------------------------------ dissection
 
@@ -561,7 +551,8 @@ class PcapReader:
     # ------------------------------------------------------------ TCP
 
     def _segment(self, time_ns, src, sport, dst, dport, seq, ack, flags, payload):
-        entry = self._flows.get((src, sport, dst, dport))
+        key = (src, sport, dst, dport)
+        entry = self._flows.get(key)
         # A SYN that is not the connection's own (retransmitted) SYN starts a new one
         # on the same addresses and ports.
         if entry is None or (flags & (_SYN | _ACK) == _SYN and entry[0].client_isn != seq):
@@ -576,16 +567,21 @@ class PcapReader:
         self._segments += 1
         if self._segments % _SWEEP_EVERY == 0:
             self._forget(time_ns - _LINGER_NS)
+        if flags & _RST:
+            if stream is None:
+                self.stats.unaligned_bytes += len(payload)
+            self._end_flow(flow)
+            return
         if flags & _FIN:
-            flow.fins |= 1 if (src, sport, dst, dport) == flow.keys[0] else 2
-        try:
-            self._follow(time_ns, flow, stream, seq, flags, payload)
-        finally:
-            if not flow.finished and (flags & _RST or flow.fins == 3 and all(
-                    s.state != _OPEN for s in flow.streams)):
-                flow.finished = True
-                self._live.pop(flow.conn, None)
-                self._finished.append(flow)
+            flow.fins |= 1 if key == flow.keys[0] else 2
+        self._follow(time_ns, stream, seq, flags, payload)
+        if flow.fins == 3 and all(s.state != _OPEN for s in flow.streams):
+            self._mark_finished(flow)
+
+    def _mark_finished(self, flow):
+        """RST, or FIN both ways with nothing left to reassemble: no longer live."""
+        if self._live.pop(flow.conn, None) is not None:
+            self._finished.append(flow)
 
     def _forget(self, horizon_ns):
         """Drop the finished flows silent since ``horizon_ns``, as TCP's TIME_WAIT
@@ -602,12 +598,9 @@ class PcapReader:
                     del self._flows[key]
         self._finished = keep
 
-    def _follow(self, time_ns, flow, stream, seq, flags, payload):
+    def _follow(self, time_ns, stream, seq, flags, payload):
         if stream is None:
             self.stats.unaligned_bytes += len(payload)
-            return
-        if flags & _RST:
-            self._end_flow(flow)
             return
         if flags & _SYN:
             seq = (seq + 1) & _MASK32    # the SYN takes one sequence number
@@ -686,16 +679,21 @@ class PcapReader:
 
     def _end_flow(self, flow):
         """RST (or a new connection on the same ports): both directions end here."""
-        if not flow.finished:
-            flow.finished = True
-            self._live.pop(flow.conn, None)
-            self._finished.append(flow)
+        self._mark_finished(flow)
+        self._end_streams(flow, at_end=False)
+
+    def _end_streams(self, flow, at_end):
+        """What is still waiting in ``flow`` will never complete: lost behind a gap,
+        or a frame cut by the end of the file or the connection."""
         for stream in flow.streams:
             if stream.state == _OPEN:
                 if stream.pending:
                     self._lose(stream)
                 elif stream.buf:
-                    self.stats.cut_at_close += 1
+                    if at_end:
+                        self.stats.cut_at_end += 1
+                    else:
+                        self.stats.cut_at_close += 1
             self._drop(stream, _DONE)
 
     def _starts_frame(self, payload):

@@ -30,6 +30,9 @@ FLAG_ONEWAY = 2
 
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
+#: A traced frame's direction: towards the NameServer (a client's), or from it.
+IN, OUT = 0, 1
+
 
 class RequestCode:
     PUT_KV_CONFIG = 100

@@ -6,10 +6,8 @@ import datetime
 import html
 import os
 
-__all__ = ["write_report", "CHARTS"]
+__all__ = ["write_report"]
 
-#: The chart files, each written only when there is something to draw.
-CHARTS = ("requests_over_time.png", "latency.png", "errors.png", "brokers.png", "topics.png")
 #: Codes drawn on their own in the request mix; the rest are summed as "other".
 _MIX_CODES = 8
 
@@ -97,13 +95,10 @@ def chart_latency(summary, out_dir):
     for i, q in enumerate(("p50", "p90", "p99", "max")):
         ax.barh([j + (i - 1.5) * height for j in range(len(codes))],
                 [max(lat[c][q], 1e-3) for c in codes], height=height, label=q)
-    ax.set_yticks(range(len(codes)), [f"{c} ({lat[c]['count']:,})" for c in codes])
-    ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("latency (µs, log scale)")
-    ax.set_title("Latency per request code (answered requests)")
-    ax.legend(fontsize="small")
-    return _save(fig, out_dir, "latency.png")
+    return _rows(fig, ax, out_dir, "latency.png", [f"{c} ({lat[c]['count']:,})" for c in codes],
+                 "latency (µs, log scale)", "Latency per request code (answered requests)",
+                 legend=True)
 
 
 def chart_errors(summary, out_dir):
@@ -114,11 +109,8 @@ def chart_errors(summary, out_dir):
     labels = [f"{e['request']} → {e['answer']}" for e in errors]
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(errors) + 1.5))
     ax.barh(range(len(errors)), [e["count"] for e in errors], color="tab:red")
-    ax.set_yticks(range(len(errors)), labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("answers")
-    ax.set_title("Error answers (answer code != 0) per request code")
-    return _save(fig, out_dir, "errors.png")
+    return _rows(fig, ax, out_dir, "errors.png", labels, "answers",
+                 "Error answers (answer code != 0) per request code")
 
 
 def chart_brokers(summary, out_dir):
@@ -159,12 +151,20 @@ def chart_topics(summary, out_dir):
     ax.barh(ys, found, label="found")
     ax.barh(ys, [t["not_found"] for t in topics], left=found, color="tab:gray",
             label="TOPIC_NOT_EXIST")
-    ax.set_yticks(ys, [_short(t["topic"]) for t in topics])
+    return _rows(fig, ax, out_dir, "topics.png", [_short(t["topic"]) for t in topics],
+                 "GET_ROUTEINFO_BY_TOPIC requests", f"Hottest topics (top {len(topics)})",
+                 legend=True)
+
+
+def _rows(fig, ax, out_dir, name, labels, xlabel, title, legend=False):
+    """Finish a chart of one horizontal row per label, the first on top."""
+    ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("GET_ROUTEINFO_BY_TOPIC requests")
-    ax.set_title(f"Hottest topics (top {len(topics)})")
-    ax.legend(fontsize="small")
-    return _save(fig, out_dir, "topics.png")
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize="small")
+    return _save(fig, out_dir, name)
 
 
 # ---------------------------------------------------------------- the page

@@ -98,7 +98,7 @@ def synthesize(out, *, brokers=4, clients=20, minutes=10.0, topics=1000, dead=1,
     broker_ids = [f"broker-{i}" for i in range(brokers)]
     dies_at = {name: (start_ns + end_ns) // 2 for name in broker_ids[:dead]}
     for i, name in enumerate(broker_ids):
-        t = start_ns + i * 1_000_000_000 // max(brokers, 1)       # spread over the first second
+        t = start_ns + i * 1_000_000_000 // brokers       # spread over the first second
         while t < min(end_ns, dies_at.get(name, end_ns)):
             events.append((t, len(events), "register", i))
             t += REGISTER_PERIOD_S * 1_000_000_000
@@ -162,8 +162,16 @@ def synthesize(out, *, brokers=4, clients=20, minutes=10.0, topics=1000, dead=1,
             emit(answer_after(t), conn, peer, OUT, encode_frame(resp))
             counts.answer(resp.code)
 
-    def route_body(t, topic):
-        alive = [i for i, name in enumerate(broker_ids) if dies_at.get(name, end_ns) > t]
+    route_bodies = {}           # the brokers alive -> their route (every topic's is the same)
+
+    def route_body(t):
+        alive = tuple(i for i, name in enumerate(broker_ids) if dies_at.get(name, end_ns) > t)
+        body = route_bodies.get(alive)
+        if body is None:
+            body = route_bodies[alive] = encode_route(alive)
+        return body
+
+    def encode_route(alive):
         return bodies.encode_topic_route_data({
             "brokerDatas": [{"brokerAddrs": {0: f"10.0.0.{i + 1}:10911"},
                              "brokerName": broker_ids[i], "cluster": "DefaultCluster"}
@@ -199,7 +207,7 @@ def synthesize(out, *, brokers=4, clients=20, minutes=10.0, topics=1000, dead=1,
                                         f"No topic route info in name server for the topic: "
                                         f"{topic}")
                 else:
-                    resp = req.response(0, body=route_body(tq, topic))
+                    resp = req.response(0, body=route_body(tq))
                 exchange(tq, conn, peer, req, resp)
                 counts.routes[topic] = counts.routes.get(topic, 0) + 1
         else:

@@ -30,15 +30,17 @@ import msgpack
 
 from rmq.codec import FrameSplitter
 from rmq.errors import ProtocolError, TraceError
-from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
+from rmq.pcap import CAPTURE_MAGICS
+from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
 
 log = logging.getLogger("rmq.trace")
 
 __all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
            "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX"]
 
-IN, OUT = 0, 1
 SEGMENT_SUFFIX = ".rmqtrace"
+#: What segment_files picks from a directory: segments and captures.
+INPUT_SUFFIXES = (SEGMENT_SUFFIX, ".pcap", ".pcapng")
 FORMAT_VERSION = 1
 #: Segment files are closed and a new one begun past this size.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -79,10 +81,7 @@ class SegmentWriter:
             "host": socket.gethostname(), "pid": os.getpid()}))
 
     def write(self, time_ns, conn, peer, direction, frame):
-        if self._file is None or self._size >= self.segment_bytes:
-            self._rotate()
-        self._size += self._file.write(self._packer.pack((time_ns, conn, peer, direction, frame)))
-        self.records += 1
+        self.write_packed(self._packer.pack((time_ns, conn, peer, direction, frame)), 1)
 
     def write_packed(self, data, records):
         """Append already-packed records (``records`` of them): for synthesizers."""
@@ -92,8 +91,7 @@ class SegmentWriter:
         self.records += records
 
     def _rotate(self):
-        if self._file is not None:
-            self._file.close()
+        self.close()
         self._open()
 
     def flush(self):
@@ -231,7 +229,7 @@ def segment_files(paths):
         p = os.fspath(p)
         if os.path.isdir(p):
             for name in sorted(os.listdir(p)):
-                if name.endswith((SEGMENT_SUFFIX, ".pcap", ".pcapng")):
+                if name.endswith(INPUT_SUFFIXES):
                     out.append(os.path.join(p, name))
         else:
             out.append(p)
@@ -335,12 +333,7 @@ def is_capture(data):
     """Whether ``data`` (a bytes-like file content, or its first bytes) begins like a
     pcap or pcapng capture rather than a trace segment."""
     with memoryview(data) as view:
-        return bytes(view[:4]) in _PCAP_MAGICS
-
-
-# pcap (usec, nsec; both byte orders) and pcapng's Section Header Block type
-_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
-                b"\xa1\xb2\x3c\x4d", b"\x0a\x0d\x0d\x0a"}
+        return bytes(view[:4]) in CAPTURE_MAGICS
 
 
 def _head(path):

@@ -65,9 +65,9 @@ class TraceRows:
                 self.offset = base + tell()
                 yield frame_row(file, file_index, n, t, conn_base + conn, peer, direction,
                                 frame, max_frame)
+        except TraceError:
+            raise
         except (ValueError, msgpack.FormatError, msgpack.StackError) as e:
-            if isinstance(e, TraceError):
-                raise
             raise TraceError(f"{file}: corrupt record {self.records} ({e})") from None
         self.stopped = "end" if self.offset == len(data) else "cut"
 
