@@ -20,11 +20,13 @@ pytest.importorskip("matplotlib")
 import rmq  # noqa: E402
 from nameserver import Client, recorded_traffic, register_broker  # noqa: E402
 from rmq import analyze  # noqa: E402
+from rmq.fallback.pairing import PAIRED_ROW_FIELDS  # noqa: E402
 from rmq.trace import IN, OUT, SegmentWriter  # noqa: E402
 
 #: The package under test: the executors' Python workers must import this one.
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
 S = 1_000_000_000
+ERROR = PAIRED_ROW_FIELDS.index("decode_error")
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +270,7 @@ def test_requests_meet_their_answers_by_connection_and_opaque(tmp_path, spark):
     write_segment(tmp_path / "in", [
         q(1, 5, 0), a(1, 6, 1), q(1, 6, 2), q(1, 7, 3, oneway=True), a(1, 7, 4),
         q(2, 5, 5), a(2, 5, 8, 17), a(1, 5, 10), a(1, 5, 20),     # a duplicate answer
-        a(1, 5, 30), q(1, 5, 30)])                  # opaque 5 again; answered at once
+        q(1, 5, 30), a(1, 5, 30)])                  # opaque 5 again; answered at once
     paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
     reqs = analyze.requests_table(analyze.decode_frames(spark, paths))
     got = sorted((r["conn"], r["opaque"], (r["time_ns"] - t) // ms, r["oneway"],
@@ -312,7 +314,8 @@ def test_both_readers_give_the_same_rows(tmp_path, spark):
     assert workers == rows("spark") == rows("auto")
     assert [sum(r[0] == p for r in workers) for p in paths] == [40, 1, 2, 1]
     assert workers[40][2:5] == (0, t, (1 << 32) + 9)            # the cut one's first record
-    assert workers[-1][-1].startswith("TraceError: ") and "not a trace segment" in workers[-1][-1]
+    assert workers[-1][ERROR].startswith("TraceError: ")
+    assert "not a trace segment" in workers[-1][ERROR]
     with pytest.raises(ValueError, match="reader must be one of"):
         analyze.frame_rows(spark, paths, reader="jvm")
 
@@ -321,11 +324,11 @@ def test_a_worker_that_cannot_open_an_input_makes_it_a_row(tmp_path):
     missing = "file:" + str(tmp_path / "gone.rmqtrace")
     [row] = analyze.decode_paths([[missing]], {missing: 3})
     assert row[:3] == (missing, 3, 0) and row[3] is None
-    assert row[-1].startswith("FileNotFoundError: ")
+    assert len(row) == len(PAIRED_ROW_FIELDS) and row[ERROR].startswith("FileNotFoundError: ")
     empty = tmp_path / "empty.rmqtrace"
     empty.write_bytes(b"")
     [row] = analyze.decode_paths([["file:" + str(empty)]], {})
-    assert "empty or cut before its header" in row[-1]
+    assert "empty or cut before its header" in row[ERROR]
 
 
 @pytest.mark.parametrize("uri, path", [
@@ -385,6 +388,52 @@ def test_an_answer_in_the_next_segment_of_a_recording_is_matched(tmp_path, spark
     assert summary["connections"] == 1
     [req] = spark.read.parquet(str(tmp_path / "out" / "requests.parquet")).collect()
     assert req["latency_us"] == 2000.0
+
+
+def test_requests_across_segments_meet_the_answers_the_whole_trace_gives(tmp_path, spark):
+    """Random exchanges (opaques reused, oneway requests, lost and duplicate answers)
+    over a recording of many small segments: requests_table, which pairs within each
+    file and again across files only the keys of answers that met no request, gives
+    each request the answer that the rule gives on the whole trace at once."""
+    import random
+    rnd = random.Random(5)
+    t = 1_700_000_000 * S
+    events = []
+    for i in range(400):
+        conn, opaque, at = rnd.randint(1, 4), rnd.randint(0, 60), i * 10_000
+        oneway = rnd.random() < 0.1
+        events.append((t + at, conn, f"10.0.0.{conn}:1", IN,
+                       request_frame(105, {"topic": f"T{i}"}, opaque=opaque, oneway=oneway),
+                       "oneway" if oneway else "request"))
+        # most are answered, some a little later, a few twice, some never
+        for _ in range(rnd.choices([0, 1, 2], [15, 80, 5])[0]):
+            events.append((t + at + rnd.randint(1, 60_000), conn, f"10.0.0.{conn}:1", OUT,
+                           answer_frame(105, rnd.choice([0, 17]), opaque=opaque), "answer"))
+    events.sort(key=lambda e: e[0])
+    w = SegmentWriter(tmp_path / "in", segment_bytes=2048)
+    for e in events:
+        w.write(*e[:5])
+    w.close()
+    assert len(w.files) > 10
+    # the rule on the whole trace: (conn, opaque, time) -> answer time or None
+    want, last = {}, {}
+    for time_ns, conn, _, _, frame, kind in events:
+        key = (conn, rmq.decode_frame(frame).opaque)
+        before = last.get(key)
+        if kind == "answer" and before is not None and before[1] == "request":
+            want[key + (before[0],)] = time_ns
+        if kind != "answer":
+            want[key + (time_ns,)] = None
+        last[key] = (time_ns, kind) if kind != "answer" else None
+    frames = analyze.decode_frames(spark, analyze.list_inputs(spark, [str(tmp_path / "in")]))
+    # both ways are taken: answers met in their file, and keys paired again
+    pairs = frames.select("conn", "opaque", "pair_open", "answer_time_ns").collect()
+    open_keys = {(r[0], r[1]) for r in pairs if r[2]}
+    assert open_keys and any(r[3] is not None and (r[0], r[1]) not in open_keys for r in pairs)
+    got = {(r["conn"], r["opaque"], r["time_ns"]): r["answer_time_ns"]
+           for r in analyze.requests_table(frames).collect()}
+    assert got == want
+    assert sum(v is not None for v in want.values()) > 100
 
 
 def test_broker_gaps_and_expiries(tmp_path, spark):

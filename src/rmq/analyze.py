@@ -141,8 +141,8 @@ class NoInputs(ValueError):
 # ---------------------------------------------------------------- the partition function
 
 def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None):
-    """The rows (rmq.fallback.trace.TRACE_ROW_FIELDS tuples) of ``files``, an iterator of (path, bytes), as
-    ``binaryFiles`` hands them over.
+    """The rows (rmq.fallback.pairing.PAIRED_ROW_FIELDS tuples) of ``files``, an
+    iterator of (path, bytes), as ``binaryFiles`` hands them over.
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
     codec is loaded there, and only plain tuples go back to the JVM. Nothing a file
@@ -167,7 +167,7 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                yield _input_error(path, _file_index(path, file_indexes), 0, e)
+                yield _input_error(path, _file_index(path, file_indexes), 0, e) + _NO_PAIRING
                 continue
             try:
                 yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
@@ -189,6 +189,12 @@ def _local_path(uri):
 
 
 def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
+    """The paired rows of one input: its requests carry the answers found in it."""
+    from rmq._impl import core
+    return core.RequestPairer(_input_rows(path, data, file_indexes, server_ports, conn_spaces))
+
+
+def _input_rows(path, data, file_indexes, server_ports, conn_spaces):
     from rmq.codec import decode_frame
     from rmq.fallback.trace import frame_row
     from rmq.trace import is_capture, read_records, segment_rows
@@ -209,6 +215,10 @@ def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
                             _MAX_FRAME, decode_frame)
     except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.pcap...
         yield _input_error(path, index, stats["records"], e)
+
+
+#: What a row that is no request or answer has in the PAIRED_ROW_FIELDS after the trace's.
+_NO_PAIRING = (None, None, None, None)
 
 
 def _input_error(path, index, record, e):
@@ -280,20 +290,22 @@ def _publish(spark, local_dir, out):
 # ---------------------------------------------------------------- the job
 
 def _raw_schema():
-    from pyspark.sql.types import (IntegerType, LongType, MapType, StringType, StructField,
-                                   StructType)
+    from pyspark.sql.types import (BooleanType, IntegerType, LongType, MapType, StringType,
+                                   StructField, StructType)
 
-    from rmq.fallback.trace import TRACE_ROW_FIELDS
+    from rmq.fallback.pairing import PAIRED_ROW_FIELDS
     types = {"file": StringType(), "file_index": LongType(), "record": LongType(),
              "time_ns": LongType(), "conn": LongType(), "peer": StringType(),
              "direction": IntegerType(), "code": IntegerType(), "flag": IntegerType(),
              "opaque": IntegerType(), "language": StringType(), "version": IntegerType(),
              "remark": StringType(), "ext": MapType(StringType(), StringType()),
              "body_len": IntegerType(), "frame_len": IntegerType(),
-             "decode_error": StringType()}
+             "decode_error": StringType(), "answer_time_ns": LongType(),
+             "answer_code": IntegerType(), "answer_remark": StringType(),
+             "pair_open": BooleanType()}
     # No field needs a Python-side conversion (a TimestampType would): rows go to
     # the JVM as they are, the time column is made there.
-    return StructType([StructField(n, types[n]) for n in TRACE_ROW_FIELDS])
+    return StructType([StructField(n, types[n]) for n in PAIRED_ROW_FIELDS])
 
 
 def _name_map(names):
@@ -316,7 +328,7 @@ READERS = ("auto", "workers", "spark")
 
 
 def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
-    """The RDD of TRACE_ROW_FIELDS tuples of the input files ``paths`` (as
+    """The RDD of PAIRED_ROW_FIELDS tuples of the input files ``paths`` (as
     :func:`list_inputs` gives them)."""
     import functools
 
@@ -372,11 +384,24 @@ def _recording(path):
     return stem if n else path
 
 
-def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
-    """The frames DataFrame of the input files ``paths``, not yet computed."""
+def _code_name(code, is_response):
+    """The name of a request or response ``code`` (columns), CODE_<n> when unknown."""
     from pyspark.sql import functions as F
 
     from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
+    return F.when(code.isNull(), None).otherwise(F.coalesce(
+        F.when(is_response, _name_map(RESPONSE_NAMES)[code])
+         .otherwise(_name_map(REQUEST_NAMES)[code]),
+        F.concat(F.lit("CODE_"), code.cast("string"))))
+
+
+def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
+    """The frames DataFrame of the input files ``paths``, not yet computed.
+
+    A request's ``answer_*`` columns hold the answer found in the same input file;
+    ``pair_open`` marks the answers that met no request there, whose keys
+    :func:`requests_table` pairs across the files (rmq.fallback.pairing)."""
+    from pyspark.sql import functions as F
 
     rows = frame_rows(spark, paths, server_ports, partitions, reader)
     raw = spark.createDataFrame(rows, _raw_schema(), verifySchema=False)
@@ -389,58 +414,72 @@ def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="a
         "conn", "peer",
         F.when(col("direction") == 0, "in").when(col("direction") == 1, "out")
          .alias("direction"),
-        "code",
-        F.when(col("code").isNull(), None)
-         .otherwise(F.coalesce(
-             F.when(is_response, _name_map(RESPONSE_NAMES)[col("code")])
-              .otherwise(_name_map(REQUEST_NAMES)[col("code")]),
-             F.concat(F.lit("CODE_"), col("code").cast("string")))).alias("code_name"),
+        "code", _code_name(col("code"), is_response).alias("code_name"),
         is_response.alias("is_response"),
         "opaque", "flag",
         (col("flag").bitwiseAND(2) != 0).alias("oneway"),
         "language", "version", "remark", "ext", "body_len", "frame_len",
         ext["topic"].alias("topic"), ext["brokerName"].alias("broker_name"),
         ext["brokerAddr"].alias("broker_addr"), ext["clusterName"].alias("cluster"),
+        "answer_time_ns", "answer_code", "answer_remark", "pair_open",
         "decode_error", "file", "file_index", "record")
 
 
 #: A request's columns in requests.parquet, then its answer's. Its other ext fields
-#: are in frames.parquet (the same file_index and record): the ext maps would double
-#: the cost of the shuffle that pairs requests with answers.
+#: are in frames.parquet (the same file_index and record).
 _REQUEST_COLUMNS = ("file", "file_index", "record", "conn", "peer", "time_ns", "time", "code",
                     "code_name", "opaque", "oneway", "language", "version", "topic",
                     "broker_name", "broker_addr", "cluster", "heartbeat_timeout_ms")
+_ANSWER_COLUMNS = ("answer_time_ns", "answer_code", "answer_code_name", "answer_remark")
+
+#: Open keys (connection, opaque) up to this many are sent to every task (a
+#: broadcast join); more (a capture of the answers only) are joined by a shuffle.
+_BROADCAST_OPEN_KEYS = 1_000_000
 
 
 def requests_table(frames):
-    """Each request (towards the NameServer), with the answer to it: the first
-    answer on its connection with its opaque, not before it and before that
-    opaque's next request there (clients may reuse opaques).
+    """Each request (towards the NameServer), with the answer to it: the next frame
+    of its (connection, opaque) in capture order, when that is an answer and the
+    request is not oneway (clients may reuse opaques).
 
-    One shuffle and one window: in time order per (conn, opaque), a request before
-    an answer of the same instant, a request's answer is the row right after it when
-    that row is an answer (if it is the next request, there was none)."""
+    The decode has paired each input's requests with the answers in it
+    (rmq.fallback.pairing), and marked ``pair_open`` the answers that met no request
+    there. Every frame of those answers' (connection, opaque) keys is paired again
+    here, across the files: in capture order (time, then the order within the file),
+    a request's answer is the row right after it when that row is an answer."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     col = F.col
+    keys = ["conn", "opaque"]
     ok = frames.where(col("decode_error").isNull())
     is_request = (col("direction") == "in") & ~col("is_response")
     is_answer = (col("direction") == "out") & col("is_response")
-    events = ok.where(is_request | is_answer).select(
-        *_REQUEST_COLUMNS[:-1],
-        F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)").alias(_REQUEST_COLUMNS[-1]),
-        "remark", is_request.alias("_req"))
-    w = Window.partitionBy("conn", "opaque").orderBy(
-        "time_ns", F.desc("_req"), "file_index", "record")
-    answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
-    answer = {"answer_time_ns": "time_ns", "answer_code": "code",
-              "answer_code_name": "code_name", "answer_remark": "remark"}
-    return events.select(
-        *_REQUEST_COLUMNS, "_req",
-        *[F.when(answered, F.lead(c).over(w)).alias(name) for name, c in answer.items()]
-    ).where(col("_req")).drop("_req").withColumn(
-        "latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
+    heartbeat_timeout = F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)") \
+        .alias(_REQUEST_COLUMNS[-1])
+    requests = ok.where(is_request)
+    open_keys = frames.where(col("pair_open")).select(*keys)
+    n_open = open_keys.count()
+    if n_open:
+        open_keys = open_keys.distinct()
+        if n_open <= _BROADCAST_OPEN_KEYS:
+            open_keys = F.broadcast(open_keys)
+        requests = requests.join(open_keys, keys, "left_anti")
+    settled = requests.select(
+        *_REQUEST_COLUMNS[:-1], heartbeat_timeout, *_ANSWER_COLUMNS[:2],
+        _code_name(col("answer_code"), F.lit(True)).alias("answer_code_name"),
+        *_ANSWER_COLUMNS[3:])
+    if n_open:
+        events = ok.where(is_request | is_answer).join(open_keys, keys, "left_semi").select(
+            *_REQUEST_COLUMNS[:-1], heartbeat_timeout, "remark", is_request.alias("_req"))
+        w = Window.partitionBy(*keys).orderBy("time_ns", "file_index", "record")
+        answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
+        answer_of = dict(zip(_ANSWER_COLUMNS, ("time_ns", "code", "code_name", "remark")))
+        settled = settled.unionByName(events.select(
+            *_REQUEST_COLUMNS, "_req",
+            *[F.when(answered, F.lead(c).over(w)).alias(a) for a, c in answer_of.items()]
+        ).where(col("_req")).drop("_req"))
+    return settled.withColumn("latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
 
 
 def choose_bucket_ns(span_ns):
@@ -489,11 +528,15 @@ def aggregate(frames, requests, inputs):
         .limit(100).collect()]
 
     decoded = frames.where(col("decode_error").isNull())
-    # One pass over the requests for their counts, outcomes and error answers.
-    per_code, errors = {}, {}
+    # One pass over the requests for their counts, outcomes, error answers and mix
+    # over time (per bucket and code).
+    bucket = ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
+    per_code, errors, mix = {}, {}, {}
     summary["oneway"] = summary["unanswered"] = summary["errors"] = 0
-    for name, oneway, code, answer_name, n in requests.groupBy(
-            "code_name", "oneway", "answer_code", "answer_code_name").count().collect():
+    for b, name, oneway, code, answer_name, n in requests.groupBy(
+            bucket.alias("bucket"), "code_name", "oneway", "answer_code",
+            "answer_code_name").count().collect():
+        mix[b, name] = mix.get((b, name), 0) + n
         if name is not None:
             per_code[name] = per_code.get(name, 0) + n
         if oneway:
@@ -510,6 +553,10 @@ def aggregate(frames, requests, inputs):
     summary["errors_per_code"] = [
         {"request": k[0], "answer": k[1], "answer_code": k[2], "count": n}
         for k, n in sorted(errors.items(), key=lambda e: (-e[1], e[0][0] or "", e[0][2]))]
+    summary["request_mix"] = {
+        "bucket_ns": bucket_ns, "start_ns": start,
+        "counts": [[b, name, n] for (b, name), n in sorted(
+            mix.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or ""))]}
 
     summary["latency_us"] = {
         x["code_name"]: {"count": x["n"], "p50": x["q"][0], "p90": x["q"][1],
@@ -518,12 +565,6 @@ def aggregate(frames, requests, inputs):
             F.count(F.lit(1)).alias("n"),
             F.percentile_approx("latency_us", [0.5, 0.9, 0.99], 10000).alias("q"),
             F.max("latency_us").alias("max")).orderBy("code_name").collect()}
-
-    summary["request_mix"] = {
-        "bucket_ns": bucket_ns, "start_ns": start,
-        "counts": [[x[0], x[1], x[2]] for x in requests.groupBy(
-            ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
-            .alias("bucket"), "code_name").count().orderBy("bucket", "code_name").collect()]}
 
     summary["brokers"] = _brokers(requests, start, end, bucket_ns)
 
@@ -538,22 +579,46 @@ def aggregate(frames, requests, inputs):
     return summary
 
 
+def _liveness_codes():
+    """What refreshes a broker's liveness; UNREGISTER_BROKER ends it."""
+    from rmq.protocol import RequestCode
+    return (RequestCode.REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION,
+            RequestCode.BROKER_HEARTBEAT)
+
+
 def _brokers(requests, start, end, bucket_ns):
     """Per broker (brokerName + brokerAddr): registrations, liveness gaps (longer
     than twice the broker's median interval), expiries (a gap past its heartbeat
     timeout, an UNREGISTER_BROKER, or silence past it at the end of the trace)."""
+    from pyspark.sql import functions as F
+
+    from rmq.protocol import RequestCode
+
+    col = F.col
+    # a few rows per broker and minute, read by five jobs: kept in memory
+    events = requests.where(
+        col("code").isin(*_liveness_codes(), RequestCode.UNREGISTER_BROKER)
+        & col("broker_name").isNotNull() & col("broker_addr").isNotNull()
+    ).select(*_BROKER_KEY, "cluster", "code", "time_ns", "record", "heartbeat_timeout_ms").cache()
+    try:
+        return _broker_summaries(events, start, end, bucket_ns)
+    finally:
+        events.unpersist()
+
+
+_BROKER_KEY = ("broker_name", "broker_addr")
+
+
+def _broker_summaries(events, start, end, bucket_ns):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from rmq.protocol import RequestCode
 
-    # what refreshes a broker's liveness; UNREGISTER_BROKER ends it
     REGISTER_BROKER, UNREGISTER_BROKER = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
-    LIVENESS_CODES = (REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+    LIVENESS_CODES = _liveness_codes()
     col = F.col
-    key = ["broker_name", "broker_addr"]
-    events = requests.where(col("code").isin(*LIVENESS_CODES, UNREGISTER_BROKER)
-                            & col("broker_name").isNotNull() & col("broker_addr").isNotNull())
+    key = list(_BROKER_KEY)
     live = events.where(col("code").isin(*LIVENESS_CODES)).withColumn(
         "gap_ns", col("time_ns") - F.lag("time_ns").over(
             Window.partitionBy(*key).orderBy("time_ns", "record")))

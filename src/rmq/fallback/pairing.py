@@ -1,0 +1,98 @@
+"""Requests met with their answers within one input: the reference for
+``rmq._core.RequestPairer``.
+
+A request (a frame towards the NameServer that is not a response) is answered by
+the next frame of its (connection, opaque) when that is an answer (a response from
+the NameServer) and the request is not oneway; clients may reuse opaques. Most
+requests are answered within the same input file, so the pairing is done there,
+while the rows are decoded, and Spark pairs only what one file cannot settle: the
+rows marked ``pair_open``.
+
+``pair_open`` is set on an answer that met no waiting request: its request may be
+in an earlier segment (or it is a duplicate, or answers a oneway request). Every
+frame of an open answer's (connection, opaque) is paired again across the files,
+in capture order (rmq.analyze.requests_table); every other key is settled within
+its file. A request still waiting at its file's end comes out unanswered: were its
+answer in a later file, that answer would have met no request there, so be open.
+The same makes the bound on waiting requests safe: past it they are all let go.
+"""
+
+from rmq.fallback.trace import TRACE_ROW_FIELDS
+from rmq.protocol import IN, OUT
+
+#: A paired row: a trace row, then its answer's time, code and remark (on a request
+#: answered in the same file), and on requests and answers whether its key must be
+#: paired again across the files (None on other rows).
+PAIRED_ROW_FIELDS = TRACE_ROW_FIELDS + ("answer_time_ns", "answer_code", "answer_remark",
+                                        "pair_open")
+
+#: How many requests may wait for their answers before all of them are let go
+#: unanswered: an input holding only one direction of its connections (a capture
+#: filtered on one port) would otherwise keep every request in memory.
+MAX_WAITING = 65536
+
+_F = {name: i for i, name in enumerate(TRACE_ROW_FIELDS)}
+_TIME, _CONN, _DIRECTION, _CODE, _FLAG, _OPAQUE, _REMARK, _ERROR = (
+    _F["time_ns"], _F["conn"], _F["direction"], _F["code"], _F["flag"], _F["opaque"],
+    _F["remark"], _F["decode_error"])
+_RESPONSE, _ONEWAY = 1, 2
+
+_NOT_AN_EVENT = (None, None, None, None)
+_SETTLED = (None, None, None, False)
+_OPEN = (None, None, None, True)
+
+
+class RequestPairer:
+    """RequestPairer(rows, max_waiting=MAX_WAITING)
+
+    The rows of one input (TRACE_ROW_FIELDS tuples, in the input's order) as
+    PAIRED_ROW_FIELDS tuples. Every row comes out once; a request comes out when its
+    answer, its opaque's next request or the end of the rows is reached."""
+
+    def __init__(self, rows, max_waiting=MAX_WAITING):
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
+        self._rows = self._pair(iter(rows), max_waiting)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._rows)
+
+    @staticmethod
+    def _pair(rows, max_waiting):
+        waiting = {}        # (conn, opaque) -> the request row waiting for its answer
+        for row in rows:
+            if type(row) is not tuple or len(row) != len(TRACE_ROW_FIELDS):
+                raise TypeError(f"a trace row is a tuple of {len(TRACE_ROW_FIELDS)} fields, "
+                                f"got {row!r:.80}")
+            flag = row[_FLAG]
+            if row[_ERROR] is not None or flag is None:
+                yield row + _NOT_AN_EVENT
+                continue
+            direction = row[_DIRECTION]
+            if direction == IN and not flag & _RESPONSE:
+                key = (row[_CONN], row[_OPAQUE])
+                before = waiting.pop(key, None)
+                if before is not None:          # its next frame is a request: unanswered
+                    yield before + _SETTLED
+                if flag & _ONEWAY:
+                    yield row + _SETTLED
+                    continue
+                if len(waiting) >= max_waiting:
+                    for before in waiting.values():
+                        yield before + _SETTLED
+                    waiting.clear()
+                waiting[key] = row
+            elif direction == OUT and flag & _RESPONSE:
+                request = waiting.pop((row[_CONN], row[_OPAQUE]), None)
+                if request is None:
+                    yield row + _OPEN
+                    continue
+                yield request + (row[_TIME], row[_CODE], row[_REMARK], False)
+                yield row + _SETTLED
+            else:
+                yield row + _NOT_AN_EVENT
+        for request in waiting.values():
+            yield request + _SETTLED
