@@ -535,3 +535,21 @@ def test_rmq_trace_analyze_command_on_a_synthetic_trace(tmp_path):
     assert s["answers_per_code"] == m["answers"]
     assert s["requests_per_code"] == m["requests"]
     assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
+
+
+def test_rows_become_the_dataframe_createDataFrame_makes(spark, monkeypatch):
+    """The rows reach the JVM without createDataFrame's per-row Python passes, and
+    where those JVM calls are missing, through createDataFrame: the same frame."""
+    schema = analyze._raw_schema()
+    row = ("file:/t", 0, 1, 2, 3, "p:1", 0, 105, 0, 7, "JAVA", 409, "r", {"topic": "T"},
+           0, 30, None, 5, 0, None, False)
+    rows = spark.sparkContext.parallelize([row, row[:13] + (None,) + row[14:]], 2)
+    want = spark.createDataFrame(rows, schema, verifySchema=False).collect()
+    fast = analyze._rows_dataframe(spark, rows, schema)
+    assert fast.schema == schema and fast.collect() == want
+    assert want[0]["ext"] == {"topic": "T"} and want[1]["ext"] is None
+
+    def missing():
+        raise AttributeError("no JVM")
+    monkeypatch.setattr(rows, "_to_java_object_rdd", missing)
+    assert analyze._rows_dataframe(spark, rows, schema).collect() == want

@@ -384,6 +384,25 @@ def _recording(path):
     return stem if n else path
 
 
+def _rows_dataframe(spark, rows, schema):
+    """``spark.createDataFrame(rows, schema)`` for an RDD of plain tuples already of the
+    schema's types, without the two Python passes createDataFrame makes over every
+    row (a check, and a conversion that none of these fields needs): they cost a
+    third of the Python workers' time. The same JVM calls createDataFrame ends in;
+    where they are missing (another Spark, Spark Connect), createDataFrame itself."""
+    from pyspark.sql import DataFrame
+    try:
+        from py4j.protocol import Py4JError
+    except ImportError:         # a Spark Connect client: no JVM here
+        Py4JError = AttributeError
+    try:
+        jrdd = spark._jvm.SerDeUtil.toJavaArray(rows._to_java_object_rdd())
+        return DataFrame(spark._jsparkSession.applySchemaToPythonRDD(jrdd.rdd(), schema.json()),
+                         spark)
+    except (AttributeError, Py4JError):
+        return spark.createDataFrame(rows, schema, verifySchema=False)
+
+
 def _code_name(code, is_response):
     """The name of a request or response ``code`` (columns), CODE_<n> when unknown."""
     from pyspark.sql import functions as F
@@ -403,8 +422,8 @@ def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="a
     :func:`requests_table` pairs across the files (rmq.fallback.pairing)."""
     from pyspark.sql import functions as F
 
-    rows = frame_rows(spark, paths, server_ports, partitions, reader)
-    raw = spark.createDataFrame(rows, _raw_schema(), verifySchema=False)
+    raw = _rows_dataframe(spark, frame_rows(spark, paths, server_ports, partitions, reader),
+                          _raw_schema())
     col = F.col
     is_response = (col("flag").bitwiseAND(1) != 0)
     ext = col("ext")
@@ -465,21 +484,23 @@ def requests_table(frames):
         if n_open <= _BROADCAST_OPEN_KEYS:
             open_keys = F.broadcast(open_keys)
         requests = requests.join(open_keys, keys, "left_anti")
-    settled = requests.select(
+    latency = ((col("answer_time_ns") - col("time_ns")) / 1000.0).alias("latency_us")
+    paired_in_file = requests.select(
         *_REQUEST_COLUMNS[:-1], heartbeat_timeout, *_ANSWER_COLUMNS[:2],
         _code_name(col("answer_code"), F.lit(True)).alias("answer_code_name"),
         *_ANSWER_COLUMNS[3:])
-    if n_open:
-        events = ok.where(is_request | is_answer).join(open_keys, keys, "left_semi").select(
-            *_REQUEST_COLUMNS[:-1], heartbeat_timeout, "remark", is_request.alias("_req"))
-        w = Window.partitionBy(*keys).orderBy("time_ns", "file_index", "record")
-        answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
-        answer_of = dict(zip(_ANSWER_COLUMNS, ("time_ns", "code", "code_name", "remark")))
-        settled = settled.unionByName(events.select(
-            *_REQUEST_COLUMNS, "_req",
-            *[F.when(answered, F.lead(c).over(w)).alias(a) for a, c in answer_of.items()]
-        ).where(col("_req")).drop("_req"))
-    return settled.withColumn("latency_us", (col("answer_time_ns") - col("time_ns")) / 1000.0)
+    if not n_open:
+        return paired_in_file.select("*", latency)
+    events = ok.where(is_request | is_answer).join(open_keys, keys, "left_semi").select(
+        *_REQUEST_COLUMNS[:-1], heartbeat_timeout, "remark", is_request.alias("_req"))
+    w = Window.partitionBy(*keys).orderBy("time_ns", "file_index", "record")
+    answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
+    answer_of = dict(zip(_ANSWER_COLUMNS, ("time_ns", "code", "code_name", "remark")))
+    paired_again = events.select(
+        *_REQUEST_COLUMNS, "_req",
+        *[F.when(answered, F.lead(c).over(w)).alias(a) for a, c in answer_of.items()]
+    ).where(col("_req")).drop("_req")
+    return paired_in_file.unionByName(paired_again).select("*", latency)
 
 
 def choose_bucket_ns(span_ns):
