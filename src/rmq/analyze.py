@@ -167,7 +167,8 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                yield _input_error(path, _file_index(path, file_indexes), 0, e) + _NO_PAIRING
+                from rmq.fallback.pairing import NO_PAIRING
+                yield _input_error(path, _file_index(path, file_indexes), 0, e) + NO_PAIRING
                 continue
             try:
                 yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
@@ -215,10 +216,6 @@ def _input_rows(path, data, file_indexes, server_ports, conn_spaces):
                             _MAX_FRAME, decode_frame)
     except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.pcap...
         yield _input_error(path, index, stats["records"], e)
-
-
-#: What a row that is no request or answer has in the PAIRED_ROW_FIELDS after the trace's.
-_NO_PAIRING = (None, None, None, None)
 
 
 def _input_error(path, index, record, e):

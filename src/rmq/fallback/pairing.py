@@ -37,7 +37,8 @@ _TIME, _CONN, _DIRECTION, _CODE, _FLAG, _OPAQUE, _REMARK, _ERROR = (
     _F["remark"], _F["decode_error"])
 _RESPONSE, _ONEWAY = 1, 2
 
-_NOT_AN_EVENT = (None, None, None, None)
+#: The pairing fields of a row that is no request or answer.
+NO_PAIRING = (None, None, None, None)
 _SETTLED = (None, None, None, False)
 _OPEN = (None, None, None, True)
 
@@ -69,7 +70,7 @@ class RequestPairer:
                                 f"got {row!r:.80}")
             flag = row[_FLAG]
             if row[_ERROR] is not None or flag is None:
-                yield row + _NOT_AN_EVENT
+                yield row + NO_PAIRING
                 continue
             direction = row[_DIRECTION]
             if direction == IN and not flag & _RESPONSE:
@@ -93,6 +94,6 @@ class RequestPairer:
                 yield request + (row[_TIME], row[_CODE], row[_REMARK], False)
                 yield row + _SETTLED
             else:
-                yield row + _NOT_AN_EVENT
+                yield row + NO_PAIRING
         for request in waiting.values():
             yield request + _SETTLED
