@@ -3,7 +3,13 @@
 
 import zlib as _zlib
 
-DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
+# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
+# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
+# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
+# inflated bytes are the peak a bomb can cost before it is refused.
+DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
+MAX_INFLATE_RATIO = 64
+MIN_INFLATE_LIMIT = 1024 * 1024
 
 
 def json_loads(data):
@@ -125,13 +131,16 @@ cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
 
 
 cdef bytes inflate(data, Py_ssize_t max_inflated):
+    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
     d = _zlib.decompressobj()
     try:
         out = d.decompress(data, max_inflated)
     except _zlib.error as e:
         raise BodyError(f"compressed body does not inflate: {e}") from None
     if d.unconsumed_tail:
-        raise BodyError(f"compressed body inflates beyond {max_inflated} bytes")
+        raise BodyError(f"compressed body of {len(data)} bytes inflates beyond {max_inflated} "
+                        f"bytes (at most {MAX_INFLATE_RATIO} times its size, "
+                        f"{DEFAULT_MAX_INFLATED} in all by default)")
     if not d.eof:
         raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
     return out
@@ -274,7 +283,11 @@ cdef dict decode_compressed(data, Py_ssize_t max_inflated):
             info = chunk_json(&r, "topic queue mapping")
             if not PyDict_Check(info):
                 raise BodyError("compressed body: topic queue mapping is not an object")
-            mappings[info.get("topic")] = info
+            topic = info.get("topic")
+            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
+                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
+                                f"{topic!r:.80}")
+            mappings[topic] = info
         wrapper["topicQueueMappingInfoMap"] = mappings
     return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
 

@@ -4,6 +4,8 @@ from typing import Any, Iterable, Iterator, Optional
 IMPLEMENTATION: str
 CRC32_KERNEL: str
 DEFAULT_MAX_INFLATED: int
+MAX_INFLATE_RATIO: int
+MIN_INFLATE_LIMIT: int
 
 class RemotingCommand:
     code: int

@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 
+_KIND_NAMES = {list: "an array", dict: "an object"}
+
+
 def _object(data, what):
     obj = json_loads(data)
     if not isinstance(obj, dict):
@@ -56,9 +59,14 @@ def _broker_data_in(bd):
 def decode_topic_route_data(data):
     """TopicRouteData from either form; ``brokerAddrs`` keyed by int broker id."""
     route = _object(data, "TopicRouteData")
-    route["brokerDatas"] = [_broker_data_in(bd) for bd in route.get("brokerDatas") or ()]
-    route.setdefault("queueDatas", [])
-    route.setdefault("filterServerTable", {})
+    for field, kind in (("brokerDatas", list), ("queueDatas", list),
+                        ("filterServerTable", dict)):
+        value = route.get(field)
+        if value is None:
+            route[field] = kind()
+        elif not isinstance(value, kind):
+            raise BodyError(f"TopicRouteData.{field} is not {_KIND_NAMES[kind]}: {value!r:.80}")
+    route["brokerDatas"] = [_broker_data_in(bd) for bd in route["brokerDatas"]]
     return route
 
 
@@ -86,6 +94,10 @@ def decode_cluster_info(data):
     clusters = info.get("clusterAddrTable") or {}
     if not isinstance(table, dict) or not isinstance(clusters, dict):
         raise BodyError(f"ClusterInfo tables are not objects: {bytes(data[:80])!r}")
+    for cluster, names in clusters.items():
+        if names is not None and not isinstance(names, list):
+            raise BodyError(f"ClusterInfo.clusterAddrTable[{cluster!r}] is not an array: "
+                            f"{names!r:.80}")
     return ({name: _broker_data_in(bd) for name, bd in table.items()},
             {c: list(names or ()) for c, names in clusters.items()})
 

@@ -358,6 +358,10 @@ FIELDS = (
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
     Field("maxConnections", "int", 10000, "rmq", check=(1, _INT32[1])),
     Field("maxOutputBufferBytes", "long", 64 * 1024 * 1024, "rmq", check=(4096, _INT64[1])),
+    # Queued answers of all connections together: past it, the largest connections
+    # that stopped reading are closed.
+    Field("maxTotalOutputBufferBytes", "long", 256 * 1024 * 1024, "rmq",
+          check=(4096, _INT64[1])),
 )
 
 _BY_KEY = {f.key: f for f in FIELDS}

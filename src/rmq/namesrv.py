@@ -14,6 +14,7 @@ import time
 
 from rmq import bodies
 from rmq.config import ConfigError, ConfigNoPermission
+from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.kvconfig import KVConfigError
@@ -67,8 +68,47 @@ def _now_ms():
     return int(time.time() * 1000)
 
 
+#: Requests whose answer lists a whole table: cached, keyed by their argument (the
+#: ext field named here, or None) and stamped with what the answer depends on.
+_LIST_ANSWERS = {
+    RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: None,
+    RC.GET_UNIT_TOPIC_LIST: None,
+    RC.GET_HAS_UNIT_SUB_TOPIC_LIST: None,
+    RC.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: None,
+    RC.GET_TOPICS_BY_CLUSTER: "cluster",
+    RC.GET_SYSTEM_TOPIC_LIST_FROM_NS: None,
+    RC.GET_BROKER_CLUSTER_INFO: None,
+    RC.GET_KVLIST_BY_NAMESPACE: "namespace",
+}
+#: Lists of topics only: their answers change only with some topic's route.
+_TOPIC_LISTS = frozenset((RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RC.GET_UNIT_TOPIC_LIST,
+                          RC.GET_HAS_UNIT_SUB_TOPIC_LIST,
+                          RC.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST))
+#: Requests that may change the broker and cluster tables (not only a route).
+_TABLE_CHANGES = frozenset((RC.REGISTER_BROKER, RC.UNREGISTER_BROKER,
+                            RC.WIPE_WRITE_PERM_OF_BROKER, RC.ADD_WRITE_PERM_OF_BROKER,
+                            RC.DELETE_TOPIC_IN_NAMESRV, RC.REGISTER_TOPIC_IN_NAMESRV,
+                            RC.UPDATE_NAMESRV_CONFIG))
+#: Requests answered from neither the route table nor a lock: safe on any thread.
+_LOCK_FREE = frozenset((RC.GET_KV_CONFIG, RC.GET_NAMESRV_CONFIG))
+#: Cached list answers kept at most (the 224 and 219 arguments are client-chosen).
+MAX_CACHED_ANSWERS = 1024
+MAX_CACHED_ANSWER_BYTES = 256 * 1024 * 1024
+#: What NameServer.quick returns for a request that needs the table thread.
+NEEDS_TABLE = object()
+
+
 class NameServer:
-    """Request handling over a RouteTable, a KVConfig and a NamesrvConfig."""
+    """Request handling over a RouteTable, a KVConfig and a NamesrvConfig.
+
+    Answers that list a whole table (206, 224, 304, 311-313, 106, 219) are cached
+    and stamped with the counters they depend on (``routes.version`` for topic
+    lists, ``changes`` for the broker and cluster tables, ``kv_changes`` for KV
+    lists): a stale stamp is a miss, so an answer is built at most once per change
+    however many clients ask. ``quick`` answers what needs no table work (cache
+    hits, lock-free reads) on any thread; the rest goes through ``handle`` on the
+    one thread that owns the tables.
+    """
 
     def __init__(self, config, kv, routes=None, clock=_now_ms):
         self.config = config
@@ -77,6 +117,11 @@ class NameServer:
             support_acting_master=config.supportActingMaster,
             delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration)
         self.clock = clock
+        self.changes = 0            # changes to the broker and cluster tables
+        self.kv_changes = 0
+        self._answers = {}          # (code, argument) -> (stamp, code, remark, body)
+        self._answer_bytes = 0
+        self.answers_built = 0      # list answers built (misses), for tests and stats
         # Route answers are cached in the table, built on first demand and dropped
         # exactly when a change may alter them; the network layer answers route
         # queries inside the core (FrameDecoder.serve_routes).
@@ -109,31 +154,89 @@ class NameServer:
 
     # ---------------------------------------------------------------- dispatch
 
+    def quick(self, cmd, conn=None):
+        """The response to ``cmd`` when it needs no table work (a cached list
+        answer, a lock-free read, an unknown code), else NEEDS_TABLE."""
+        code = cmd.code
+        if code in _LIST_ANSWERS:
+            resp = self._cached_answer(cmd)
+            if resp is not None:
+                return None if cmd.is_oneway else resp
+            return NEEDS_TABLE
+        if code in _LOCK_FREE or code not in self._handlers:
+            return self.handle(cmd, conn)
+        return NEEDS_TABLE
+
+    def _stamp(self, code):
+        if code == RC.GET_KVLIST_BY_NAMESPACE:
+            return self.kv_changes
+        config = self.config
+        if code in _TOPIC_LISTS:
+            return (self.routes.version, config.enableAllTopicList, config.enableTopicList)
+        return (self.routes.version, self.changes, config.enableTopicList)
+
+    def _answer_key(self, cmd):
+        field = _LIST_ANSWERS[cmd.code]
+        return cmd.code, None if field is None else (cmd.ext_fields or {}).get(field)
+
+    def _cached_answer(self, cmd):
+        entry = self._answers.get(self._answer_key(cmd))
+        if entry is None or entry[0] != self._stamp(cmd.code):
+            return None
+        return cmd.response(entry[1], entry[2], body=entry[3])
+
+    def _keep_answer(self, key, stamp, resp):
+        if resp.ext_fields:
+            return
+        if (len(self._answers) >= MAX_CACHED_ANSWERS
+                or self._answer_bytes + len(resp.body) > MAX_CACHED_ANSWER_BYTES):
+            self._answers = {}          # rebuilt on demand: simpler than an LRU, as bounded
+            self._answer_bytes = 0
+        old = self._answers.get(key)
+        if old is not None:
+            self._answer_bytes -= len(old[3])
+        self._answers[key] = (stamp, resp.code, resp.remark, resp.body)
+        self._answer_bytes += len(resp.body)
+
     def handle(self, cmd, conn=None):
         """The response to ``cmd`` (None when it is oneway: applied, never answered)."""
-        handler = self._handlers.get(cmd.code)
+        code = cmd.code
+        handler = self._handlers.get(code)
         if handler is None:
             resp = cmd.response(R.REQUEST_CODE_NOT_SUPPORTED,
-                                f" request type {cmd.code} not supported")
+                                f" request type {code} not supported")
+        elif code in _LIST_ANSWERS:
+            resp = self._cached_answer(cmd)
+            if resp is None:
+                key, stamp = self._answer_key(cmd), self._stamp(code)
+                resp = self._handle(handler, cmd, conn)
+                self.answers_built += 1
+                if resp.code == R.SUCCESS or code == RC.GET_KVLIST_BY_NAMESPACE:
+                    self._keep_answer(key, stamp, resp)
         else:
-            try:
-                resp = handler(cmd, conn)
-            except _MissingField as e:
-                resp = cmd.response(R.SYSTEM_ERROR, str(e))
-            except BodyError as e:
-                log.warning("request %d: bad body: %s", cmd.code, e)
-                resp = cmd.response(R.SYSTEM_ERROR, str(e))
-            except KVConfigError as e:       # the change was not persisted, nor applied
-                log.error("request %d: %s", cmd.code, e)
-                resp = cmd.response(R.SYSTEM_ERROR, str(e))
-            except Exception as e:
-                # A body of an unforeseen shape (e.g. a JSON object where a list is
-                # expected) or a bug: answer SYSTEM_ERROR as Java does for any exception
-                # of a processor, rather than let it escape into the network layer
-                # (which would drop the connection without an answer).
-                log.exception("request %d from %s failed", cmd.code, conn)
-                resp = cmd.response(R.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            resp = self._handle(handler, cmd, conn)
+            if code in _TABLE_CHANGES:
+                self.changes += 1
         return None if cmd.is_oneway else resp
+
+    def _handle(self, handler, cmd, conn):
+        try:
+            return handler(cmd, conn)
+        except _MissingField as e:
+            return cmd.response(R.SYSTEM_ERROR, str(e))
+        except BodyError as e:
+            log.warning("request %d: bad body: %s", cmd.code, e)
+            return cmd.response(R.SYSTEM_ERROR, str(e))
+        except KVConfigError as e:       # the change was not persisted, nor applied
+            log.error("request %d: %s", cmd.code, e)
+            return cmd.response(R.SYSTEM_ERROR, str(e))
+        except Exception as e:
+            # A body of an unforeseen shape (e.g. a JSON object where a list is
+            # expected) or a bug: answer SYSTEM_ERROR as Java does for any exception
+            # of a processor, rather than let it escape into the network layer
+            # (which would drop the connection without an answer).
+            log.exception("request %d from %s failed", cmd.code, conn)
+            return cmd.response(R.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
     def _sync_order_topic_conf(self):
         # With orderMessageEnable, route answers carry the topic's ORDER_TOPIC_CONFIG.
@@ -151,7 +254,8 @@ class NameServer:
     def put_kv_config(self, cmd, conn):
         namespace, key, value = _required(cmd, "namespace", "key", "value")
         self.kv.put(namespace, key, value)
-        log.info("kv put %s/%s=%s", namespace, key, value)
+        self.kv_changes += 1
+        log.info("kv put %.200s/%.200s (%d chars)", namespace, key, len(value))
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self.routes.forget_route(key)
         return cmd.response(R.SUCCESS)
@@ -167,7 +271,8 @@ class NameServer:
     def delete_kv_config(self, cmd, conn):
         namespace, key = _required(cmd, "namespace", "key")
         self.kv.delete(namespace, key)
-        log.info("kv delete %s/%s", namespace, key)
+        self.kv_changes += 1
+        log.info("kv delete %.200s/%.200s", namespace, key)
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self.routes.forget_route(key)
         return cmd.response(R.SUCCESS)
@@ -180,8 +285,11 @@ class NameServer:
         return cmd.response(R.SUCCESS, body=bodies.encode_kv_table(table))
 
     def _order_topic_table(self):
-        table = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
-        return None if table is None else bodies.encode_kv_table(table)
+        # The 219 answer of the namespace, from the cache: every registration sends it.
+        list_cmd = RemotingCommand(RC.GET_KVLIST_BY_NAMESPACE,
+                                   ext_fields={"namespace": NAMESPACE_ORDER_TOPIC_CONFIG})
+        resp = self.handle(list_cmd)
+        return resp.body if resp.code == R.SUCCESS else None
 
     # ---------------------------------------------------------------- brokers
 
@@ -362,6 +470,8 @@ class NameServer:
     def scan_not_active_brokers(self):
         """Drop brokers silent past their timeout; returns what was dropped."""
         dropped = self.routes.scan_not_active(self.clock())
+        if dropped:
+            self.changes += 1
         for b in dropped:
             log.warning("broker expired: %s %s/%s id=%s (%s)", b.get("cluster"),
                         b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"),
@@ -371,6 +481,8 @@ class NameServer:
     def connection_closed(self, conn):
         """Drop at once the brokers registered over a closed connection."""
         dropped = self.routes.connection_closed(conn)
+        if dropped:
+            self.changes += 1
         for b in dropped:
             log.info("broker connection closed, removed: %s %s/%s id=%s", b.get("cluster"),
                      b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"))

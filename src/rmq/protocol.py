@@ -29,6 +29,9 @@ FLAG_RESPONSE = 1
 FLAG_ONEWAY = 2
 
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
+# JSON nesting both decoders accept (a container counts one level): deeper input is
+# refused before it can exhaust a recursive reader's stack.
+MAX_JSON_DEPTH = 512
 
 #: A traced frame's direction: towards the NameServer (a client's), or from it.
 IN, OUT = 0, 1

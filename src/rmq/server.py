@@ -8,7 +8,20 @@ FrameDecoder, with the limits an exposed server needs.
   answers pass ``maxOutputBufferBytes``, rmq stops reading (and answering) its
   requests until the queue drains; the requests already decoded wait, bounded by
   one read.
+- Queued output of all connections together is bounded by
+  ``maxTotalOutputBufferBytes``: past it, the connections holding the most output
+  that stopped reading are aborted, largest first.
+- One request of a connection at a time: while one waits for the table thread, the
+  connection is not read (as asyncpg pauses reading when its consumer lags), so a
+  client cannot queue work; the requests of its last read wait, bounded by that read.
 - At most ``maxConnections`` connections; more are closed at once.
+- The table thread: with the compiled core, one thread owns the route and KV tables.
+  Every request that changes them or reads them beyond a cached answer (REGISTER_BROKER,
+  heartbeats, KV changes, cache misses of the list answers, ...), the liveness scan
+  and the drops of closed connections run there, one after the other; the loop thread
+  only does I/O, route answers in the core and cached answers, so it never waits for
+  the table lock, whatever a client sends. Work for a connection closed meanwhile is
+  dropped. Without the compiled core (RMQ_PUREPYTHON=1) everything runs on the loop.
 - Connections idle (neither read nor written) for ``serverChannelMaxIdleTimeSeconds``
   are closed, as Java's IdleStateHandler does. A close that cannot complete (the
   peer does not read what is queued) is turned into an abort after the same delay.
@@ -43,16 +56,19 @@ import functools
 import itertools
 import logging
 import os
+import select
 import socket
 import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
+from rmq.namesrv import NEEDS_TABLE
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.server")
 
 _conn_ids = itertools.count(1)
+_RDHUP = getattr(select, "POLLRDHUP", None)      # Linux: the peer closed its side
 
 
 class Connection(asyncio.Protocol):
@@ -65,11 +81,12 @@ class Connection(asyncio.Protocol):
         self.peer = None
         self.decoder = FrameDecoder(server.max_frame_length)
         self.pending = collections.deque()   # decoded requests waiting their turn
-        self.busy = False                    # a request of ours runs in the writer thread
+        self.busy = False                    # a request of ours runs in the table thread
         self.lost = False
         self.writing_paused = False
         self.closing = False
         self.closed_at = None                # loop time of close(), for _close_idle
+        self.close_when_done = False         # a bad frame came after the pending requests
         self.last_active = 0.0
         self.trace = None                    # a ConnectionTrace when recording
 
@@ -117,7 +134,10 @@ class Connection(asyncio.Protocol):
             self._answer(cmds)
         if error is not None:
             log.warning("closing %s: %s", self.peer, error)
-            self.close()               # sends what is queued, then closes
+            # After the answers to the requests before the bad frame, sent then.
+            self.close_when_done = True
+            if not self.busy:
+                self.close()
 
     def close(self):
         """Close after sending what is queued (NameServerApp aborts the connection
@@ -132,6 +152,7 @@ class Connection(asyncio.Protocol):
         # The client is not reading: stop reading its requests too.
         self.writing_paused = True
         self.transport.pause_reading()
+        self.server.enforce_output_budget()
 
     def resume_writing(self):
         self.writing_paused = False
@@ -142,7 +163,7 @@ class Connection(asyncio.Protocol):
             cmds = list(self.pending)
             self.pending.clear()
             self._answer(cmds)
-        if not self.writing_paused and not self.closing:
+        if not self.writing_paused and not self.busy and not self.closing:
             self.transport.resume_reading()
 
     def connection_lost(self, exc):
@@ -150,26 +171,29 @@ class Connection(asyncio.Protocol):
         self.lost = True
         self.pending.clear()
         self.server.connections.discard(self)
-        self.server.namesrv.connection_closed(self)
+        self.server.in_table_thread(self.server.namesrv.connection_closed, self)
 
     # ---------------------------------------------------------------- answering
 
     def _answer(self, cmds):
-        handle = self.server.namesrv.handle
-        offload = self.server.offload
+        namesrv = self.server.namesrv
+        table_thread = self.server.writer is not None
         out = []
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
-            if offload is not None and offload(cmd):
-                # Run it in the writer thread; this connection's later requests
-                # wait for it, the other connections do not.
-                if out:
-                    self.transport.writelines(out)
-                self.pending.extend(cmds[i + 1:])
-                self._offload(cmd)
-                return
-            resp = handle(cmd, self)
+            if table_thread:
+                resp = namesrv.quick(cmd, self)
+                if resp is NEEDS_TABLE:
+                    # Run it in the table thread; this connection's later requests wait
+                    # for it (unread), the other connections do not.
+                    if out:
+                        self.transport.writelines(out)
+                    self.pending.extend(cmds[i + 1:])
+                    self._offload(cmd)
+                    return
+            else:
+                resp = namesrv.handle(cmd, self)
             if resp is not None:
                 out.append(self._encode(cmd, resp))
             if self.writing_paused:
@@ -196,18 +220,31 @@ class Connection(asyncio.Protocol):
 
     def _offload(self, cmd):
         self.busy = True
-        fut = self.server.loop.run_in_executor(self.server.writer, self.server.namesrv.handle,
-                                               cmd, self)
+        self.transport.pause_reading()
+        fut = self.server.loop.run_in_executor(self.server.writer, self._in_table_thread, cmd)
         fut.add_done_callback(functools.partial(self._offloaded, cmd))
+
+    def _in_table_thread(self, cmd):
+        if self.lost or self._peer_gone():
+            return None         # closed while it waited: nobody to answer, nothing to apply
+        return self.server.namesrv.handle(cmd, self)
+
+    def _peer_gone(self):
+        # The connection is not read while it waits, so asyncio cannot see a close:
+        # ask the kernel whether the peer's FIN or a reset came (any thread may).
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or _RDHUP is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), _RDHUP)
+        return any(ev & (_RDHUP | select.POLLHUP | select.POLLERR)
+                   for _, ev in poller.poll(0))
 
     def _offloaded(self, cmd, fut):
         self.busy = False
         resp = fut.result()              # handle() answers every exception itself
-        if self.lost:
-            # A broker that registered over a connection closed meanwhile goes now.
-            if cmd.code == RequestCode.REGISTER_BROKER:
-                self.server.namesrv.connection_closed(self)
-            return
+        # A broker registered over a connection lost meanwhile is dropped by the
+        # connection_closed queued behind it in the table thread.
         if self.closing:
             return
         if resp is not None:
@@ -217,16 +254,23 @@ class Connection(asyncio.Protocol):
             cmds = list(self.pending)
             self.pending.clear()
             self._answer(cmds)
+        if self.close_when_done and not self.busy and not self.pending:
+            self.close()
+        elif not self.busy and not self.writing_paused and not self.closing:
+            self.transport.resume_reading()
 
 
-#: The GIL switch interval with a writer thread (seconds).
+#: The GIL switch interval with a table thread (seconds).
 WRITER_SWITCH_INTERVAL = 0.0005
-#: How much nicer the writer thread is than the loop thread: on a busy machine a registration's CPU time
+#: How much nicer the table thread is than the loop thread: on a busy machine a registration's CPU time
 #: (reading a 1.4 MB body, ~3 ms) yields to the loop thread's route answers
 #: (measured in bench/README.md: route p99 during registrations 0.5-0.7 ms, 1.0-1.7 at 0).
 WRITER_NICE = 10
-#: A registration body from this size on is read and applied in the writer thread.
-OFFLOAD_REGISTRATION_BYTES = 16 * 1024
+
+
+def _log_failure(fut):
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("table thread task failed", exc_info=fut.exception())
 
 
 def _lower_writer_priority():
@@ -235,15 +279,7 @@ def _lower_writer_priority():
         os.setpriority(os.PRIO_PROCESS, tid,
                        min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE))
     except (OSError, AttributeError):
-        pass    # elsewhere the writer runs at the loop's priority
-
-
-def _runs_in_writer(cmd):
-    """Whether a request runs in the writer thread."""
-    code = cmd.code
-    if code == RequestCode.REGISTER_BROKER:
-        return cmd.body is not None and len(cmd.body) >= OFFLOAD_REGISTRATION_BYTES
-    return code == RequestCode.PUT_KV_CONFIG or code == RequestCode.DELETE_KV_CONFIG
+        pass    # elsewhere the table thread runs at the loop's priority
 
 
 class _NoAnswers:
@@ -252,6 +288,9 @@ class _NoAnswers:
     @staticmethod
     def route_body(topic, legacy=False):
         return None
+
+
+_PASS = object()     # the gate lets the request through
 
 
 class _Gate:
@@ -273,6 +312,14 @@ class _Gate:
         return getattr(self._ns, name)
 
     def handle(self, cmd, conn=None):
+        resp = self._gate(cmd, conn)
+        return self._ns.handle(cmd, conn) if resp is _PASS else resp
+
+    def quick(self, cmd, conn=None):
+        resp = self._gate(cmd, conn)
+        return self._ns.quick(cmd, conn) if resp is _PASS else resp
+
+    def _gate(self, cmd, conn):
         app = self._app
         # Java: NettyRemotingAbstract.processRequestCommand, before any processor;
         # writeResponse sends nothing for a oneway request.
@@ -289,7 +336,7 @@ class _Gate:
             log.warning("name server not ready. request code %d", cmd.code)
             return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR,
                                                            "name server not ready")
-        return self._ns.handle(cmd, conn)
+        return _PASS
 
 
 #: Java settings of thread pools, queues and Netty internals: accepted (they are
@@ -352,14 +399,13 @@ class NameServerApp:
                                  if config.enableShutdownGracefully else 0)
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
-        # Slow changes (a large registration, a KV change and its fsync) run in one
-        # writer thread so that route queries go on meanwhile: only with tables
-        # that may be shared between threads (the compiled core's).
-        self.writer = self.offload = None
+        self.max_total_output = config.maxTotalOutputBufferBytes
+        # The table thread (see the module doc): only with tables whose route
+        # answers the loop may read meanwhile (the compiled core's).
+        self.writer = None
         if getattr(namesrv.routes, "concurrent", False):
             self.writer = concurrent.futures.ThreadPoolExecutor(
-                1, "rmq-writer", initializer=_lower_writer_priority)
-            self.offload = _runs_in_writer
+                1, "rmq-tables", initializer=_lower_writer_priority)
             # While the writer thread runs Python code, the loop thread waits for the
             # GIL up to the switch interval (5 ms by default) each time it comes back
             # from the core: bound that wait.
@@ -386,6 +432,35 @@ class NameServerApp:
                 high = min(high, self.max_output)
                 return high, min(low, high)
         return self.max_output, self.max_output // 4
+
+    def in_table_thread(self, fn, *args):
+        """Run ``fn(*args)`` where the tables are changed (the loop thread without a
+        table thread), after the work queued before it; its errors are logged."""
+        if self.writer is None:
+            return fn(*args)
+        fut = self.writer.submit(fn, *args)
+        fut.add_done_callback(_log_failure)
+        return fut
+
+    def enforce_output_budget(self):
+        """Abort the connections that stopped reading, largest output first, while
+        the output queued for all connections is above maxTotalOutputBufferBytes."""
+        sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections]
+        total = sum(size for size, _ in sizes)
+        if total <= self.max_total_output:
+            return
+        stalled = sorted(((size, c) for size, c in sizes if c.writing_paused),
+                         key=lambda sc: sc[0], reverse=True)
+        for size, conn in stalled:
+            log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
+                        "aborting %s, which stopped reading with %d bytes queued",
+                        total, self.max_total_output, conn.peer, size)
+            conn.closing = True
+            conn.pending.clear()
+            conn.transport.abort()
+            total -= size
+            if total <= self.max_total_output:
+                break
 
     @property
     def sockets(self):
@@ -479,7 +554,9 @@ class NameServerApp:
         while True:
             await asyncio.sleep(self.scan_interval)
             try:
-                dropped = self.namesrv.scan_not_active_brokers()
+                dropped = self.in_table_thread(self.namesrv.scan_not_active_brokers)
+                if self.writer is not None:
+                    dropped = await asyncio.wrap_future(dropped)
                 # Java's scanNotActiveBroker closes the expired broker's channel too.
                 for b in dropped:
                     conn = b.get("conn")

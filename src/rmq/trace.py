@@ -121,15 +121,28 @@ class TraceRecorder:
         self.max_frame_length = max_frame_length
         self.queue_frames = queue_frames
         self.queue_bytes = queue_bytes
-        self.dropped = 0
         self.unframed_bytes = 0
         self.error = None
-        self._queued_bytes = 0
+        # Each counter has one writer thread, so no update is lost without a lock:
+        # the recording thread (record) and the writer thread (_run).
+        self._bytes_queued = 0          # record
+        self._bytes_taken = 0           # _run
+        self._dropped_full = 0          # record
+        self._dropped_failed = 0        # _run
         self._queue = collections.deque()
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rmq-trace", daemon=True)
         self._thread.start()
+
+    @property
+    def dropped(self):
+        return self._dropped_full + self._dropped_failed
+
+    @property
+    def queued_bytes(self):
+        """Bytes of the frames waiting for the writer thread."""
+        return self._bytes_queued - self._bytes_taken
 
     @property
     def recorded(self):
@@ -142,10 +155,10 @@ class TraceRecorder:
     def record(self, conn, peer, direction, frame, time_ns=None):
         """Queue one frame; never blocks."""
         if (len(self._queue) >= self.queue_frames or self.error is not None
-                or self._queued_bytes + len(frame) > self.queue_bytes):
-            self.dropped += 1
+                or self.queued_bytes + len(frame) > self.queue_bytes):
+            self._dropped_full += 1
             return
-        self._queued_bytes += len(frame)
+        self._bytes_queued += len(frame)
         self._queue.append((time.time_ns() if time_ns is None else time_ns, conn, peer,
                             direction, frame))
         if not self._wake.is_set():
@@ -163,14 +176,15 @@ class TraceRecorder:
             try:
                 while queue:
                     rec = queue.popleft()
-                    self._queued_bytes -= len(rec[4])
+                    self._bytes_taken += len(rec[4])
                     self.writer.write(*rec)
                 self.writer.flush()     # what is recorded survives a crash of the process
             except OSError as e:        # a full disk, a removed directory: stop recording,
                 self.error = e          # not the server; what was queued is dropped
-                self.dropped += len(queue) + 1
-                queue.clear()
-                self._queued_bytes = 0
+                self._dropped_failed += 1
+                while queue:
+                    self._bytes_taken += len(queue.popleft()[4])
+                    self._dropped_failed += 1
                 log.error(
                     "trace recording stopped: %s (%d frames recorded)", e, self.recorded)
                 return

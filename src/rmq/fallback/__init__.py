@@ -6,6 +6,8 @@ test-suite runs on both.
 
 from rmq.fallback.bodies import (
     DEFAULT_MAX_INFLATED,
+    MAX_INFLATE_RATIO,
+    MIN_INFLATE_LIMIT,
     decode_register_broker_body,
     encode_register_broker_body,
     encode_topic_route_data,
@@ -23,7 +25,8 @@ IMPLEMENTATION = "python"
 
 
 __all__ = [
-    "IMPLEMENTATION", "CRC32_KERNEL", "DEFAULT_MAX_INFLATED",
+    "IMPLEMENTATION", "CRC32_KERNEL", "DEFAULT_MAX_INFLATED", "MAX_INFLATE_RATIO",
+    "MIN_INFLATE_LIMIT",
     "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter",
     "crc32", "body_crc32",
     "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",

@@ -18,6 +18,7 @@ import struct
 import zlib
 
 from rmq.errors import BodyError
+from rmq.protocol import MAX_JSON_DEPTH
 
 __all__ = [
     "json_loads", "json_dumps",
@@ -27,7 +28,13 @@ __all__ = [
 ]
 
 #: Upper bound for an inflated compressed body: a bomb must not exhaust memory.
-DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
+# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
+# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
+# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
+# inflated bytes are the peak a bomb can cost before it is refused.
+DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
+MAX_INFLATE_RATIO = 64
+MIN_INFLATE_LIMIT = 1024 * 1024
 
 # A JSON string (kept as is) or an unquoted integer key after '{' or ','.
 _LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
@@ -41,6 +48,27 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
+def nesting_exceeds(value, limit=MAX_JSON_DEPTH):
+    """True when containers nest deeper than ``limit`` in ``value`` (each dict or list
+    counts one level; a (key, value) pair tuple is transparent)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, tuple):
+            stack.append((v[1], depth))
+            continue
+        if isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return False
+
+
 def json_loads(data):
     """Parse a JSON body as Java writes it (legacy unquoted int keys allowed)."""
     try:
@@ -49,16 +77,19 @@ def json_loads(data):
         raise BodyError(f"JSON body is not valid UTF-8 at byte {e.start}") from None
     try:
         try:
-            return json.loads(text, parse_constant=_reject_constant)
+            obj = json.loads(text, parse_constant=_reject_constant)
         except ValueError:
-            pass
-        try:
-            return json.loads(_quote_legacy_keys(text), parse_constant=_reject_constant)
-        except ValueError as e:
-            raise BodyError(f"invalid JSON body: {e}") from None
+            try:
+                obj = json.loads(_quote_legacy_keys(text), parse_constant=_reject_constant)
+            except ValueError as e:
+                raise BodyError(f"invalid JSON body: {e}") from None
     except RecursionError:
-        # The reference's depth limit is Python's recursion limit (the core's is 512).
-        raise BodyError("invalid JSON body: nesting too deep") from None
+        obj = None
+    else:
+        # Deep nesting needs as many openers as levels: most bodies skip the walk.
+        if text.count("{") + text.count("[") <= MAX_JSON_DEPTH or not nesting_exceeds(obj):
+            return obj
+    raise BodyError(f"invalid JSON body: nesting deeper than {MAX_JSON_DEPTH}")
 
 
 def _dumps_legacy(obj, out):
@@ -108,13 +139,16 @@ def _is_zlib(data):
 
 
 def _inflate(data, max_inflated):
+    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
     d = zlib.decompressobj()
     try:
         out = d.decompress(data, max_inflated)
     except zlib.error as e:
         raise BodyError(f"compressed body does not inflate: {e}") from None
     if d.unconsumed_tail:
-        raise BodyError(f"compressed body inflates beyond {max_inflated} bytes")
+        raise BodyError(f"compressed body of {len(data)} bytes inflates beyond {max_inflated} "
+                        f"bytes (at most {MAX_INFLATE_RATIO} times its size, "
+                        f"{DEFAULT_MAX_INFLATED} in all by default)")
     if not d.eof:
         raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
     return out
@@ -202,7 +236,11 @@ def _decode_compressed(data, max_inflated):
             info = json_loads(r.chunk("topic queue mapping"))
             if not isinstance(info, dict):
                 raise BodyError("compressed body: topic queue mapping is not an object")
-            mappings[info.get("topic")] = info
+            topic = info.get("topic")
+            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
+                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
+                                f"{topic!r:.80}")
+            mappings[topic] = info
         wrapper["topicQueueMappingInfoMap"] = mappings
     return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
 

@@ -11,6 +11,7 @@ import json
 import struct
 
 from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
+from rmq.fallback.bodies import nesting_exceeds
 from rmq.protocol import (
     CURRENT_VERSION,
     DEFAULT_MAX_FRAME_LENGTH,
@@ -18,6 +19,7 @@ from rmq.protocol import (
     FLAG_RESPONSE,
     LANGUAGE_CODES,
     LANGUAGES,
+    MAX_JSON_DEPTH,
     SERIALIZE_TYPES,
     V4_9_4,
 )
@@ -119,8 +121,6 @@ def _is_text(v):
 
 
 def _header_int(key, v):
-    if v is None:
-        return 0
     if not isinstance(v, _RawNumber):
         raise HeaderError(f"header field {key!r} is not an integer: {v!r}")
     try:
@@ -132,11 +132,20 @@ def _header_int(key, v):
     return n
 
 
+def _brief(v):
+    # Never repr a whole parsed value: it may be nested hundreds deep or megabytes long.
+    if isinstance(v, _Pairs):
+        return f"an object of {len(v)} fields"
+    if isinstance(v, list):
+        return f"an array of {len(v)} items"
+    return f"{v!r:.80}"
+
+
 def _ext_fields(pairs):
     if pairs is None:
         return None
     if not isinstance(pairs, _Pairs):
-        raise HeaderError(f"header field 'extFields' is not an object: {pairs!r}")
+        raise HeaderError(f"header field 'extFields' is not an object: {_brief(pairs)}")
     ext = {}
     for k, v in pairs:
         if v is None:           # Java drops null values
@@ -146,7 +155,7 @@ def _ext_fields(pairs):
         elif isinstance(v, bool):
             ext[k] = "true" if v else "false"
         else:
-            raise HeaderError(f"ext field {k!r} has a non-scalar value: {v!r}")
+            raise HeaderError(f"ext field {k!r} has a non-scalar value: {_brief(v)}")
     return ext
 
 
@@ -165,8 +174,12 @@ def _decode_json_header(data):
         raise HeaderError(f"JSON header is not an object: {type(obj).__name__}")
     cmd = RemotingCommand(0, version=0, serialize_type="JSON")
     for key, v in obj:
+        if isinstance(v, list) and nesting_exceeds(v):
+            raise HeaderError(f"invalid JSON header: field {key!r} nests deeper than "
+                              f"{MAX_JSON_DEPTH}")
         if key in ("code", "version", "opaque", "flag"):
-            setattr(cmd, key, _header_int(key, v))
+            if v is not None:       # null keeps the value so far, as the core's reader
+                setattr(cmd, key, _header_int(key, v))
         elif key == "language":
             if v is not None and not _is_text(v):
                 raise HeaderError(f"header field 'language' is not a string: {v!r}")

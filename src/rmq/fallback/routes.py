@@ -116,7 +116,7 @@ def _data_version(dv, now_ms=0):
 
 def _int32(v, what):
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
-        raise BodyError(f"RegisterBrokerBody: {what} is not an int32: {v!r}")
+        raise BodyError(f"{what} is not an int32: {v!r:.80}")
     return v
 
 
@@ -157,6 +157,8 @@ def _checked_body(body, now_ms):
     if not isinstance(mappings, dict):
         raise BodyError(f"topicQueueMappingInfoMap is not an object: {mappings!r:.80}")
     for topic, info in mappings.items():
+        if not isinstance(topic, str):
+            raise BodyError(f"topic queue mapping topic is not a string: {topic!r:.80}")
         if not isinstance(info, dict) or not isinstance(info.get("bname"), (str, type(None))):
             raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
                             f"{info!r:.80}")
@@ -734,11 +736,15 @@ class RouteTable:
         if not queue_datas:
             return
         qds = []
-        for q in queue_datas:
-            flag = q.get("topicSysFlag", q.get("topicSynFlag", 0))
-            qds.append(_queue_data(q.get("brokerName"), int(q.get("readQueueNums") or 0),
-                                   int(q.get("writeQueueNums") or 0), int(q.get("perm") or 0),
-                                   int(flag or 0)))
+        for q in queue_datas:       # all checked before anything is applied
+            if not isinstance(q, dict):
+                raise BodyError(f"QueueData is not an object: {q!r:.80}")
+            flag = q.get("topicSysFlag", q.get("topicSynFlag"))
+            qds.append(_queue_data(q.get("brokerName"),
+                                   _int32(q.get("readQueueNums") or 0, "readQueueNums"),
+                                   _int32(q.get("writeQueueNums") or 0, "writeQueueNums"),
+                                   _int32(q.get("perm") or 0, "perm"),
+                                   _int32(flag or 0, "topicSysFlag")))
         exists = self._qmap(topic) is not None
         for qd in qds:
             if qd["brokerName"] not in self._brokers:

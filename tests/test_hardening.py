@@ -1,0 +1,387 @@
+"""Hardening (issue 12): inputs that must not corrupt the tables, requests that must
+not stall other clients, memory that must stay bounded. Each test names its point;
+the table-level and decoder-level ones run on both implementations (``RT``,
+``impl``, ``bodies``), the server-level ones on the selected one (``make test`` runs
+the suite once per implementation).
+"""
+
+import socket
+import threading
+import time
+import zlib
+
+import pytest
+
+import rmq
+from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
+from rmq.config import NamesrvConfig
+from rmq.errors import BodyError, HeaderError, RmqError
+from rmq.kvconfig import KVConfig
+from rmq.namesrv import NameServer
+from rmq.protocol import MAX_JSON_DEPTH
+from support import load_compiled, load_fallback
+
+A0 = "10.0.0.1:10911"
+TABLE_THREAD = pytest.mark.skipif(
+    rmq.IMPLEMENTATION != "compiled",
+    reason="the pure-Python tables have no table thread: everything runs on the loop")
+
+
+@pytest.fixture(params=["py", "c"])
+def RT(request):
+    return (load_fallback() if request.param == "py" else load_compiled()).RouteTable
+
+
+def _register(rt, body):
+    return rt.register_broker("c1", A0, "bk", 0, "10.0.0.1:10912", body=body, conn="conn",
+                              now_ms=1000)
+
+
+def _compressed_body(topics, mappings, bodies):
+    body = bodies.register_broker_body([bodies.topic_config(t, 4, 4) for t in topics],
+                                       {"counter": 1, "timestamp": 1})
+    body["topicConfigSerializeWrapper"]["topicQueueMappingInfoMap"] = mappings
+    return bodies.encode_register_broker_body(body, compressed=True)
+
+
+def _empty(rt):
+    return rt.cluster_info() == ({}, {}) and rt.all_topics() == [] and not rt.live_brokers()
+
+
+# ---------------------------------------------------------------- 1. phantom broker
+
+@pytest.mark.parametrize("topic", [None, "missing", 5, True, ["T1"]], ids=repr)
+def test_1_mapping_without_a_string_topic_refuses_the_whole_registration(RT, topic, bodies):
+    info = {"bname": "bk", "epoch": 0, "totalQueues": 4}
+    if topic != "missing":
+        info["topic"] = topic
+    rt = RT()
+    with pytest.raises(BodyError, match="topic"):
+        _register(rt, _compressed_body(["T1", "T2"], {"T1": info}, bodies))
+    assert _empty(rt)
+    assert rt.topic_route("T1") is None and rt.route_body("T1") is None
+    assert rt.connection_closed("conn") == []
+
+
+def test_1_mapping_keys_of_a_decoded_body_must_be_strings(RT, bodies):
+    body = bodies.register_broker_body([bodies.topic_config("T1")], {"counter": 1})
+    body["topicConfigSerializeWrapper"]["topicQueueMappingInfoMap"] = {None: {"bname": "bk"}}
+    rt = RT()
+    with pytest.raises(BodyError):
+        _register(rt, body)
+    assert _empty(rt)
+
+
+def test_1_refused_registration_over_the_wire_leaves_nothing(tmp_path, bodies):
+    info = {"bname": "bk", "epoch": 0, "totalQueues": 4}        # no "topic"
+    data = _compressed_body(["P1"], {"P1": info}, bodies)
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        r = c.request(103, {"clusterName": "c1", "brokerAddr": A0, "brokerName": "bk",
+                            "brokerId": "0", "haServerAddr": A0, "compressed": "true"}, data)
+        assert r.code == 1 and "topic" in r.remark
+        assert c.request(105, {"topic": "P1"}).code == 17
+        assert b"bk" not in c.request(106).body
+
+
+# ---------------------------------------------------------------- 2. list answers cached
+
+def _big_broker(c, n=3000):
+    assert register_broker(c, "bk", A0, topics=[f"T{i:05d}" for i in range(n)]).code == 0
+
+
+@pytest.mark.parametrize("code,ext", [(206, None), (224, {"cluster": "c1"}), (304, None),
+                                      (311, None), (312, None), (313, None), (106, None)])
+def test_2_list_answers_are_built_once_per_change(tmp_path, code, ext):
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        _big_broker(c)
+        ns = app.namesrv
+        built = ns.answers_built
+        cmds = [rmq.RemotingCommand.request(code, ext) for _ in range(200)]
+        c.send_raw(b"".join(rmq.encode_frame(x) for x in cmds))
+        got = [c.receive() for _ in cmds]
+        assert [r.opaque for r in got] == [x.opaque for x in cmds]
+        assert {r.code for r in got} == {0} and len({r.body for r in got}) == 1
+        assert ns.answers_built == built + 1
+        # a change invalidates exactly: the next answer is built again, and new
+        with Client(app.address) as b2:         # open: its broker stays registered
+            assert register_broker(b2, "bk2", "10.0.0.2:10911", cluster="c1",
+                                   topics=["New-1", "New-2"]).code == 0
+            built = ns.answers_built
+            again = c.request(code, ext)
+            assert ns.answers_built == built + 1
+            if code in (206, 224):
+                assert b"New-1" in again.body and b"New-1" not in got[0].body
+            elif code in (106, 304):
+                assert b"bk2" in again.body and b"bk2" not in got[0].body
+
+
+def test_2_kv_list_answer_is_cached_until_a_kv_change(tmp_path):
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        assert c.request(100, {"namespace": "ns", "key": "k", "value": "v1"}).code == 0
+        first = c.request(219, {"namespace": "ns"})
+        built = app.namesrv.answers_built
+        for _ in range(20):
+            assert c.request(219, {"namespace": "ns"}).body == first.body
+        assert app.namesrv.answers_built == built
+        assert c.request(100, {"namespace": "ns", "key": "k", "value": "v2"}).code == 0
+        assert b"v2" in c.request(219, {"namespace": "ns"}).body
+
+
+def test_2_answer_cache_is_bounded(tmp_path):
+    from rmq.namesrv import MAX_CACHED_ANSWERS
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        for i in range(MAX_CACHED_ANSWERS + 50):
+            assert c.request(224, {"cluster": f"made-up-{i}"}).code == 0
+        assert len(app.namesrv._answers) <= MAX_CACHED_ANSWERS
+
+
+# ---------------------------------------------------------------- 4/5. the table thread
+
+def _block_table_thread(app):
+    """Occupy the table thread (holding the table's write lock) until released."""
+    release, held = threading.Event(), threading.Event()
+    lock = app.namesrv.routes._lock
+
+    def hold():
+        lock.acquire_write()
+        held.set()
+        try:
+            release.wait(30)
+        finally:
+            lock.release_write()
+
+    app.writer.submit(hold)
+    assert held.wait(5)
+    return release
+
+
+@TABLE_THREAD
+def test_4_a_waiting_connection_is_not_read(tmp_path):
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        release = _block_table_thread(app)
+        try:
+            c.send(rmq.RemotingCommand.request(100, {"namespace": "n", "key": "k", "value": "v"}))
+            conn = None
+
+            def busy():
+                nonlocal conn
+                conn = next((x for x in app.connections if x.busy), None)
+                return conn is not None
+            assert wait_for(busy)
+            # 50,000 more requests: the kernel buffers take what they can, rmq none
+            flood = rmq.encode_frame(rmq.RemotingCommand.request(101, {"namespace": "n",
+                                                                        "key": "k"}))
+            c.sock.setblocking(False)
+            sent = 0
+            for _ in range(50_000):
+                try:
+                    sent += c.sock.send(flood)
+                except BlockingIOError:
+                    break
+            c.sock.setblocking(True)
+            time.sleep(0.3)
+            assert sent > 0
+            assert call_in_loop(app, lambda: (len(conn.pending), conn.decoder.buffered)) == (0, 0)
+        finally:
+            release.set()
+
+
+@TABLE_THREAD
+def test_4_work_of_a_closed_connection_is_dropped(tmp_path):
+    with running_namesrv(tmp_path) as app, Client(app.address) as watcher:
+        changes = app.namesrv.changes
+        release = _block_table_thread(app)
+        try:
+            gone = Client(app.address)
+            gone.send(rmq.RemotingCommand.request(103, {
+                "clusterName": "c1", "brokerAddr": A0, "brokerName": "gone", "brokerId": "0",
+                "haServerAddr": A0}, b""))
+            assert wait_for(lambda: any(x.busy for x in app.connections))
+            gone.close()            # unread while it waits: the table thread sees the FIN
+            time.sleep(0.1)
+        finally:
+            release.set()
+        app.writer.submit(lambda: None).result(5)       # the queue drained
+        assert app.namesrv.changes == changes            # never applied
+        assert wait_for(lambda: len(app.connections) == 1)
+        assert b"gone" not in watcher.request(106).body
+
+
+@TABLE_THREAD
+def test_5_loop_never_waits_for_the_table_lock(tmp_path):
+    """With the table thread holding the write lock: heartbeats, QUERY_DATA_VERSION
+    and registrations wait in it; the loop goes on answering route queries and
+    cached lists on every other connection, and a closed connection's drop waits too."""
+    with running_namesrv(tmp_path) as app, Client(app.address) as broker, \
+            Client(app.address) as client:
+        assert register_broker(broker, "bk", A0, topics=["T1", "T2"]).code == 0
+        assert client.request(206).code == 0                     # cached
+        release = _block_table_thread(app)
+        try:
+            hb = rmq.RemotingCommand.request(904, {"clusterName": "c1", "brokerAddr": A0,
+                                                   "brokerName": "bk", "brokerId": "0"})
+            broker.send(hb)
+            other = Client(app.address)
+            other.send(rmq.RemotingCommand.request(322, {"clusterName": "c1",
+                                                         "brokerAddr": A0,
+                                                         "brokerName": "bk",
+                                                         "brokerId": "0"}))
+            other.close()
+            for _ in range(50):
+                assert client.request(105, {"topic": "T1"}).code == 0
+                assert client.request(206).code == 0
+            assert broker.poll(0.05) is None     # the heartbeat waits for the table thread
+        finally:
+            release.set()
+        assert broker.receive(timeout=5).opaque == hb.opaque
+
+
+# ---------------------------------------------------------------- 6. trace counters
+
+def test_6_trace_counters_do_not_drift(tmp_path):
+    from rmq.trace import TraceRecorder
+    rec = TraceRecorder(tmp_path, queue_frames=64, queue_bytes=1 << 20)
+    frame = rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}))
+    n = 200_000
+    for i in range(n):
+        rec.record(1, "peer", 0, frame)
+    rec.close()
+    assert rec.queued_bytes == 0
+    assert rec.recorded + rec.dropped == n
+
+
+# ---------------------------------------------------------------- 7. only rmq errors
+
+def test_7_route_data_of_the_wrong_shape_is_a_body_error(bodies):
+    for bad in (b'{"brokerDatas":327}', b'{"queueDatas":{}}', b'{"filterServerTable":[]}',
+                b'{"brokerDatas":[5]}'):
+        with pytest.raises(BodyError):
+            bodies.decode_topic_route_data(bad)
+
+
+def test_7_cluster_info_of_the_wrong_shape_is_a_body_error(bodies):
+    for bad in (b'{"clusterAddrTable":{"c":5}}', b'{"clusterAddrTable":{"c":"b"}}',
+                b'{"brokerAddrTable":{"b":5}}'):
+        with pytest.raises(BodyError):
+            bodies.decode_cluster_info(bad)
+    assert bodies.decode_cluster_info(b'{"clusterAddrTable":{"c":null}}')[1] == {"c": []}
+
+
+def test_7_list_mapping_topic_is_a_body_error(impl, bodies):
+    data = _compressed_body(["T1"], {"T1": {"topic": ["T1"], "bname": "bk"}}, bodies)
+    with pytest.raises(BodyError):
+        impl.decode_register_broker_body(data)
+
+
+def _json_frame(header):
+    """A frame with a JSON header (serialize type 0 in the length's high byte), no body."""
+    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+
+
+@pytest.mark.parametrize("depth", [600, 5000])
+def test_7_deep_ext_value_is_a_header_error(impl, depth):
+    header = b'{"code":105,"extFields":{"topic":' + b"[" * depth + b"]" * depth + b"}}"
+    with pytest.raises(HeaderError):
+        impl.decode_frame(_json_frame(header))
+
+
+def test_7_deep_ext_value_after_a_valid_request_on_the_wire(tmp_path):
+    good = rmq.RemotingCommand.request(106)
+    bad = _json_frame(b'{"code":105,"extFields":{"topic":' + b"[" * 600 + b"]" * 600 + b"}}")
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        c.send_raw(rmq.encode_frame(good) + bad)
+        assert c.receive().opaque == good.opaque         # answered, then closed
+        assert c.closed_by_peer()
+
+
+# ---------------------------------------------------------------- 8. the two agree
+
+def test_8_int_header_field_null_keeps_the_value_so_far(impl):
+    cmd = impl.decode_frame(_json_frame(b'{"code":105,"code":null,"opaque":7,"opaque":null}'))
+    assert (cmd.code, cmd.opaque) == (105, 7)
+
+
+@pytest.mark.parametrize("depth,ok", [(MAX_JSON_DEPTH, True), (MAX_JSON_DEPTH + 1, False),
+                                      (900, False)])
+def test_8_nesting_limit_is_the_same(impl, depth, ok):
+    body = b"[" * depth + b"]" * depth
+    header = b'{"code":105,"unknown":' + body + b"}"
+    if ok:
+        assert impl.json_loads(body) is not None
+        assert impl.decode_frame(_json_frame(header)).code == 105
+    else:
+        with pytest.raises(BodyError):
+            impl.json_loads(body)
+        with pytest.raises(HeaderError):
+            impl.decode_frame(_json_frame(header))
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 300, str(2 ** 40), "-3000000000", "true",
+                                   '"x"'])
+def test_8_register_topic_queue_numbers_out_of_int32(RT, value):
+    ns = NameServer(NamesrvConfig(), KVConfig(), routes=RT())
+    body = rmq.bodies.encode_register_broker_body(rmq.bodies.register_broker_body(
+        [rmq.bodies.topic_config("T0"), rmq.bodies.topic_config("T1")], {"counter": 1}))
+    reg = rmq.RemotingCommand.request(103, {"clusterName": "c1", "brokerAddr": A0,
+                                            "brokerName": "bk", "brokerId": "0",
+                                            "haServerAddr": A0}, body)
+    assert ns.handle(reg).code == 0
+    route = ('{"brokerDatas":[],"queueDatas":[{"brokerName":"bk","perm":6,'
+             f'"readQueueNums":{value},"writeQueueNums":4,"topicSysFlag":0}}]}}').encode()
+    r = ns.handle(rmq.RemotingCommand.request(217, {"topic": "NEW"}, route))
+    assert r.code == 1 and "int32" in r.remark
+    assert ns.routes.topic_route("NEW") is None
+    assert ns.handle(rmq.RemotingCommand.request(105, {"topic": "NEW"})).code == 17
+
+
+# ---------------------------------------------------------------- 9. memory bounds
+
+def test_9_inflate_is_bounded_by_a_ratio_of_the_compressed_size(impl):
+    bomb = zlib.compress(b"\x00" * (64 << 20), 9)        # ~65 KB -> 64 MiB
+    limit = max(impl.MIN_INFLATE_LIMIT, impl.MAX_INFLATE_RATIO * len(bomb))
+    assert limit < impl.DEFAULT_MAX_INFLATED
+    with pytest.raises(BodyError, match=str(limit)):
+        impl.decode_register_broker_body(bomb)
+
+
+def test_9_real_compressed_tables_stay_within_the_ratio(impl):
+    body = impl.encode_register_broker_body(rmq.bodies.register_broker_body(
+        [rmq.bodies.topic_config(f"TopicTest-{i:07d}") for i in range(100_000)],
+        {"counter": 1}), compressed=True)
+    assert len(zlib.decompress(body)) > impl.MIN_INFLATE_LIMIT
+    decoded = impl.decode_register_broker_body(body)
+    assert len(decoded["topicConfigSerializeWrapper"]["topicConfigTable"]) == 100_000
+
+
+def test_9_total_output_is_bounded(tmp_path):
+    budget = 4 << 20
+    with running_namesrv(tmp_path, maxOutputBufferBytes=1 << 20,
+                         maxTotalOutputBufferBytes=budget) as app, \
+            Client(app.address) as broker, Client(app.address) as reader:
+        _big_broker(broker, 5000)                         # 206 answers of ~90 KB
+        flood = b"".join(rmq.encode_frame(rmq.RemotingCommand.request(206))
+                         for _ in range(400))
+        stalled = []
+        for _ in range(8):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", app.port))
+            s.sendall(flood)
+            stalled.append(s)
+        try:
+            def settled():
+                sizes = call_in_loop(app, lambda: [c.transport.get_write_buffer_size()
+                                                   for c in app.connections])
+                return len(sizes) < 10 and sum(sizes) <= budget + (1 << 20)
+            assert wait_for(settled, 10)
+            assert reader.request(206).code == 0
+            assert reader.request(105, {"topic": "T00001"}).code == 0
+        finally:
+            for s in stalled:
+                s.close()
+
+
+def test_9_only_rmq_errors_from_the_bomb_path(impl):
+    for data in (zlib.compress(b"\xff" * 10_000), zlib.compress(b"")[:-1], b"\x78\x9c"):
+        with pytest.raises(RmqError):
+            impl.decode_register_broker_body(data)
