@@ -54,8 +54,11 @@ import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "src") not in sys.path:
+try:                # the installed rmq, or the source tree's (built in place)
+    import rmq
+except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
+    import rmq
 
 from rmq import _core as C  # both cores, side by side
 from rmq import fallback as P
@@ -78,7 +81,7 @@ def _module_copy(name, path, overrides):
 
 _BODIES_NAMES = ("json_loads", "json_dumps", "decode_register_broker_body",
                  "encode_register_broker_body", "encode_topic_route_data")
-_RMQ = ROOT / "src" / "rmq"
+_RMQ = Path(rmq.__file__).resolve().parent
 BODIES = {tag: _module_copy(f"_fuzz_bodies_{tag}", _RMQ / "bodies.py",
                             {n: getattr(core, n) for n in _BODIES_NAMES})
           for tag, core in (("c", C), ("py", P))}
