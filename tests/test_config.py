@@ -42,6 +42,7 @@ BEYOND_4_9_8 = {
     "shutdownWaitTimeSeconds",
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
+    "maxTotalOutputBufferBytes",
 }
 
 

@@ -10,6 +10,7 @@ import zlib as _zlib
 DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
 MAX_INFLATE_RATIO = 64
 MIN_INFLATE_LIMIT = 1024 * 1024
+INFLATE_CHUNK = 1024 * 1024
 
 
 def json_loads(data):
@@ -131,19 +132,30 @@ cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
 
 
 cdef bytes inflate(data, Py_ssize_t max_inflated):
+    # In chunks, so that a bomb is refused having cost at most the limit (one call
+    # with the limit as max_length would hold the inflated bytes twice).
     max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
     d = _zlib.decompressobj()
+    chunks = []
+    total = 0
+    pending = data
     try:
-        out = d.decompress(data, max_inflated)
+        while True:
+            out = d.decompress(pending, INFLATE_CHUNK)
+            total += len(out)
+            if total > max_inflated:
+                raise BodyError(f"compressed body of {len(data)} bytes inflates beyond "
+                                f"{max_inflated} bytes (at most {MAX_INFLATE_RATIO} times "
+                                f"its size, {DEFAULT_MAX_INFLATED} in all by default)")
+            chunks.append(out)
+            pending = d.unconsumed_tail
+            if d.eof or not (pending or len(out) == INFLATE_CHUNK):
+                break
     except _zlib.error as e:
         raise BodyError(f"compressed body does not inflate: {e}") from None
-    if d.unconsumed_tail:
-        raise BodyError(f"compressed body of {len(data)} bytes inflates beyond {max_inflated} "
-                        f"bytes (at most {MAX_INFLATE_RATIO} times its size, "
-                        f"{DEFAULT_MAX_INFLATED} in all by default)")
     if not d.eof:
         raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
-    return out
+    return b"".join(chunks)
 
 
 cdef struct BReader:

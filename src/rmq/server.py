@@ -136,7 +136,7 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: %s", self.peer, error)
             # After the answers to the requests before the bad frame, sent then.
             self.close_when_done = True
-            if not self.busy:
+            if not self.busy and not self.pending:
                 self.close()
 
     def close(self):
@@ -159,12 +159,7 @@ class Connection(asyncio.Protocol):
         # The peer read what was queued: activity, for the idle check (as Netty's
         # IdleStateHandler counts completed writes).
         self.last_active = self.server.loop.time()
-        if self.pending and not self.busy:
-            cmds = list(self.pending)
-            self.pending.clear()
-            self._answer(cmds)
-        if not self.writing_paused and not self.busy and not self.closing:
-            self.transport.resume_reading()
+        self._continue()
 
     def connection_lost(self, exc):
         self.closing = True
@@ -179,6 +174,7 @@ class Connection(asyncio.Protocol):
         namesrv = self.server.namesrv
         table_thread = self.server.writer is not None
         out = []
+        out_bytes = 0
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
@@ -195,16 +191,25 @@ class Connection(asyncio.Protocol):
             else:
                 resp = namesrv.handle(cmd, self)
             if resp is not None:
-                out.append(self._encode(cmd, resp))
+                frame = self._encode(cmd, resp)
+                out.append(frame)
+                out_bytes += len(frame)
             if self.writing_paused:
                 self.pending.extend(cmds[i + 1:])
                 break
-            if len(out) >= 64:           # let flow control see the output as it grows
+            if len(out) >= TURN_ANSWERS or out_bytes >= TURN_BYTES:
+                # Let flow control see the output, and the other connections have
+                # their turn: the rest of this read waits for the next loop iteration.
                 self.transport.writelines(out)
                 out = []
+                if i + 1 < len(cmds):
+                    self.pending.extend(cmds[i + 1:])
+                    self.transport.pause_reading()
+                    self.server.loop.call_soon(self._continue)
+                    break
         if out:
             self.transport.writelines(out)
-            self.last_active = self.server.loop.time()
+        self.last_active = self.server.loop.time()
 
     def _encode(self, cmd, resp):
         try:
@@ -250,16 +255,29 @@ class Connection(asyncio.Protocol):
         if resp is not None:
             self.transport.write(self._encode(cmd, resp))
             self.last_active = self.server.loop.time()
-        if self.pending and not self.writing_paused:
+        self._continue()
+
+    def _continue(self):
+        """Answer the requests that wait, then read again once none is left."""
+        if self.closing:
+            return
+        if self.pending and not self.busy and not self.writing_paused:
             cmds = list(self.pending)
             self.pending.clear()
             self._answer(cmds)
-        if self.close_when_done and not self.busy and not self.pending:
+        if self.busy or self.pending:
+            return
+        if self.close_when_done:
             self.close()
-        elif not self.busy and not self.writing_paused and not self.closing:
+        elif not self.writing_paused:
             self.transport.resume_reading()
 
 
+#: Answers (count, bytes) written for one connection before the other connections
+#: get their turn: a client pipelining expensive requests delays the others by one
+#: turn at most.
+TURN_ANSWERS = 64
+TURN_BYTES = 1024 * 1024
 #: The GIL switch interval with a table thread (seconds).
 WRITER_SWITCH_INTERVAL = 0.0005
 #: How much nicer the table thread is than the loop thread: on a busy machine a registration's CPU time

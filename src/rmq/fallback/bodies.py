@@ -12,6 +12,7 @@ names, in Java's field order. The compiled core implements the same functions.
 - TopicRouteData in both forms, fields in Java's order.
 """
 
+import itertools
 import json
 import re
 import struct
@@ -35,6 +36,7 @@ __all__ = [
 DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
 MAX_INFLATE_RATIO = 64
 MIN_INFLATE_LIMIT = 1024 * 1024
+INFLATE_CHUNK = 1024 * 1024
 
 # A JSON string (kept as is) or an unquoted integer key after '{' or ','.
 _LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
@@ -86,10 +88,23 @@ def json_loads(data):
     except RecursionError:
         obj = None
     else:
-        # Deep nesting needs as many openers as levels: most bodies skip the walk.
-        if text.count("{") + text.count("[") <= MAX_JSON_DEPTH or not nesting_exceeds(obj):
+        # Deep nesting needs as many openers as levels: most bodies skip the scan.
+        if text.count("{") + text.count("[") <= MAX_JSON_DEPTH or not _text_too_deep(text):
             return obj
     raise BodyError(f"invalid JSON body: nesting deeper than {MAX_JSON_DEPTH}")
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _text_too_deep(text):
+    # The text, not the parsed value: a later duplicate key may replace a deep value,
+    # and the core's reader refuses the nesting as it reads it.
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)),
+               default=0) > MAX_JSON_DEPTH
 
 
 def _dumps_legacy(obj, out):
@@ -139,19 +154,30 @@ def _is_zlib(data):
 
 
 def _inflate(data, max_inflated):
+    # In chunks, so that a bomb is refused having cost at most the limit (one call
+    # with the limit as max_length would hold the inflated bytes twice).
     max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
     d = zlib.decompressobj()
+    chunks = []
+    total = 0
+    pending = data
     try:
-        out = d.decompress(data, max_inflated)
+        while True:
+            out = d.decompress(pending, INFLATE_CHUNK)
+            total += len(out)
+            if total > max_inflated:
+                raise BodyError(f"compressed body of {len(data)} bytes inflates beyond "
+                                f"{max_inflated} bytes (at most {MAX_INFLATE_RATIO} times "
+                                f"its size, {DEFAULT_MAX_INFLATED} in all by default)")
+            chunks.append(out)
+            pending = d.unconsumed_tail
+            if d.eof or not (pending or len(out) == INFLATE_CHUNK):
+                break
     except zlib.error as e:
         raise BodyError(f"compressed body does not inflate: {e}") from None
-    if d.unconsumed_tail:
-        raise BodyError(f"compressed body of {len(data)} bytes inflates beyond {max_inflated} "
-                        f"bytes (at most {MAX_INFLATE_RATIO} times its size, "
-                        f"{DEFAULT_MAX_INFLATED} in all by default)")
     if not d.eof:
         raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
-    return out
+    return b"".join(chunks)
 
 
 class _Reader:

@@ -122,11 +122,11 @@ def _is_text(v):
 
 def _header_int(key, v):
     if not isinstance(v, _RawNumber):
-        raise HeaderError(f"header field {key!r} is not an integer: {v!r}")
+        raise HeaderError(f"header field {key!r} is not an integer: {_brief(v)}")
     try:
         n = int(v)
     except ValueError:
-        raise HeaderError(f"header field {key!r} is not an integer: {v!s}") from None
+        raise HeaderError(f"header field {key!r} is not an integer: {v!s:.80}") from None
     if not _INT32_MIN <= n <= _INT32_MAX:
         raise HeaderError(f"header field {key!r} out of int32 range: {n}")
     return n
@@ -182,11 +182,11 @@ def _decode_json_header(data):
                 setattr(cmd, key, _header_int(key, v))
         elif key == "language":
             if v is not None and not _is_text(v):
-                raise HeaderError(f"header field 'language' is not a string: {v!r}")
+                raise HeaderError(f"header field 'language' is not a string: {_brief(v)}")
             cmd.language = "JAVA" if v is None else v
         elif key == "remark":
             if v is not None and not _is_text(v):
-                raise HeaderError(f"header field 'remark' is not a string: {v!r}")
+                raise HeaderError(f"header field 'remark' is not a string: {_brief(v)}")
             cmd.remark = v
         elif key == "extFields":
             cmd.ext_fields = _ext_fields(v)

@@ -114,6 +114,9 @@ def _data_version(dv, now_ms=0):
             "timestamp": int(dv["timestamp"]) if dv.get("timestamp") is not None else now_ms}
 
 
+_MAX_MAPPING_DEPTH = 16
+
+
 def _int32(v, what):
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
         raise BodyError(f"{what} is not an int32: {v!r:.80}")
@@ -162,6 +165,10 @@ def _checked_body(body, now_ms):
         if not isinstance(info, dict) or not isinstance(info.get("bname"), (str, type(None))):
             raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
                             f"{info!r:.80}")
+        # TopicQueueMappingInfo nests two levels (currIdMap); route answers deep-copy it.
+        if _bodies.nesting_exceeds(info, _MAX_MAPPING_DEPTH):
+            raise BodyError(f"topic queue mapping of {topic!r} nests deeper than "
+                            f"{_MAX_MAPPING_DEPTH}")
     filter_servers = body.get("filterServerList") or []
     if not isinstance(filter_servers, list) or not all(isinstance(f, str) for f in filter_servers):
         raise BodyError(f"filterServerList is not a list of addresses: {filter_servers!r:.80}")
