@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 SOURCES := $(shell find src -name '*.py' -o -name '*.pyx' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.pyi') pyproject.toml setup.py
 STAMP  := $(VENV)/.rmq-installed
 
-.PHONY: run test bench load install clean
+.PHONY: run test bench load hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,18 @@ bench/loadgen: bench/loadgen.c
 # 10,000-topic registrations, RSS): ~1 min; LOAD_ARGS=--quick for ~15 s.
 load: install bench/loadgen
 	$(BIN)/python bench/load.py $(LOAD_ARGS)
+
+# Hostile load (issue 12): route latency while one client floods 206, while KV puts
+# run on a 100 MiB table, while 100,000-topic registrations run; RSS of bombs and of
+# clients that never read: ~3 min.
+hardening: install
+	$(BIN)/python bench/hardening.py $(HARDENING_ARGS)
+
+# Differential fuzzing, compiled core vs pure-Python reference (frames, headers, bodies,
+# the serving path): ~1 min by default; see bench/README.md for the long run.
+FUZZ_ARGS ?= --count 40000 --jobs 2
+fuzz: install
+	$(BIN)/python bench/fuzz.py $(FUZZ_ARGS)
 
 clean:
 	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen

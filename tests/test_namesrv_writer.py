@@ -14,9 +14,6 @@ import rmq
 from nameserver import Client, register_broker, running_namesrv
 from rmq.server import WRITER_NICE
 
-pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
-                                reason="the pure-Python tables run on the event loop only")
-
 BIG = [f"Topic-{i:05d}" for i in range(3000)]        # ~300 KB: offloaded
 
 

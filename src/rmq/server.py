@@ -21,7 +21,9 @@ FrameDecoder, with the limits an exposed server needs.
   and the drops of closed connections run there, one after the other; the loop thread
   only does I/O, route answers in the core and cached answers, so it never waits for
   the table lock, whatever a client sends. Work for a connection closed meanwhile is
-  dropped. Without the compiled core (RMQ_PUREPYTHON=1) everything runs on the loop.
+  dropped. With the compiled core the loop answers route queries from the tables
+  (a C read lock per answer, never held across a change's Python half); with the
+  pure-Python reference (RMQ_PUREPYTHON=1), from the answers already cached.
 - Connections idle (neither read nor written) for ``serverChannelMaxIdleTimeSeconds``
   are closed, as Java's IdleStateHandler does. A close that cannot complete (the
   peer does not read what is queued) is turned into an abort after the same delay.
@@ -125,7 +127,7 @@ class Connection(asyncio.Protocol):
         backed_up = self.pending or self.writing_paused or self.busy
         room = 0 if backed_up else max(
             self.server.max_output - self.transport.get_write_buffer_size(), 0)
-        answers, cmds, error = self.decoder.serve_routes(data, self.server.namesrv.routes, room)
+        answers, cmds, error = self.decoder.serve_routes(data, self.server.served_routes, room)
         if answers:
             self.transport.write(answers)
         if backed_up:
@@ -172,24 +174,20 @@ class Connection(asyncio.Protocol):
 
     def _answer(self, cmds):
         namesrv = self.server.namesrv
-        table_thread = self.server.writer is not None
         out = []
         out_bytes = 0
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
-            if table_thread:
-                resp = namesrv.quick(cmd, self)
-                if resp is NEEDS_TABLE:
-                    # Run it in the table thread; this connection's later requests wait
-                    # for it (unread), the other connections do not.
-                    if out:
-                        self.transport.writelines(out)
-                    self.pending.extend(cmds[i + 1:])
-                    self._offload(cmd)
-                    return
-            else:
-                resp = namesrv.handle(cmd, self)
+            resp = namesrv.quick(cmd, self)
+            if resp is NEEDS_TABLE:
+                # Run it in the table thread; this connection's later requests wait
+                # for it (unread), the other connections do not.
+                if out:
+                    self.transport.writelines(out)
+                self.pending.extend(cmds[i + 1:])
+                self._offload(cmd)
+                return
             if resp is not None:
                 frame = self._encode(cmd, resp)
                 out.append(frame)
@@ -298,6 +296,16 @@ def _lower_writer_priority():
                        min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE))
     except (OSError, AttributeError):
         pass    # elsewhere the table thread runs at the loop's priority
+
+
+class _CachedAnswers:
+    """What FrameDecoder.serve_routes sees of tables that allow no reader beside the
+    table thread (the reference's): the route answers cached so far, never a build."""
+
+    __slots__ = ("route_body",)
+
+    def __init__(self, routes):
+        self.route_body = routes.cached_route_body
 
 
 class _NoAnswers:
@@ -418,16 +426,17 @@ class NameServerApp:
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
         self.max_total_output = config.maxTotalOutputBufferBytes
-        # The table thread (see the module doc): only with tables whose route
-        # answers the loop may read meanwhile (the compiled core's).
-        self.writer = None
-        if getattr(namesrv.routes, "concurrent", False):
-            self.writer = concurrent.futures.ThreadPoolExecutor(
-                1, "rmq-tables", initializer=_lower_writer_priority)
-            # While the writer thread runs Python code, the loop thread waits for the
-            # GIL up to the switch interval (5 ms by default) each time it comes back
-            # from the core: bound that wait.
-            sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL))
+        # The table thread (see the module doc). The loop answers route queries from
+        # the tables themselves when they allow concurrent readers (the compiled
+        # core's: a C read lock per answer), else from their cached answers only.
+        self.writer = concurrent.futures.ThreadPoolExecutor(
+            1, "rmq-tables", initializer=_lower_writer_priority)
+        routes = namesrv.routes
+        self._served_routes = routes if routes.concurrent else _CachedAnswers(routes)
+        # While the table thread runs Python code, the loop thread waits for the GIL
+        # up to the switch interval (5 ms by default) each time it comes back from the
+        # core: bound that wait.
+        sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL))
         self.connections = set()
         self.loop = None
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
@@ -451,11 +460,15 @@ class NameServerApp:
                 return high, min(low, high)
         return self.max_output, self.max_output // 4
 
+    @property
+    def served_routes(self):
+        """What FrameDecoder.serve_routes answers route queries from, on the loop."""
+        ns = self.namesrv
+        return ns.routes if isinstance(ns, _Gate) else self._served_routes
+
     def in_table_thread(self, fn, *args):
-        """Run ``fn(*args)`` where the tables are changed (the loop thread without a
-        table thread), after the work queued before it; its errors are logged."""
-        if self.writer is None:
-            return fn(*args)
+        """Run ``fn(*args)`` in the table thread, after the work queued before it;
+        a Future (its errors are logged)."""
         fut = self.writer.submit(fn, *args)
         fut.add_done_callback(_log_failure)
         return fut
@@ -572,9 +585,8 @@ class NameServerApp:
         while True:
             await asyncio.sleep(self.scan_interval)
             try:
-                dropped = self.in_table_thread(self.namesrv.scan_not_active_brokers)
-                if self.writer is not None:
-                    dropped = await asyncio.wrap_future(dropped)
+                dropped = await asyncio.wrap_future(
+                    self.in_table_thread(self.namesrv.scan_not_active_brokers))
                 # Java's scanNotActiveBroker closes the expired broker's channel too.
                 for b in dropped:
                     conn = b.get("conn")

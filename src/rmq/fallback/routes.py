@@ -274,6 +274,11 @@ class RouteTable:
                 cache[topic] = body
         return body
 
+    def cached_route_body(self, topic, legacy=False):
+        """The cached answer of ``topic`` or None; never builds one, so any thread may
+        ask while another changes the tables (one dict lookup under the GIL)."""
+        return self._routes[bool(legacy)].get(topic)
+
     def _build_route_body(self, topic, legacy):
         route = self.topic_route(topic)
         if route is None:
