@@ -448,20 +448,59 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
 
 /* ---------------------------------------------------------------- routes */
 
+/* Up to this many QueueData (most topics: a few brokers) an insertion sort
+ * beats the heapsort; its O(n^2) stays bounded. */
+#define JAVA_ORDER_INSERTION 16
+
+/* Position i's sort key: its broker's bucket, then i (insertion order). Keys
+ * are distinct, so any correct sort gives the one stable order. */
+static inline uint64_t java_key(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t i)
+{
+    return (uint64_t)(t->brokers[e->qds[i].broker].jhash & mask) << 32 | (uint32_t)i;
+}
+
+static void sift_down(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t *a,
+                      int32_t root, int32_t n)
+{
+    int32_t top = a[root];
+    uint64_t key = java_key(t, e, mask, top);
+    for (int32_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && java_key(t, e, mask, a[child + 1]) > java_key(t, e, mask, a[child]))
+            child++;
+        if (java_key(t, e, mask, a[child]) <= key)
+            break;
+        a[root] = a[child];
+    }
+    a[root] = top;
+}
+
 void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
 {
+    int32_t n = e->nqd;
     uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
-    while ((uint32_t)e->nqd > cap * 3 / 4)
+    while ((uint32_t)n > cap * 3 / 4)
         cap <<= 1;
     uint32_t mask = cap - 1;
-    for (int32_t i = 0; i < e->nqd; i++) {       /* stable insertion sort by bucket */
-        uint32_t key = t->brokers[e->qds[i].broker].jhash & mask;
-        int32_t j = i;
-        while (j > 0 && (t->brokers[e->qds[order[j - 1]].broker].jhash & mask) > key) {
-            order[j] = order[j - 1];
-            j--;
+    if (n <= JAVA_ORDER_INSERTION) {
+        for (int32_t i = 0; i < n; i++) {
+            uint64_t key = java_key(t, e, mask, i);
+            int32_t j = i;
+            for (; j > 0 && java_key(t, e, mask, order[j - 1]) > key; j--)
+                order[j] = order[j - 1];
+            order[j] = i;
         }
-        order[j] = i;
+        return;
+    }
+    /* Heapsort: O(n log n) even for a topic on thousands of brokers, in place. */
+    for (int32_t i = 0; i < n; i++)
+        order[i] = i;
+    for (int32_t i = n / 2 - 1; i >= 0; i--)
+        sift_down(t, e, mask, order, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        int32_t top = order[0];
+        order[0] = order[end];
+        order[end] = top;
+        sift_down(t, e, mask, order, 0, end);
     }
 }
 
