@@ -519,6 +519,25 @@ class RouteTable(_ref.RouteTable):
         if rc == RT_NOMEM:
             raise MemoryError()
 
+    def _hash_stats(self):
+        """{"topics", "buckets", "max_chain"} of the C topic table: for tests."""
+        cdef _TopicTable tt = self._tt
+        cdef rt_topic* e
+        cdef size_t i, chain, longest = 0, count, buckets
+        with nogil:
+            rt_rdlock(tt.t)
+            count, buckets = tt.t.count, tt.t.mask + 1
+            for i in range(buckets):
+                chain = 0
+                e = tt.t.buckets[i]
+                while e != NULL:
+                    chain += 1
+                    e = e.next
+                if chain > longest:
+                    longest = chain
+            rt_rdunlock(tt.t)
+        return {"topics": count, "buckets": buckets, "max_chain": longest}
+
     def _qmap(self, topic):
         cdef _TopicTable tt = self._tt
         cdef bytes name = _utf8(topic)

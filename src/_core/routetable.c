@@ -1,6 +1,8 @@
 /* The hot half of the NameServer's route tables; see routetable.h. */
 #include "routetable.h"
 
+#include "hash.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,14 +110,11 @@ static const rt_blob *install_body(rt_topic *e, int legacy, rt_blob *b)
 
 /* ---------------------------------------------------------------- the map */
 
+/* Topic names come from clients and brokers: keyed (hash.h), so that no one
+ * can choose names that share a chain. */
 static uint32_t hash_name(const char *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;    /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 1099511628211ULL;
-    }
-    return (uint32_t)(h ^ (h >> 32));
+    return (uint32_t)rmq_hash(p, n);
 }
 
 rt_table *rt_new(void)
