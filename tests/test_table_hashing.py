@@ -212,6 +212,18 @@ def test_crafted_keys_still_scan_and_duplicates_are_still_found():
     assert core._scan_register_body(dup) is None            # slow: the general reader decides
 
 
+def test_a_large_broker_gives_back_its_buckets():
+    rt = core.RouteTable()
+    _register(rt, "broker-small", ["Kept1", "Kept2"], addr="10.0.0.2:10911")
+    _register(rt, "broker-large", [f"T{i:05d}" for i in range(20_000)])
+    assert rt._hash_stats()["buckets"] >= 32768
+    rt.unregister_broker("DefaultCluster", "10.0.0.1:10911", "broker-large", 0)
+    assert rt._hash_stats()["topics"] == 2
+    assert rt._hash_stats()["buckets"] == INITIAL_BUCKETS
+    assert sorted(rt.all_topics()) == ["Kept1", "Kept2"]
+    assert rt.topic_route("Kept1")["brokerDatas"][0]["brokerName"] == "broker-small"
+
+
 # ---------------------------------------------------------------- Java's order
 
 
