@@ -41,10 +41,10 @@ setup(
     ext_modules=[
         Extension(
             "rmq._core",
-            sources=["src/_core/_core.pyx", "src/_core/crc32.c", "src/_core/scan.c",
+            sources=["src/_core/_core.pyx", "src/_core/crc32.c", "src/_core/hash.c", "src/_core/scan.c",
                      "src/_core/routetable.c"],
             include_dirs=["src/_core"],
-            depends=["src/_core/crc32.h", "src/_core/scan.h", "src/_core/routetable.h",
+            depends=["src/_core/crc32.h", "src/_core/hash.h", "src/_core/scan.h", "src/_core/routetable.h",
                      "src/_core/scan.pxi", "src/_core/routes.pxi", "src/_core/codec.pxi", "src/_core/bodies.pxi",
                      "src/_core/crc32.pxi", "src/_core/jsonio.pxi", "src/_core/trace.pxi"],
             extra_compile_args=cflags,

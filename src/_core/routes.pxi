@@ -48,6 +48,7 @@ cdef extern from "routetable.h" nogil:
         rt_topic** buckets
         size_t mask, count
         uint64_t version
+        int32_t nbrokers, nfree
         int python_routes
     enum: RT_OK, RT_NOT_FOUND, RT_PYTHON, RT_NOMEM
     rt_table* rt_new()
@@ -64,6 +65,9 @@ cdef extern from "routetable.h" nogil:
     void rt_rdunlock(rt_table* t)
     void rt_wrlock(rt_table* t)
     void rt_wrunlock(rt_table* t)
+    int32_t rt_new_broker(rt_table* t)
+    int rt_release_broker(rt_table* t, int32_t b)
+    void rt_trim()
     int rt_set_broker(rt_table* t, int32_t b, const char* std, size_t std_len,
                       const char* legacy, size_t legacy_len, const char* qd_std,
                       size_t qd_std_len, const char* qd_legacy, size_t qd_legacy_len,
@@ -82,6 +86,12 @@ cdef extern from "routetable.h" nogil:
     int rt_store(rt_table* t, const char* name, size_t len, int legacy, const char* body,
                  size_t body_len, uint64_t version)
     void rt_java_order(const rt_table* t, const rt_topic* e, int32_t* order)
+
+
+cdef enum:
+    # Removing a broker's QueueData from this many topics gives the freed memory
+    # back to the system (rt_trim): a large broker's topics are megabytes.
+    TRIM_AFTER_QUEUE_DATAS = 4096
 
 
 cdef inline bytes _utf8(str s):
@@ -318,7 +328,8 @@ class RouteTable(_ref.RouteTable):
     def __init__(self, **kwargs):
         self._tt = _TopicTable()
         self._lock = _TableLock()
-        self._index = {}            # brokerName -> broker index in the C table
+        self._index = {}            # brokerName -> its slot in the C table
+        self._slot_names = []       # slot -> brokerName, None: a free slot
         super().__init__(**kwargs)
 
     # ------------------------------------------------------------ writers
@@ -474,25 +485,29 @@ class RouteTable(_ref.RouteTable):
                 rt_wrunlock(tt.t)
 
     def _broker(self, str name):
-        """The broker's index in the C table (a new one is pushed at once)."""
+        """The broker's slot in the C table (a new one gets its data at once)."""
         b = self._index.get(name)
-        if b is None:
-            b = self._index[name] = len(self._index)
-            self._touch_broker(name)
-        return b
+        return self._push_broker(name) if b is None else b
 
     def _touch_broker(self, broker_name):
-        # Push the broker's encoded BrokerData (or its absence) to the C table,
-        # which drops the answers of the broker's topics.
+        # A broker without a slot has no QueueData: only a registered one needs one.
+        b = self._index.get(broker_name)
+        if b is not None:
+            self._push_broker(broker_name, b)
+        elif broker_name in self._brokers:
+            self._push_broker(broker_name)
+
+    def _push_broker(self, str broker_name, b=None):
+        """Push the broker's encoded BrokerData (or its absence) to its slot (b
+        None: to a new one), which drops the answers of the broker's topics; an
+        unregistered broker without QueueData gives its slot back. The slot, or
+        None when given back."""
         cdef _TopicTable tt = self._tt
-        cdef int32_t b
-        cdef int rc, python_only = 0
+        cdef int32_t bi = -1 if b is None else b
+        cdef int rc = 0, released = 0, python_only = 0
         cdef const char* sp = NULL
         cdef const char* lp = NULL
         cdef size_t sn = 0, ln = 0
-        if broker_name not in self._index:
-            self._index[broker_name] = len(self._index)
-        b = self._index[broker_name]
         bd = self._brokers.get(broker_name)
         std = legacy = None
         if bd is not None:
@@ -512,12 +527,68 @@ class RouteTable(_ref.RouteTable):
         cdef const char* qlp = PyBytes_AS_STRING(ql)
         cdef size_t qsn = len(qs), qln = len(ql)
         cdef uint32_t jhash = _ref._java_spread_hash(broker_name)
+        cdef bint new = b is None
         with nogil:
             rt_wrlock(tt.t)
-            rc = rt_set_broker(tt.t, b, sp, sn, lp, ln, qsp, qsn, qlp, qln, jhash, python_only)
+            if new:
+                bi = rt_new_broker(tt.t)
+            if bi == RT_NOMEM:
+                rc = RT_NOMEM
+            else:
+                rc = rt_set_broker(tt.t, bi, sp, sn, lp, ln, qsp, qsn, qlp, qln, jhash,
+                                   python_only)
+                # A new slot is given back at once when its data did not fit; an
+                # old one once its broker is gone (a new one may get QueueData
+                # next: register_topic's broker).
+                if (rc == RT_NOMEM) if new else (rc == 0):
+                    released = rt_release_broker(tt.t, bi)
             rt_wrunlock(tt.t)
         if rc == RT_NOMEM:
             raise MemoryError()
+        if new:
+            self._index[broker_name] = bi
+            if bi == len(self._slot_names):
+                self._slot_names.append(broker_name)
+            else:
+                self._slot_names[bi] = broker_name
+        elif released:
+            self._forget_slot(broker_name, bi)
+            return None
+        return bi
+
+    def _forget_slot(self, broker_name, b):
+        del self._index[broker_name]
+        self._slot_names[b] = None
+
+    def _broker_slots(self):
+        """(slots in use, slots ever used) of the C table, and the broker names
+        holding a slot: for tests."""
+        cdef _TopicTable tt = self._tt
+        cdef int32_t used, total
+        with nogil:
+            rt_rdlock(tt.t)
+            used, total = tt.t.nbrokers - tt.t.nfree, tt.t.nbrokers
+            rt_rdunlock(tt.t)
+        return used, total, set(self._index)
+
+    def _hash_stats(self):
+        """{"topics", "buckets", "max_chain"} of the C topic table: for tests."""
+        cdef _TopicTable tt = self._tt
+        cdef rt_topic* e
+        cdef size_t i, chain, longest = 0, count, buckets
+        with nogil:
+            rt_rdlock(tt.t)
+            count, buckets = tt.t.count, tt.t.mask + 1
+            for i in range(buckets):
+                chain = 0
+                e = tt.t.buckets[i]
+                while e != NULL:
+                    chain += 1
+                    e = e.next
+                if chain > longest:
+                    longest = chain
+            rt_rdunlock(tt.t)
+        return {"topics": count, "buckets": buckets, "max_chain": longest}
 
     def _qmap(self, topic):
         cdef _TopicTable tt = self._tt
@@ -537,15 +608,9 @@ class RouteTable(_ref.RouteTable):
         finally:
             with nogil:
                 rt_rdunlock(tt.t)
-        names = self._names()
+        names = self._slot_names
         return {names[b]: _ref._queue_data(names[b], read, write, perm, flag)
                 for b, perm, read, write, flag in qds}
-
-    def _names(self):
-        names = [None] * len(self._index)
-        for name, b in self._index.items():
-            names[b] = name
-        return names
 
     def _entries(self, want_flags=False, members=None):
         """(seq, topic, first flag) of every topic (optionally only those with
@@ -671,7 +736,7 @@ class RouteTable(_ref.RouteTable):
     def _remove_queue_data(self, topic, broker_name):
         cdef _TopicTable tt = self._tt
         cdef bytes name = _utf8(topic)
-        cdef int rc
+        cdef int rc, released
         b = self._index.get(broker_name)
         if b is None:
             return False
@@ -681,19 +746,29 @@ class RouteTable(_ref.RouteTable):
         with nogil:
             rt_wrlock(tt.t)
             rc = rt_remove(tt.t, np, nn, bi)
+            released = rt_release_broker(tt.t, bi)
             rt_wrunlock(tt.t)
+        if released:
+            self._forget_slot(broker_name, bi)
         return rc == 1
 
     def _remove_topic_by_broker_name(self, broker_name):
         cdef _TopicTable tt = self._tt
+        cdef size_t n
+        cdef int released
         b = self._index.get(broker_name)
         if b is None:
             return
         cdef int32_t bi = b
         with nogil:
             rt_wrlock(tt.t)
-            rt_remove_broker(tt.t, bi)
+            n = rt_remove_broker(tt.t, bi)
+            released = rt_release_broker(tt.t, bi)
             rt_wrunlock(tt.t)
+            if n >= TRIM_AFTER_QUEUE_DATAS:
+                rt_trim()
+        if released:
+            self._forget_slot(broker_name, bi)
 
     def _operate_write_perm(self, broker_name, wipe):
         cdef _TopicTable tt = self._tt

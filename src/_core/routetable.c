@@ -1,6 +1,12 @@
 /* The hot half of the NameServer's route tables; see routetable.h. */
 #include "routetable.h"
 
+#include "hash.h"
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,14 +114,11 @@ static const rt_blob *install_body(rt_topic *e, int legacy, rt_blob *b)
 
 /* ---------------------------------------------------------------- the map */
 
+/* Topic names come from clients and brokers: keyed (hash.h), so that no one
+ * can choose names that share a chain. */
 static uint32_t hash_name(const char *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;    /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 1099511628211ULL;
-    }
-    return (uint32_t)(h ^ (h >> 32));
+    return (uint32_t)rmq_hash(p, n);
 }
 
 rt_table *rt_new(void)
@@ -173,12 +176,13 @@ rt_topic *rt_find(const rt_table *t, const char *name, size_t len)
     return NULL;
 }
 
-static void grow(rt_table *t)
+/* Move every topic to a bucket array of n (a power of two) buckets; on no
+ * memory keep the old one: chains of another length, still correct. */
+static void rehash(rt_table *t, size_t n)
 {
-    size_t n = (t->mask + 1) * 2;
     rt_topic **nb = calloc(n, sizeof(rt_topic *));
     if (!nb)
-        return;                     /* longer chains, still correct */
+        return;
     for (size_t i = 0; i <= t->mask; i++) {
         rt_topic *e = t->buckets[i];
         while (e) {
@@ -193,6 +197,19 @@ static void grow(rt_table *t)
     t->mask = n - 1;
 }
 
+/* After removals: a table that held a large broker's topics gives its bucket
+ * array back once it is less than 1/8 full (to a size it grows out of again
+ * only when the count doubles). Not called while a FOR_BROKER_TOPICS walk runs. */
+static void shrink(rt_table *t)
+{
+    size_t n = t->mask + 1;
+    if (n <= INITIAL_BUCKETS || t->count >= n / 8)
+        return;
+    while (n > INITIAL_BUCKETS && t->count < n / 4)
+        n /= 2;
+    rehash(t, n);
+}
+
 static rt_topic *insert_topic(rt_table *t, const char *name, size_t len)
 {
     rt_topic *e = calloc(1, sizeof(rt_topic) + len);
@@ -203,7 +220,7 @@ static rt_topic *insert_topic(rt_table *t, const char *name, size_t len)
     e->hash = hash_name(name, len);
     e->seq = t->seq++;
     if (t->count >= t->mask + 1)
-        grow(t);
+        rehash(t, (t->mask + 1) * 2);
     e->next = t->buckets[e->hash & t->mask];
     t->buckets[e->hash & t->mask] = e;
     t->count++;
@@ -253,6 +270,7 @@ static int put_qd(rt_table *t, rt_topic *e, const rt_qd *qd)
             e->cap = cap;
         }
         e->qds[e->nqd++] = *qd;
+        t->brokers[qd->broker].nqd++;
     }
     changed(t, e);
     return 1;
@@ -272,6 +290,7 @@ int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd)
 /* Remove position i of e; frees e when it was the last. */
 static void remove_at(rt_table *t, rt_topic *e, int i)
 {
+    t->brokers[e->qds[i].broker].nqd--;
     memmove(&e->qds[i], &e->qds[i + 1], (e->nqd - i - 1) * sizeof(rt_qd));
     e->nqd--;
     changed(t, e);
@@ -286,6 +305,7 @@ int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
     if (i < 0)
         return 0;
     remove_at(t, e, i);
+    shrink(t);
     return 1;
 }
 
@@ -304,6 +324,7 @@ size_t rt_remove_broker(rt_table *t, int32_t broker)
 {
     size_t n = 0;
     FOR_BROKER_TOPICS(t, broker, e, i, { remove_at(t, e, i); n++; })
+    shrink(t);
     return n;
 }
 
@@ -363,6 +384,7 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
             if (e->stamp != stamp)
                 remove_at(t, e, i);
         })
+        shrink(t);
     }
     for (size_t k = 0; k < n; k++) {
         const rt_rec *r = &recs[k];
@@ -399,22 +421,63 @@ void rt_forget(rt_table *t, const char *name, size_t len)
     t->version++;
 }
 
+/* ---------------------------------------------------------------- brokers */
+
+/* Broker slots are reused: broker names are chosen by brokers, and a table that
+ * kept a slot per name ever seen would grow with every restart under a new name. */
+
+int32_t rt_new_broker(rt_table *t)
+{
+    int32_t b;
+    if (t->free_head) {
+        b = t->free_head - 1;
+        t->free_head = t->brokers[b].next_free;
+        t->nfree--;
+    } else {
+        if (t->nbrokers == t->cap_brokers) {
+            int32_t cap = t->cap_brokers ? t->cap_brokers * 2 : 16;
+            rt_broker *nb = realloc(t->brokers, cap * sizeof(rt_broker));
+            if (!nb)
+                return RT_NOMEM;
+            t->brokers = nb;
+            t->cap_brokers = cap;
+        }
+        b = t->nbrokers++;
+    }
+    memset(&t->brokers[b], 0, sizeof(rt_broker));
+    t->brokers[b].used = 1;
+    return b;
+}
+
+int rt_release_broker(rt_table *t, int32_t b)
+{
+    rt_broker *br = &t->brokers[b];
+    if (!br->used || br->frag[0] || br->nqd)
+        return 0;
+    for (int f = 0; f < 2; f++)
+        free(br->qd_prefix[f]);     /* frag[] is NULL: not registered */
+    memset(br, 0, sizeof *br);
+    br->next_free = t->free_head;
+    t->free_head = b + 1;
+    t->nfree++;
+    return 1;
+}
+
+void rt_trim(void)
+{
+#ifdef __GLIBC__
+    /* glibc keeps freed small blocks (topic entries) in its heap; this hands
+     * the whole free pages back to the system. */
+    malloc_trim(0);
+#endif
+}
+
 int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   const char *legacy, size_t legacy_len, const char *qd_std,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
                   uint32_t jhash, int python_only)
 {
-    if (b >= t->cap_brokers) {
-        int32_t cap = t->cap_brokers ? t->cap_brokers : 16;
-        while (cap <= b)
-            cap *= 2;
-        rt_broker *nb = realloc(t->brokers, cap * sizeof(rt_broker));
-        if (!nb)
-            return RT_NOMEM;
-        memset(nb + t->cap_brokers, 0, (cap - t->cap_brokers) * sizeof(rt_broker));
-        t->brokers = nb;
-        t->cap_brokers = cap;
-    }
+    assert(b >= 0 && b < t->nbrokers && t->brokers[b].used);
     rt_blob *s = NULL, *l = NULL;
     rt_blob *qs = blob_new(qd_std, qd_std_len), *ql = blob_new(qd_legacy, qd_legacy_len);
     if (std) {
@@ -439,8 +502,6 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
     br->qd_prefix[1] = ql;
     br->jhash = jhash;
     br->python_only = python_only;
-    if (b >= t->nbrokers)
-        t->nbrokers = b + 1;
     FOR_BROKER_TOPICS(t, b, e, i, { (void)i; drop_bodies(e); })
     t->version++;
     return 0;
@@ -448,20 +509,59 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
 
 /* ---------------------------------------------------------------- routes */
 
+/* Up to this many QueueData (most topics: a few brokers) an insertion sort
+ * beats the heapsort; its O(n^2) stays bounded. */
+#define JAVA_ORDER_INSERTION 16
+
+/* Position i's sort key: its broker's bucket, then i (insertion order). Keys
+ * are distinct, so any correct sort gives the one stable order. */
+static inline uint64_t java_key(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t i)
+{
+    return (uint64_t)(t->brokers[e->qds[i].broker].jhash & mask) << 32 | (uint32_t)i;
+}
+
+static void sift_down(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t *a,
+                      int32_t root, int32_t n)
+{
+    int32_t top = a[root];
+    uint64_t key = java_key(t, e, mask, top);
+    for (int32_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && java_key(t, e, mask, a[child + 1]) > java_key(t, e, mask, a[child]))
+            child++;
+        if (java_key(t, e, mask, a[child]) <= key)
+            break;
+        a[root] = a[child];
+    }
+    a[root] = top;
+}
+
 void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
 {
+    int32_t n = e->nqd;
     uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
-    while ((uint32_t)e->nqd > cap * 3 / 4)
+    while ((uint32_t)n > cap * 3 / 4)
         cap <<= 1;
     uint32_t mask = cap - 1;
-    for (int32_t i = 0; i < e->nqd; i++) {       /* stable insertion sort by bucket */
-        uint32_t key = t->brokers[e->qds[i].broker].jhash & mask;
-        int32_t j = i;
-        while (j > 0 && (t->brokers[e->qds[order[j - 1]].broker].jhash & mask) > key) {
-            order[j] = order[j - 1];
-            j--;
+    if (n <= JAVA_ORDER_INSERTION) {
+        for (int32_t i = 0; i < n; i++) {
+            uint64_t key = java_key(t, e, mask, i);
+            int32_t j = i;
+            for (; j > 0 && java_key(t, e, mask, order[j - 1]) > key; j--)
+                order[j] = order[j - 1];
+            order[j] = i;
         }
-        order[j] = i;
+        return;
+    }
+    /* Heapsort: O(n log n) even for a topic on thousands of brokers, in place. */
+    for (int32_t i = 0; i < n; i++)
+        order[i] = i;
+    for (int32_t i = n / 2 - 1; i >= 0; i--)
+        sift_down(t, e, mask, order, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        int32_t top = order[0];
+        order[0] = order[end];
+        order[end] = top;
+        sift_down(t, e, mask, order, 0, end);
     }
 }
 

@@ -45,8 +45,11 @@ typedef struct rt_topic {
 typedef struct {
     rt_blob *frag[2];               /* BrokerData JSON per form; NULL: not registered */
     rt_blob *qd_prefix[2];          /* {"brokerName":"<name>" per form */
+    size_t nqd;                     /* its QueueData, over all topics */
     uint32_t jhash;                 /* Java HashMap spread hash of the name */
     int python_only;                /* filter servers or acting master: built in Python */
+    int used;                       /* 0: a free slot (rt_release_broker) */
+    int32_t next_free;              /* free list: the next free slot + 1, 0 ends it */
 } rt_broker;
 
 typedef struct {                    /* one topic config of a registration */
@@ -62,7 +65,8 @@ typedef struct {
     uint64_t seq, version;
     uint32_t stamp;
     rt_broker *brokers;
-    int32_t nbrokers, cap_brokers;
+    int32_t nbrokers, cap_brokers;  /* slots ever used (free ones included), allocated */
+    int32_t free_head, nfree;       /* the free slots: first + 1 (0: none), how many */
     int python_routes;              /* every route is built in Python (extras) */
 } rt_table;
 
@@ -85,7 +89,17 @@ void rt_rdunlock(rt_table *t);
 void rt_wrlock(rt_table *t);
 void rt_wrunlock(rt_table *t);
 
-/* [W] Set broker b's encoded BrokerData (std NULL: not registered), QueueData
+/* [W] A broker slot for a new name: a free one, else a new one; RT_NOMEM. Set
+ * its data (rt_set_broker) before any QueueData names it. */
+int32_t rt_new_broker(rt_table *t);
+/* [W] Free slot b and its memory for reuse when the broker has left no trace in
+ * the table (not registered, no QueueData): 1 released, 0 still used. */
+int rt_release_broker(rt_table *t, int32_t b);
+/* Give memory freed by a large removal back to the system (glibc's malloc_trim;
+ * nothing elsewhere). No lock needed: call it after releasing the table's. */
+void rt_trim(void);
+
+/* [W] Set broker b's (an rt_new_broker slot) encoded BrokerData (std NULL: not registered), QueueData
  * prefix and hash; drops the cached answers of its topics. 0, or RT_NOMEM. */
 int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   const char *legacy, size_t legacy_len, const char *qd_std,

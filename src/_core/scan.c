@@ -10,6 +10,8 @@
  */
 #include "scan.h"
 
+#include "hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -423,26 +425,10 @@ static cur rb_topic_config(cur p, rb_ctx *c, rb_topic *t)
     return p;
 }
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
-    while (n >= 8) {
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
-        s += 8;
-        n -= 8;
-    }
-    w = 0;
-    for (size_t i = 0; i < n; i++)
-        w |= (uint64_t)(uint8_t)s[i] << (8 * i);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    return h ^ (h >> 29);
-}
-
 /* 1 if two topics share a map key (the general reader keeps one: slow), 0 if
  * not, -1 out of memory. Keys are raw bytes without escapes in valid UTF-8, so
- * equal strings are equal bytes. */
+ * equal strings are equal bytes. The keys come from the broker: hashed with
+ * the keyed hash (hash.h), so that none can be chosen to share a probe run. */
 static int rb_has_duplicate_keys(const rb_body *b)
 {
     size_t size = 16, mask, i, j;
@@ -457,7 +443,7 @@ static int rb_has_duplicate_keys(const rb_body *b)
         return -1;
     for (i = 0; i < b->ntopics && !dup; i++) {
         const rb_topic *t = &b->topics[i];
-        for (j = hash_bytes(t->key, t->key_len) & mask; slots[j]; j = (j + 1) & mask) {
+        for (j = rmq_hash(t->key, t->key_len) & mask; slots[j]; j = (j + 1) & mask) {
             const rb_topic *u = &b->topics[slots[j] - 1];
             if (u->key_len == t->key_len && memcmp(u->key, t->key, t->key_len) == 0) {
                 dup = 1;

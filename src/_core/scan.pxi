@@ -2,6 +2,28 @@
 # requests read without Python objects; "slow" sends the caller to the general
 # decoders above. The functions here are test hooks (tests/test_scan.py).
 
+from os import urandom as _urandom
+
+# The keyed hash of the C hash tables (hash.c), here because this file is the
+# first of them included. Its per-process key is set once, now, before any
+# table exists (see hash.h).
+cdef extern from "hash.h" nogil:
+    void rmq_hash_set_key(const unsigned char* key)
+    uint64_t rmq_hash(const void* p, size_t n)
+    uint64_t rmq_siphash13(uint64_t k0, uint64_t k1, const void* p, size_t n)
+
+rmq_hash_set_key(<bytes>_urandom(16))
+
+
+def _hash(bytes data):
+    """Test hook: the keyed hash (SipHash-1-3 under this process's key) of data."""
+    return rmq_hash(PyBytes_AS_STRING(data), len(data))
+
+
+def _siphash13(uint64_t k0, uint64_t k1, bytes data):
+    """Test hook: SipHash-1-3 of data under the key (k0, k1)."""
+    return rmq_siphash13(k0, k1, PyBytes_AS_STRING(data), len(data))
+
 cdef extern from "scan.h" nogil:
     ctypedef long ssize_t
 
