@@ -89,6 +89,7 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self.closed_at = None                # loop time of close(), for _close_idle
         self.close_when_done = False         # a bad frame came after the pending requests
+        self.aborted = False                 # by the total output budget
         self.last_active = 0.0
         self.trace = None                    # a ConnectionTrace when recording
 
@@ -130,6 +131,7 @@ class Connection(asyncio.Protocol):
         answers, cmds, error = self.decoder.serve_routes(data, self.server.served_routes, room)
         if answers:
             self.transport.write(answers)
+            self.server.note_output(len(answers))
         if backed_up:
             self.pending.extend(cmds)
         elif cmds:
@@ -185,6 +187,9 @@ class Connection(asyncio.Protocol):
                 # for it (unread), the other connections do not.
                 if out:
                     self.transport.writelines(out)
+                    self.server.note_output(out_bytes)
+                    if self.closing:        # aborted by the total output budget
+                        return
                 self.pending.extend(cmds[i + 1:])
                 self._offload(cmd)
                 return
@@ -199,7 +204,11 @@ class Connection(asyncio.Protocol):
                 # Let flow control see the output, and the other connections have
                 # their turn: the rest of this read waits for the next loop iteration.
                 self.transport.writelines(out)
+                self.server.note_output(out_bytes)
                 out = []
+                out_bytes = 0
+                if self.closing:            # aborted by the total output budget
+                    return
                 if i + 1 < len(cmds):
                     self.pending.extend(cmds[i + 1:])
                     self.transport.pause_reading()
@@ -207,6 +216,7 @@ class Connection(asyncio.Protocol):
                     break
         if out:
             self.transport.writelines(out)
+            self.server.note_output(out_bytes)
         self.last_active = self.server.loop.time()
 
     def _encode(self, cmd, resp):
@@ -251,7 +261,9 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         if resp is not None:
-            self.transport.write(self._encode(cmd, resp))
+            frame = self._encode(cmd, resp)
+            self.transport.write(frame)
+            self.server.note_output(len(frame))
             self.last_active = self.server.loop.time()
         self._continue()
 
@@ -426,6 +438,7 @@ class NameServerApp:
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
         self.max_total_output = config.maxTotalOutputBufferBytes
+        self._output_since_check = 0
         # The table thread (see the module doc). The loop answers route queries from
         # the tables themselves when they allow concurrent readers (the compiled
         # core's: a C read lock per answer), else from their cached answers only.
@@ -473,24 +486,40 @@ class NameServerApp:
         fut.add_done_callback(_log_failure)
         return fut
 
+    def note_output(self, nbytes):
+        """``nbytes`` more were queued for some connection: every 32nd of the
+        budget, check the total (connections grow their output in turns, so none may
+        reach its own limit, and pause, before all together pass the budget)."""
+        self._output_since_check += nbytes
+        if self._output_since_check >= self.max_total_output // 32:
+            self._output_since_check = 0
+            self.enforce_output_budget()
+
     def enforce_output_budget(self):
-        """Abort the connections that stopped reading, largest output first, while
-        the output queued for all connections is above maxTotalOutputBufferBytes."""
-        sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections]
+        """Abort the connections holding the most queued output, those that stopped
+        reading first, while the output queued for all connections is above
+        maxTotalOutputBufferBytes."""
+        # (aborted connections stay in the set until connection_lost: not counted)
+        sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections
+                 if not c.aborted]
         total = sum(size for size, _ in sizes)
-        if total <= self.max_total_output:
+        # Headroom for what is not in a transport's buffer yet (answers being encoded,
+        # the checks' interval, the allocator's slack): the budget bounds the process's
+        # growth, not only the queues; past 7/8 of it, down to 3/4.
+        if total <= self.max_total_output - self.max_total_output // 8:
             return
-        stalled = sorted(((size, c) for size, c in sizes if c.writing_paused),
-                         key=lambda sc: sc[0], reverse=True)
+        target = self.max_total_output * 3 // 4
+        stalled = sorted(sizes, key=lambda sc: (sc[1].writing_paused, sc[0]), reverse=True)
         for size, conn in stalled:
             log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
-                        "aborting %s, which stopped reading with %d bytes queued",
-                        total, self.max_total_output, conn.peer, size)
-            conn.closing = True
+                        "aborting %s (%s, %d bytes queued)", total, self.max_total_output,
+                        conn.peer, "stopped reading" if conn.writing_paused else "reading",
+                        size)
+            conn.closing = conn.aborted = True
             conn.pending.clear()
             conn.transport.abort()
             total -= size
-            if total <= self.max_total_output:
+            if total <= target:
                 break
 
     @property
