@@ -1,27 +1,64 @@
-"""rmq.kvconfig: the KV table of Java's KVConfigManager, persisted atomically."""
+"""rmq.kvconfig: the KV table of Java's KVConfigManager, journaled and compacted into
+Java's kvConfig.json."""
 
 import json
 import os
 import random
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
 from rmq import kvconfig
 from rmq.errors import RmqError
-from rmq.kvconfig import KVConfig, KVConfigError
+from rmq.kvconfig import (
+    KVConfig,
+    KVConfigError,
+    KVEncodingError,
+    KVLimitError,
+    journal_path,
+    read_table,
+)
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 
 def read_json(path):
     return json.loads(Path(path).read_text("utf-8"))
+
+
+def crash(kv):
+    """Leave ``kv`` as a killed process would: journal fd closed, no compaction."""
+    if kv._journal is not None:
+        kv._journal.close()
+    kv._closed = True
+    kvconfig._OPEN.discard(kv)
+
+
+def journals(directory):
+    return sorted(p.name for p in Path(directory).iterdir() if ".journal." in p.name)
+
+
+def records(jpath):
+    """The decoded records of a journal file (its format checked on the way)."""
+    data = Path(jpath).read_bytes()
+    assert data[:8] == kvconfig.JOURNAL_MAGIC
+    pos, out = 8, []
+    while pos < len(data):
+        length, crc = struct.unpack_from("<II", data, pos)
+        payload = data[pos + 8:pos + 8 + length]
+        assert len(payload) == length
+        assert zlib.crc32(payload, zlib.crc32(data[pos:pos + 4])) == crc
+        out.append(json.loads(payload))
+        pos += 8 + length
+    return out
 
 
 # ---------------------------------------------------------------- table semantics
@@ -88,7 +125,9 @@ def test_non_ascii_round_trip(tmp_path):
     path = tmp_path / "kvConfig.json"
     kv = KVConfig(path)
     kv.put("命名空间", "ключ", "valeur é 😀")
-    assert KVConfig(path).get("命名空间", "ключ") == "valeur é 😀"
+    assert KVConfig(path).get("命名空间", "ключ") == "valeur é 😀"   # from the journal
+    kv.close()
+    assert KVConfig(path).get("命名空间", "ключ") == "valeur é 😀"   # from the file
     # written as UTF-8 characters, not \u escapes, as fastjson writes them
     assert "😀" in path.read_text("utf-8")
 
@@ -99,6 +138,7 @@ def test_file_format_is_javas_compact_json(tmp_path):
     path = tmp_path / "kvConfig.json"
     kv = KVConfig(path)
     kv.put("ORDER_TOPIC_CONFIG", "TopicA", "broker-a:4;broker-b:4")
+    kv.close()
     text = path.read_text("utf-8")
     assert text == '{"configTable":{"ORDER_TOPIC_CONFIG":{"TopicA":"broker-a:4;broker-b:4"}}}'
 
@@ -108,7 +148,7 @@ def test_reads_a_java_written_file(tmp_path):
     path = tmp_path / "kvConfig.json"
     path.write_bytes(
         '{"configTable":{"ORDER_TOPIC_CONFIG":{"TopicB":"broker-b:8","TopicA":'
-        '"broker-a:4;broker-b:4"},"rmq":{"k":"v","ü":"é"}}}'.encode("utf-8"))
+        '"broker-a:4;broker-b:4"},"rmq":{"k":"v","ü":"é"}}}'.encode())
     kv = KVConfig(path)
     assert kv.get("ORDER_TOPIC_CONFIG", "TopicA") == "broker-a:4;broker-b:4"
     assert kv.namespace("ORDER_TOPIC_CONFIG") == {"TopicB": "broker-b:8",
@@ -141,7 +181,26 @@ def test_missing_file_is_empty_and_not_created_until_a_change(tmp_path):
     assert kv.namespaces() == []
     assert not path.exists()
     kv.put("ns", "k", "v")  # parent directories are created, as Java's mkdirs
+    assert journals(path.parent) == ["kvConfig.json.journal.1"]
+    assert read_table(path) == {"ns": {"k": "v"}}
+    kv.close()
     assert read_json(path) == {"configTable": {"ns": {"k": "v"}}}
+    assert journals(path.parent) == []
+
+
+def test_close_without_a_change_writes_nothing(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    KVConfig(path).close()
+    assert not path.exists()
+    java = '{"configTable":{"b":{"k":"v"},"a":{}}}'    # Java's HashMap order: kept
+    path.write_text(java, "utf-8")
+    kv = KVConfig(path)
+    kv.put("a", "k", "v")
+    kv.delete("a", "k")
+    kv.close()
+    assert path.read_text("utf-8") == '{"configTable":{"a":{},"b":{"k":"v"}}}'
+    KVConfig(path).close()
+    assert path.read_text("utf-8") == '{"configTable":{"a":{},"b":{"k":"v"}}}'
 
 
 @pytest.mark.parametrize("content", [
@@ -184,40 +243,95 @@ def test_persistence_across_instances(tmp_path):
     assert again.snapshot() == kv.snapshot()
     assert again.get("ns0", "k0") is None
     assert again.get("ns1", "k19") == "v19"
+    crash(again)
+    kv.close()
     assert read_json(path)["configTable"] == kv.snapshot()
+    assert KVConfig(path).snapshot() == kv.snapshot()
 
 
-def test_every_put_and_delete_writes_the_file_as_java_does(tmp_path, monkeypatch):
-    writes = []
-    real = kvconfig._atomic_write
-    monkeypatch.setattr(kvconfig, "_atomic_write",
-                        lambda p, data: (writes.append(data), real(p, data)))
-    kv = KVConfig(tmp_path / "kvConfig.json")
-    kv.put("ns", "k", "v")
-    kv.put("ns", "k", "v")  # unchanged value: Java persists anyway
-    kv.delete("ns", "absent")  # absent key: Java persists anyway
-    kv.delete("nope", "k")
-    assert len(writes) == 4
-    assert KVConfig(None).put("a", "b", "c") is None  # memory only: no file at all
-
-
-def test_failed_write_raises_and_changes_nothing(tmp_path, monkeypatch):
+def test_every_change_appends_one_fsynced_record_and_rewrites_nothing(tmp_path,
+                                                                      monkeypatch):
+    # Java rewrites kvConfig.json on every put and delete; rmq appends one journal
+    # record and fsyncs it, and writes nothing for a change that changes nothing.
     path = tmp_path / "kvConfig.json"
+    syncs, rewrites = [], []
+    real_sync, real_write = kvconfig._sync, kvconfig._atomic_write
+    monkeypatch.setattr(kvconfig, "_sync", lambda fd: (syncs.append(fd), real_sync(fd)))
+    monkeypatch.setattr(kvconfig, "_atomic_write",
+                        lambda *a, **k: (rewrites.append(a), real_write(*a, **k))[1])
+    kv = KVConfig(path)
+    kv.put("ns", "k", "v")
+    assert len(syncs) == 2                       # the new journal's header, the record
+    kv.put("ns", "k", "v")                       # unchanged value: already on disk
+    kv.delete("ns", "absent")                    # absent key: nothing to record
+    kv.delete("nope", "k")
+    assert len(syncs) == 2
+    kv.put("ns", "k2", "w")
+    kv.delete("ns", "k")
+    assert len(syncs) == 4
+    assert records(journal_path(path, 1)) == [["put", "ns", "k", "v"],
+                                              ["put", "ns", "k2", "w"], ["del", "ns", "k"]]
+    assert rewrites == [] and not path.exists()
+    assert KVConfig(None).put("a", "b", "c") is None  # memory only: no file at all
+    assert os.listdir(tmp_path) == ["kvConfig.json.journal.1"]
+
+
+@pytest.mark.parametrize("where", ["write", "partial write", "fsync"])
+def test_failed_append_raises_and_changes_nothing(tmp_path, monkeypatch, where):
+    path = tmp_path / "kvConfig.json"
+    jpath = journal_path(path, 1)
     kv = KVConfig(path)
     kv.put("ns", "k", "old")
+    size = os.path.getsize(jpath)
+    real_write = kvconfig._write_all
 
-    def crash(src, dst):
+    def fail_write(fd, data):
+        if where == "partial write":
+            real_write(fd, data[:len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(kvconfig.os, "replace", crash)
-    with pytest.raises(KVConfigError, match="No space left"):
+    def fail_sync(fd):
+        raise OSError(28, "No space left on device")
+
+    if where == "fsync":
+        monkeypatch.setattr(kvconfig, "_sync", fail_sync)
+    else:
+        monkeypatch.setattr(kvconfig, "_write_all", fail_write)
+    with pytest.raises(KVConfigError, match="No space left") as info:
         kv.put("ns", "k", "new")
+    assert info.value.path == str(path)
     with pytest.raises(KVConfigError):
         kv.delete("ns", "k")
     assert kv.get("ns", "k") == "old"  # memory never claims what the disk lacks
+    assert kv.table_bytes == len("nskold")
     monkeypatch.undo()
-    assert read_json(path) == {"configTable": {"ns": {"k": "old"}}}
-    assert [p.name for p in tmp_path.iterdir()] == ["kvConfig.json"]  # no temp left
+    assert read_table(path) == {"ns": {"k": "old"}}
+    if where != "fsync":               # cut back to the last whole record
+        assert os.path.getsize(jpath) == size
+    kv.put("ns", "k2", "later")        # the journal goes on
+    assert KVConfig(path).snapshot() == {"ns": {"k": "old", "k2": "later"}}
+
+
+def test_failed_compaction_keeps_the_journals_and_a_later_one_succeeds(tmp_path,
+                                                                       monkeypatch):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "k", "v1")
+
+    def crash_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kvconfig.os, "replace", crash_replace)
+    with pytest.raises(KVConfigError, match="No space left"):
+        kv.compact()
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["kvConfig.json.journal.1"]  # no temp
+    kv.put("ns", "k", "v2")                     # after the rotation: generation 2
+    assert journals(tmp_path) == ["kvConfig.json.journal.1", "kvConfig.json.journal.2"]
+    assert read_table(path) == {"ns": {"k": "v2"}}
+    assert kv.compact() is True
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert read_json(path) == {"configTable": {"ns": {"k": "v2"}}}
 
 
 def test_crash_before_rename_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_path,
@@ -235,8 +349,11 @@ def test_file_mode_is_kept(tmp_path):
     path = tmp_path / "kvConfig.json"
     kv = KVConfig(path)
     kv.put("ns", "k", "v")
+    kv.compact()
     os.chmod(path, 0o600)
-    kv.put("ns", "k", "w")
+    kv.put("ns", "k", "w")             # a new journal, with the file's mode
+    assert stat.S_IMODE(os.stat(journal_path(path, 2)).st_mode) == 0o600
+    kv.close()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
@@ -277,6 +394,8 @@ def test_concurrent_writers_and_readers(tmp_path):
     assert not errors
     expected = {f"ns{t}": {f"k{i}": f"{t}-{i}" for i in range(40)} for t in range(4)}
     assert kv.snapshot() == expected
+    assert read_table(path) == expected
+    kv.close()
     assert read_json(path)["configTable"] == expected
 
 
@@ -327,18 +446,23 @@ def test_kill_9_at_random_moments_never_tears_the_file(tmp_path):
         assert done and done == list(range(start, start + len(done)))
         for i in done:
             latest[(f"ns{i % 3}", f"k{i % 150}")] = i
-        doc = json.loads(path.read_text("utf-8"))  # never torn
-        table = doc["configTable"]
+        table = read_table(path)                  # never torn, never corrupt
         for (ns, key), i in latest.items():
             stored = int(table[ns][key].split(":", 1)[0])
             assert stored >= i, f"{ns}/{key}: put {i} reported done, file holds {stored}"
         start = done[-1] + 1 + 1000  # later puts may have landed unreported: skip ahead
-        assert not [p for p in tmp_path.iterdir() if p.name != "kvConfig.json"
-                    and not p.name.endswith(".tmp")]
+        assert not [p for p in tmp_path.iterdir() if not ours(p.name)]
     assert kills >= 3
     kv = KVConfig(path)  # loads what the last child left, removes its temporaries
-    assert [p.name for p in tmp_path.iterdir()] == ["kvConfig.json"]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert len(kv.snapshot()["ns0"]) > 0
+    kv.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["kvConfig.json"]
+
+
+def ours(name):
+    return (name == "kvConfig.json" or name.startswith("kvConfig.json.journal.")
+            or (name.startswith(".kvConfig.json.") and name.endswith(".tmp")))
 
 
 def test_temporaries_left_before_the_first_file_are_cleaned(tmp_path):
@@ -348,3 +472,546 @@ def test_temporaries_left_before_the_first_file_are_cleaned(tmp_path):
     other.write_text("{", "utf-8")
     assert KVConfig(tmp_path / "kvConfig.json").namespaces() == []
     assert not stale.exists() and other.exists()
+
+
+# ---------------------------------------------------------------- journal replay
+
+def random_ops(rng, n, namespaces=4, keys=30):
+    ops = []
+    for i in range(n):
+        ns, key = f"ns{rng.randrange(namespaces)}", f"k{rng.randrange(keys)} é"
+        if rng.random() < 0.25:
+            ops.append(("del", ns, key))
+        else:
+            ops.append(("put", ns, key, f"{i} 😀 \"q\" \\ \n" + "x" * rng.randrange(200)))
+    return ops
+
+
+def run_ops(kv, ops):
+    for op in ops:
+        if op[0] == "put":
+            kv.put(*op[1:])
+        else:
+            kv.delete(*op[1:])
+
+
+def table_size(table):
+    return sum(len(ns.encode()) + sum(len(k.encode()) + len(v.encode())
+                                      for k, v in kv.items()) for ns, kv in table.items())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reload_after_journal_replay_equals_the_table_in_memory(tmp_path, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    for round_no in range(4):
+        run_ops(kv, random_ops(rng, 150))
+        if round_no == 1:
+            kv.compact()                 # a snapshot and a journal over it
+        again = KVConfig(path)
+        assert again.snapshot() == kv.snapshot() == read_table(path)
+        assert again.table_bytes == kv.table_bytes == table_size(kv.snapshot())
+        crash(again)
+    kv.close()
+    assert path.read_bytes() == kvconfig._dumps(kv.snapshot()).encode("utf-8")
+    assert KVConfig(path).snapshot() == kv.snapshot()
+
+
+def test_appends_go_on_in_the_last_journal_after_a_restart(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "a", "1")
+    crash(kv)
+    kv = KVConfig(path)
+    kv.put("ns", "b", "2")
+    crash(kv)
+    assert journals(tmp_path) == ["kvConfig.json.journal.1"]
+    assert records(journal_path(path, 1)) == [["put", "ns", "a", "1"], ["put", "ns", "b", "2"]]
+
+
+def test_journals_are_replayed_in_generation_order(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    path.write_text('{"configTable":{"ns":{"k":"file","f":"x"}}}', "utf-8")
+    for gen, ops in [(9, [["put", "ns", "k", "nine"]]),
+                     (10, [["put", "ns", "k", "ten"], ["del", "ns", "f"]]),
+                     (2, [["put", "ns", "k", "two"], ["put", "ns", "t", "2"]])]:
+        Path(journal_path(path, gen)).write_bytes(
+            kvconfig.JOURNAL_MAGIC + b"".join(kvconfig._record(op) for op in ops))
+    assert read_table(path) == {"ns": {"k": "ten", "t": "2"}}
+    kv = KVConfig(path)
+    kv.put("ns", "n", "new")
+    assert records(journal_path(path, 10))[-1] == ["put", "ns", "n", "new"]
+    kv.close()
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert read_json(path) == {"configTable": {"ns": {"k": "ten", "n": "new", "t": "2"}}}
+
+
+def test_a_torn_tail_is_ignored_then_cut_off(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    jpath = Path(journal_path(path, 1))
+    kv = KVConfig(path)
+    kv.put("ns", "a", "1")
+    kv.put("ns", "b", "2")
+    crash(kv)
+    whole = jpath.read_bytes()
+    last = kvconfig._record(["put", "ns", "c", "3 " + "z" * 50])
+    # every cut of the last append, and garbage or zeros where its bytes should be
+    tails = [last[:n] for n in range(1, len(last))]
+    tails += [last[:-1] + bytes([last[-1] ^ 1]), b"\0" * 100, b"\0" * 3,
+              last[:8] + b"\0" * (len(last) - 8)]
+    for tail in tails:
+        jpath.write_bytes(whole + tail)
+        assert read_table(path) == {"ns": {"a": "1", "b": "2"}}
+        assert jpath.read_bytes() == whole + tail       # read_table changes nothing
+        kv = KVConfig(path)
+        assert kv.snapshot() == {"ns": {"a": "1", "b": "2"}}
+        assert jpath.read_bytes() == whole              # cut back to the whole records
+        kv.put("ns", "d", "4")                          # appends after them
+        assert KVConfig(path).snapshot() == {"ns": {"a": "1", "b": "2", "d": "4"}}
+        crash(kv)
+        jpath.write_bytes(whole)
+
+
+def test_a_journal_torn_while_being_created(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    path.write_text('{"configTable":{"ns":{"k":"v"}}}', "utf-8")
+    jpath = Path(journal_path(path, 1))
+    for torn in [b"", b"RMQ", b"\0\0\0\0\0"]:
+        jpath.write_bytes(torn)
+        kv = KVConfig(path)
+        assert kv.snapshot() == {"ns": {"k": "v"}}
+        kv.put("ns", "k2", "v2")
+        assert read_table(path) == {"ns": {"k": "v", "k2": "v2"}}
+        crash(kv)
+        jpath.unlink()
+
+
+@pytest.mark.parametrize("damage", ["payload", "crc", "length", "zero length", "magic",
+                                    "json", "shape"])
+def test_a_corrupt_record_in_the_middle_raises_naming_the_journal(tmp_path, damage):
+    path = tmp_path / "kvConfig.json"
+    jpath = Path(journal_path(path, 1))
+    kv = KVConfig(path)
+    for i in range(3):
+        kv.put("ns", f"k{i}", f"value {i}")
+    crash(kv)
+    data = bytearray(jpath.read_bytes())
+    first = 8                                        # the first record, two follow it
+    if damage == "payload":
+        data[first + 12] ^= 0x40
+    elif damage == "crc":
+        data[first + 4] ^= 1
+    elif damage == "length":
+        data[first] += 1                             # still inside the file
+    elif damage == "zero length":
+        data[first:first + 4] = b"\0\0\0\0"
+    elif damage == "magic":
+        data[0:8] = b"NOTAJRNL"
+    else:
+        payload = b'{"op":"put"}' if damage == "shape" else b'["put","ns",'
+        rec = struct.pack("<I", len(payload))
+        rec += struct.pack("<I", zlib.crc32(payload, zlib.crc32(rec))) + payload
+        data[first:first] = rec
+    jpath.write_bytes(bytes(data))
+    for load in (KVConfig, read_table):
+        with pytest.raises(KVConfigError) as info:
+            load(path)
+        assert str(jpath) in str(info.value)
+        assert info.value.path == str(jpath)
+    assert jpath.read_bytes() == bytes(data)          # nothing cut: it is not a torn tail
+
+
+# ---------------------------------------------------------------- compaction
+
+def test_compaction_leaves_kvconfig_json_alone_in_javas_bytes(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    run_ops(kv, random_ops(random.Random(7), 300))
+    kv.put("empty", "k", "v")
+    kv.delete("empty", "k")
+    assert kv.compact() is True
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert path.read_bytes() == kvconfig._dumps(kv.snapshot()).encode("utf-8")
+    assert kv.compact() is False                     # nothing new
+    kv.put("ns0", "after", "compaction")
+    assert journals(tmp_path) == ["kvConfig.json.journal.2"]
+    kv.close()
+    kv.close()                                       # idempotent
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert path.read_bytes() == kvconfig._dumps(kv.snapshot()).encode("utf-8")
+    assert '"empty":{}' in path.read_text("utf-8")
+    assert kv.get("ns0", "after") == "compaction"    # reads go on after close
+    with pytest.raises(KVConfigError, match="closed"):
+        kv.put("ns", "k", "v")
+    with pytest.raises(KVConfigError, match="closed"):
+        kv.delete("ns0", "after")
+    assert kv.compact() is False
+
+
+def test_persist_writes_the_file_now(tmp_path):
+    path = tmp_path / "new" / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.persist()                                     # as before: the file, even empty
+    assert path.read_text("utf-8") == '{"configTable":{}}'
+    kv.put("ns", "k", "v")
+    kv.persist()
+    assert os.listdir(path.parent) == ["kvConfig.json"]
+    assert read_json(path) == {"configTable": {"ns": {"k": "v"}}}
+    KVConfig(None).persist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunked_snapshot_text_is_dumps_text(monkeypatch, seed):
+    rng = random.Random(seed)
+    monkeypatch.setattr(kvconfig, "_CHUNK_CHARS", rng.choice([1, 50, 1000]))
+    monkeypatch.setattr(kvconfig, "_CHUNK_ITEMS", rng.choice([1, 3, 100]))
+    monkeypatch.setattr(kvconfig, "_SORT_RUN", rng.choice([2, 7, 1000]))
+    alphabet = "aZ09 é\"\\/\n\t\x00\x1f\u2028😀"
+    word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
+    table = {word(): {word(): word() for _ in range(rng.randrange(40))}
+             for _ in range(rng.randrange(1, 8))}
+    pauses = []
+    text = b"".join(kvconfig._snapshot_chunks(table, lambda: pauses.append(1)))
+    assert text == kvconfig._dumps(table).encode("utf-8")
+    assert json.loads(text) == {"configTable": table}
+    assert b"".join(kvconfig._snapshot_chunks({})) == b'{"configTable":{}}'
+
+
+def test_the_snapshot_writer_gives_the_gil_away_between_chunks(monkeypatch):
+    table = {f"ns{n}": {f"k{i}": "v" * 1024 for i in range(2000)} for n in range(4)}
+    pauses = []
+    chunks = list(kvconfig._snapshot_chunks(table, lambda: pauses.append(1)))
+    assert max(len(c) for c in chunks) < 2 * kvconfig._CHUNK_CHARS
+    assert len(pauses) >= 8 * 1024 * 1024 // kvconfig._CHUNK_CHARS - 1
+
+
+def test_a_fuzzy_snapshot_with_every_journal_left_replays_exactly(tmp_path, monkeypatch):
+    """Changes made while the snapshot is being written (between its chunks), then a
+    crash at each step of the compaction: the state loads exactly."""
+    path = tmp_path / "kvConfig.json"
+    monkeypatch.setattr(kvconfig, "_CHUNK_ITEMS", 5)
+    rng = random.Random(3)
+    kv = KVConfig(path)
+    run_ops(kv, random_ops(rng, 300, namespaces=3, keys=40))
+    saved = {name: (tmp_path / name).read_bytes() for name in journals(tmp_path)}
+    during = random_ops(rng, 400, namespaces=4, keys=40)
+    monkeypatch.setattr(kvconfig, "_yield_gil", lambda: during and run_ops(kv, [during.pop()]))
+    assert kv.compact() is True
+    assert not during or len(during) < 400
+    final = kv.snapshot()
+    assert read_table(path) == final
+    assert journals(tmp_path) == ["kvConfig.json.journal.2"]
+    # the crash came after the replace, before the old journal was deleted
+    for name, data in saved.items():
+        (tmp_path / name).write_bytes(data)
+    assert read_table(path) == final
+    assert KVConfig(path).snapshot() == final
+
+
+def test_background_compaction_starts_past_the_threshold(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, compact_journal_bytes=20_000)
+    for i in range(200):
+        kv.put("ns", f"k{i % 10}", f"{i}:" + "x" * 500)
+    deadline = time.monotonic() + 10
+    while (kv._compactor is not None or not path.exists()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path.exists()
+    # the threshold is max(compact_journal_bytes, size of the last snapshot)
+    assert kv.journal_bytes <= 20_000 + 600
+    assert read_table(path) == kv.snapshot()
+    kv.close()
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+
+
+def test_a_failed_background_compaction_is_logged_and_retried_later(tmp_path, monkeypatch,
+                                                                   caplog):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, compact_journal_bytes=2_000)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kvconfig, "_atomic_write", full)
+    for i in range(10):
+        kv.put("ns", f"k{i}", "x" * 300)
+    deadline = time.monotonic() + 10
+    while kv._compactor is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "background compaction failed: cannot write" in caplog.text
+    assert kv._compact_after > time.monotonic()          # no retry storm
+    for i in range(10):
+        kv.put("ns", f"more{i}", "y" * 300)               # changes go on, journaled
+    assert kv._compactor is None
+    monkeypatch.undo()
+    assert read_table(path) == kv.snapshot()
+    kv.close()
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+
+
+def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, compact_journal_bytes=30_000)
+    errors, stop = [], threading.Event()
+    compactions = []
+
+    def writer(t):
+        try:
+            for i in range(300):
+                kv.put(f"ns{t}", f"k{i % 50}", f"{t}-{i}-" + "y" * 200)
+                if i % 5 == 0:
+                    kv.delete(f"ns{t}", f"k{(i * 7) % 50}")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def compactor():
+        try:
+            while not stop.is_set():
+                compactions.append(kv.compact())
+                time.sleep(0.002)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def reader():
+        try:
+            while not stop.is_set():
+                for ns in kv.namespaces():
+                    for v in kv.namespace(ns).values():
+                        assert v.startswith(ns[2:] + "-")
+                kv.snapshot()
+                time.sleep(0.0005)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    writers = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
+    others = [threading.Thread(target=compactor), threading.Thread(target=reader)]
+    for th in writers + others:
+        th.start()
+    for th in writers:
+        th.join()
+    stop.set()
+    for th in others:
+        th.join()
+    assert not errors, errors
+    assert sum(compactions) >= 2
+    expected = kv.snapshot()
+    assert read_table(path) == expected
+    assert kv.table_bytes == table_size(expected)
+    assert KVConfig(path).snapshot() == expected
+    kv.close()
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert path.read_bytes() == kvconfig._dumps(expected).encode("utf-8")
+
+
+def test_a_normal_interpreter_exit_compacts(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import sys\nfrom rmq.kvconfig import KVConfig\n"
+            "kv = KVConfig(sys.argv[1])\nkv.put('ns', 'k', 'v ü')\n")
+    subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=60)
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert path.read_bytes() == '{"configTable":{"ns":{"k":"v ü"}}}'.encode()
+
+
+# ---------------------------------------------------------------- limits
+
+@pytest.mark.parametrize("change, limit, size, maximum", [
+    (("put", "n" * 4097, "k", "v"), "maxKvNamespaceBytes", 4097, 4096),
+    (("put", "ns", "é" * 2049, "v"), "maxKvKeyBytes", 4098, 4096),
+    (("put", "ns", "k", "v" * (2 << 20)), "maxKvValueBytes", 2 << 20, 1 << 20),
+    (("del", "n" * 5000, "k"), "maxKvNamespaceBytes", 5000, 4096),
+    (("del", "ns", "k" * 4097), "maxKvKeyBytes", 4097, 4096),
+])
+def test_each_limit_refuses_and_changes_nothing(tmp_path, change, limit, size, maximum):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "k", "v")
+    before = (kv.snapshot(), kv.table_bytes, kv.journal_bytes,
+              Path(journal_path(path, 1)).read_bytes())
+    with pytest.raises(KVLimitError) as info:
+        run_ops(kv, [change])
+    what = {"maxKvNamespaceBytes": "namespace", "maxKvKeyBytes": "key",
+            "maxKvValueBytes": "value"}[limit]
+    assert str(info.value) == f"KV {what} of {size} bytes exceeds {limit} {maximum}"
+    assert (info.value.limit, info.value.size, info.value.maximum) == (limit, size, maximum)
+    assert isinstance(info.value, KVConfigError) and isinstance(info.value, ValueError)
+    assert (kv.snapshot(), kv.table_bytes, kv.journal_bytes,
+            Path(journal_path(path, 1)).read_bytes()) == before
+
+
+def test_limits_at_their_exact_size_are_accepted():
+    kv = KVConfig(None, max_key_bytes=3, max_namespace_bytes=2, max_value_bytes=4)
+    kv.put("ns", "kéy"[:2], "vvvv")
+    kv.put("ns", "abc", "éé")
+    with pytest.raises(KVLimitError, match="KV value of 5 bytes exceeds maxKvValueBytes 4"):
+        kv.put("ns", "abc", "vvvvv")
+    with pytest.raises(KVLimitError, match="maxKvNamespaceBytes 2"):
+        kv.put("nsx", "k", "v")
+
+
+def test_the_table_limit(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, max_table_bytes=100)
+    kv.put("ns", "k", "v" * 90)                       # 93 bytes
+    assert kv.table_bytes == 93
+    with pytest.raises(KVLimitError) as info:
+        kv.put("ns", "k2", "v" * 6)                   # 93 + 2 + 6
+    assert str(info.value) == "KV table of 101 bytes exceeds maxKvTableBytes 100"
+    with pytest.raises(KVLimitError, match="KV table of 101 bytes"):
+        kv.put("n2", "k", "v" * 5)                    # a new namespace counts its name
+    with pytest.raises(KVLimitError, match="KV table of 101 bytes"):
+        kv.put("ns", "k", "v" * 98)                   # a bigger value counts the difference
+    assert kv.snapshot() == {"ns": {"k": "v" * 90}} and kv.table_bytes == 93
+    kv.put("ns", "k2", "v" * 5)                       # exactly 100
+    kv.put("ns", "k", "é" * 45)                       # the same size: allowed
+    kv.delete("ns", "k2")
+    assert kv.table_bytes == 93
+    assert KVConfig(path).table_bytes == 93
+    # a table loaded above the limit is kept; a change that does not grow it goes through
+    crash(kv)
+    small = KVConfig(path, max_table_bytes=50)
+    assert small.table_bytes == 93
+    small.put("ns", "k", "v" * 80)                   # shrinks: allowed above the limit
+    assert small.table_bytes == 83
+    with pytest.raises(KVLimitError):
+        small.put("ns", "k3", "x")
+    small.close()
+
+
+def test_table_bytes_is_tracked_through_every_change():
+    rng = random.Random(11)
+    kv = KVConfig(None)
+    for op in random_ops(rng, 2000, namespaces=6, keys=50):
+        run_ops(kv, [op])
+    assert kv.table_bytes == table_size(kv.snapshot())
+
+
+@pytest.mark.parametrize("change", [("put", "ns\ud800", "k", "v"), ("put", "ns", "\udfff", "v"),
+                                    ("put", "ns", "k", "a\ud83d"), ("del", "ns", "k\udc00")])
+def test_lone_surrogates_are_refused(tmp_path, change):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "k", "v")
+    size = kv.journal_bytes
+    with pytest.raises(KVEncodingError, match="lone surrogate") as info:
+        run_ops(kv, [change])
+    assert isinstance(info.value, KVLimitError) and isinstance(info.value, KVConfigError)
+    assert kv.snapshot() == {"ns": {"k": "v"}} and kv.journal_bytes == size
+    kv.close()
+    assert read_json(path) == {"configTable": {"ns": {"k": "v"}}}
+
+
+def test_values_are_never_logged(tmp_path, caplog, monkeypatch):
+    caplog.set_level("DEBUG", logger="rmq.kvconfig")
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "k", "SECRET-VALUE")
+
+    def fail(fd, data):
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(kvconfig, "_write_all", fail)
+    with pytest.raises(KVConfigError) as info:
+        kv.put("ns", "k", "SECRET-VALUE-2")
+    with pytest.raises(KVLimitError) as limit:
+        kv.put("ns", "k", "SECRET" * 200_000)
+    monkeypatch.undo()
+    kv.close()
+    KVConfig(path).close()
+    assert caplog.records
+    assert "SECRET" not in caplog.text
+    assert "SECRET" not in str(info.value) + str(limit.value)
+
+
+# ---------------------------------------------------------------- kill -9 while compacting
+
+CHILD_COMPACTING = r"""
+import sys, threading, time
+from rmq.kvconfig import KVConfig
+kv = KVConfig(sys.argv[1], compact_journal_bytes=64 << 10)
+i = int(sys.argv[2])
+
+def compactor():
+    while True:
+        kv.compact()
+        time.sleep(0.001)
+
+threading.Thread(target=compactor, daemon=True).start()
+pad = "y" * 2000
+while True:
+    kv.put("ns%d" % (i % 4), "k%d" % (i % 200), "%d:%s" % (i, pad))
+    if i % 3 == 0:
+        kv.delete("ns%d" % ((i + 1) % 4), "k%d" % ((i * 7) % 200))
+    sys.stdout.write("%d\n" % i)
+    sys.stdout.flush()
+    i += 1
+"""
+
+
+def child_ops(i):
+    ops = [("put", f"ns{i % 4}", f"k{i % 200}", f"{i}:{'y' * 2000}")]
+    if i % 3 == 0:
+        ops.append(("del", f"ns{(i + 1) % 4}", f"k{(i * 7) % 200}"))
+    return ops
+
+
+def apply_model(model, op):
+    if op[0] == "put":
+        model.setdefault(op[1], {})[op[2]] = op[3]
+    elif op[1] in model:
+        model[op[1]].pop(op[2], None)
+
+
+def test_kill_9_during_journal_appends_and_compactions_loses_no_acknowledged_change(
+        tmp_path):
+    """A child puts and deletes (journal) while a thread compacts without a pause; SIGKILL
+    at random moments. After each kill the state on disk is exactly every acknowledged
+    change, plus possibly the one under way when the kill came."""
+    path = tmp_path / "kvConfig.json"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rng = random.Random(0xC0FFEE)
+    model = {}
+    start = 0
+    kills = caught_compacting = 0
+    deadline = time.monotonic() + 12
+    while kills < 8 and time.monotonic() < deadline:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD_COMPACTING, str(path),
+                                 str(start)], stdout=subprocess.PIPE, env=env)
+        try:
+            first = proc.stdout.readline()
+            assert first, "child died before its first change"
+            time.sleep(rng.uniform(0.05, 0.3))
+            os.kill(proc.pid, signal.SIGKILL)
+            rest = proc.stdout.read()
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL
+        kills += 1
+        names = os.listdir(tmp_path)
+        caught_compacting += (len([n for n in names if ".journal." in n]) > 1
+                              or any(n.endswith(".tmp") for n in names))
+        assert all(ours(n) for n in names), names
+        done = [int(line) for line in (first + rest).decode("ascii").split("\n")[:-1]]
+        assert done == list(range(start, start + len(done)))
+        for i in done:
+            for op in child_ops(i):
+                apply_model(model, op)
+        # the change under way at the kill: none, its put, or its put and its delete
+        candidates = [model]
+        for op in child_ops(done[-1] + 1):
+            candidates.append(json.loads(json.dumps(candidates[-1])))
+            apply_model(candidates[-1], op)
+        on_disk = read_table(path)
+        assert on_disk in candidates, "acknowledged changes lost or unknown ones found"
+        model = on_disk
+        start = done[-1] + 2          # the interrupted index is settled either way
+    assert kills >= 3
+    assert caught_compacting >= 1, "no kill came during a compaction"
+    kv = KVConfig(path)
+    assert kv.snapshot() == model
+    kv.close()
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert path.read_bytes() == kvconfig._dumps(model).encode("utf-8")

@@ -1,6 +1,7 @@
 """KV durability of the real server process (``python -m rmq namesrv``): every
-PUT_KV_CONFIG it acknowledged survives a kill -9 at any moment, the kvConfig.json
-always parses after one; SIGTERM stops it cleanly (exit code 0, "stopped" logged)."""
+PUT_KV_CONFIG it acknowledged survives a kill -9 at any moment (kvConfig.json and its
+journals always load after one); SIGTERM stops it cleanly (exit code 0, "stopped"
+logged) and leaves kvConfig.json alone, in Java's format."""
 
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 
 import rmq
 from nameserver import Client
+from rmq.kvconfig import read_table
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -115,8 +117,9 @@ def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
         assert p.proc.returncode == -signal.SIGKILL
         assert i > 0, "no put was acknowledged before the kill"
         in_flight.add(f"r{round_no}-k{i}")
-        # the file parses, and holds every acknowledged put (and maybe the ones in flight)
-        table = json.loads(kv_path.read_text("utf-8"))["configTable"]["dur"]
+        # kvConfig.json and its journals load, and hold every acknowledged put (and maybe
+        # the ones in flight)
+        table = read_table(kv_path)["dur"]
         missing = {k for k in acknowledged if table.get(k) != acknowledged[k]}
         assert not missing, sorted(missing)[:5]
         assert set(table) - set(acknowledged) <= in_flight
@@ -129,6 +132,10 @@ def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
         assert all(table.get(k) == v for k, v in acknowledged.items())
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     assert p.kill(signal.SIGTERM) == 0
+    # a clean stop leaves kvConfig.json alone, as Java writes it, holding everything
+    assert sorted(os.listdir(tmp_path)) == ["kvConfig.json", "namesrv.log"]
+    table = json.loads(kv_path.read_text("utf-8"))["configTable"]["dur"]
+    assert all(table.get(k) == v for k, v in acknowledged.items())
 
 
 def test_sigterm_clean_exit(tmp_path, procs):

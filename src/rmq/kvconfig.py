@@ -15,6 +15,44 @@ Java reference: namesrv/kvconfig/KVConfigManager.java and KVConfigSerializeWrapp
 
 Where rmq differs from Java, on purpose:
 
+- **A journal, not a whole-file rewrite per change.** A change appends one record to
+  ``<file>.journal.<generation>`` next to kvConfig.json and fsyncs it before returning:
+  a change that returned is on disk (kill -9, power loss). A put on a 100 MiB table
+  costs one small append instead of rewriting (and fsyncing) 100 MiB with the GIL held
+  while it is serialized. A change that changes nothing (the same value again, the
+  delete of an absent key) writes nothing: the state it acknowledges is already on disk.
+- **At start** kvConfig.json is read (Java's format, as Java wrote it or as rmq wrote
+  it), then every journal is replayed in generation order. A torn record at the end of
+  a journal (a crash in the middle of an append, never acknowledged) is ignored, and
+  cut off the last journal so that appends go on after the last whole record. A bad
+  record followed by more data is corruption: :class:`KVConfigError` naming the file.
+- **Compaction** (:meth:`KVConfig.compact`, run by a background thread once the
+  journals exceed ``max(compact_journal_bytes, size of the last snapshot)``, and once
+  more by :meth:`KVConfig.close`): under the writer lock, the journal is *rotated* (the
+  next change opens generation N+1), then, without the lock, the table is written to a
+  temporary file namespace by namespace and in chunks (yielding the GIL between chunks,
+  so that route-serving threads keep running), fsynced, ``os.replace``-d over
+  kvConfig.json, the directory fsynced, and the journals up to N deleted, oldest first.
+  After :meth:`KVConfig.close` kvConfig.json alone holds the table, in exactly the bytes
+  Java writes, and no journal remains (an interpreter exiting normally closes every
+  KVConfig still open, so a SIGTERM-ed server leaves the file Java would).
+- **Why the snapshot needs no lock (a fuzzy snapshot).** Every journal record is an
+  idempotent "key := value" or "key := absent". The snapshot is read after the rotation,
+  one namespace at a time (each namespace's items are copied in one C call, atomic under
+  the GIL), while writers go on appending to generation N+1 *before* changing memory.
+  So every key's value in the snapshot is its value at the rotation or a later one that
+  generation N+1 holds. Replaying N+1 over the snapshot gives the exact table, and so
+  does replaying any suffix of N's older generations first (each puts a key back to a
+  value that N+1, or the snapshot itself, then sets right). Hence a crash at any instant
+  of a compaction leaves a loadable, exact state: before the replace, the old file with
+  all journals; after it, the new file with the journals not yet deleted (deleted
+  oldest first, so those left are always a suffix).
+- **Limits**: a key or namespace over ``max_key_bytes`` / ``max_namespace_bytes`` UTF-8
+  bytes (4 KiB), a value over ``max_value_bytes`` (1 MiB), or a change taking the table
+  (UTF-8 bytes of namespaces, keys and values) over ``max_table_bytes`` (128 MiB) is
+  refused with :class:`KVLimitError` and changes nothing; so is text that UTF-8 cannot
+  encode (a lone surrogate: the file could not be written). A loaded table over the
+  table limit is kept; only changes that grow it are then refused.
 - Java's ``MixAll.string2File`` writes ``<file>.tmp``, copies the old file to ``<file>.bak``,
   deletes the target and renames: a crash between the delete and the rename loses the
   file, and nothing is fsynced. rmq writes a temporary file in the same directory, fsyncs
@@ -22,25 +60,68 @@ Where rmq differs from Java, on purpose:
   instant the file is the old one or the new one, never torn or missing.
 - Java logs a failed write and answers SUCCESS with the change kept in memory only. rmq
   raises :class:`KVConfigError` and keeps the table as it was, so memory never claims
-  what the disk does not hold.
+  what the disk does not hold. Logs give sizes, never values.
 - A file that does not parse is a :class:`KVConfigError` naming the path (Java fails the
   start with a fastjson exception).
+
+Threads: readers (``get``, ``namespace``, ``namespaces``, ``snapshot``) take no lock;
+dicts are changed in place, each change one dict operation, atomic under the GIL, and
+``namespace`` returns a copy. Writers are serialised by a lock held across the append
+and its fsync; a compaction holds it only to rotate the journal.
+
+Journal format: an 8-byte header ``RMQKVJ1\\n``, then records ``<u32 LE length><u32 LE
+crc32(length bytes + payload)><payload>``, the payload compact UTF-8 JSON:
+``["put",namespace,key,value]`` or ``["del",namespace,key]``.
 
 One KVConfig per file: two processes writing the same file are not supported.
 """
 
+import atexit
+import heapq
 import json
 import logging
 import os
 import stat
+import struct
 import threading
+import time
 import uuid
+import weakref
+import zlib
 
 from rmq.errors import RmqError
 
-__all__ = ["KVConfig", "KVConfigError"]
+__all__ = [
+    "KVConfig",
+    "KVConfigError",
+    "KVEncodingError",
+    "KVLimitError",
+    "journal_path",
+    "read_table",
+]
 
 log = logging.getLogger("rmq.kvconfig")
+
+#: Default limits (UTF-8 bytes).
+MAX_KEY_BYTES = 4 << 10
+MAX_NAMESPACE_BYTES = 4 << 10
+MAX_VALUE_BYTES = 1 << 20
+MAX_TABLE_BYTES = 128 << 20
+#: Journals above max(this, size of the last snapshot) start a background compaction.
+COMPACT_JOURNAL_BYTES = 64 << 20
+
+JOURNAL_MAGIC = b"RMQKVJ1\n"
+_RECORD = struct.Struct("<II")            # payload length, crc32(length bytes + payload)
+_LENGTH = struct.Struct("<I")
+#: A compaction after a failed one waits this long (seconds).
+_COMPACT_RETRY_SECONDS = 30.0
+#: Snapshot chunks: about this many characters, at most this many keys, then the GIL
+#: is offered to other threads. A namespace above _SORT_RUN keys is sorted in runs.
+_CHUNK_CHARS = 256 << 10
+_CHUNK_ITEMS = 4096
+_SORT_RUN = 8192
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class KVConfigError(RmqError, ValueError):
@@ -52,6 +133,24 @@ class KVConfigError(RmqError, ValueError):
     def __init__(self, message, path=None):
         super().__init__(message)
         self.path = path
+
+
+class KVLimitError(KVConfigError):
+    """A change refused before anything was written: a size past its limit.
+
+    ``limit`` is the limit's name (``maxKvValueBytes``...), ``size`` the size in
+    UTF-8 bytes, ``maximum`` the limit.
+    """
+
+    def __init__(self, message, path=None, limit=None, size=None, maximum=None):
+        super().__init__(message, path)
+        self.limit = limit
+        self.size = size
+        self.maximum = maximum
+
+
+class KVEncodingError(KVLimitError):
+    """A change refused before anything was written: text UTF-8 cannot encode."""
 
 
 def _check_str(what, value):
@@ -116,6 +215,73 @@ def _dumps(table):
                       sort_keys=True)
 
 
+# ---------------------------------------------------------------- snapshot text in chunks
+
+def _sorted_items(items, pause):
+    """``items`` sorted by key; a large namespace in runs merged lazily, so that no
+    single sort holds the GIL for long."""
+    if len(items) <= _SORT_RUN:
+        items.sort()
+        return items
+    runs = []
+    for i in range(0, len(items), _SORT_RUN):
+        run = items[i:i + _SORT_RUN]
+        run.sort()
+        runs.append(run)
+        pause()
+    return heapq.merge(*runs)
+
+
+def _item_chunks(items):
+    chunk = []
+    chars = 0
+    for item in items:
+        chunk.append(item)
+        chars += len(item[0]) + len(item[1])
+        if chars >= _CHUNK_CHARS or len(chunk) >= _CHUNK_ITEMS:
+            yield chunk
+            chunk = []
+            chars = 0
+    if chunk:
+        yield chunk
+
+
+def _snapshot_chunks(table, pause=lambda: None):
+    """UTF-8 chunks whose concatenation is ``_dumps(table).encode()``.
+
+    ``table`` may change meanwhile (a fuzzy snapshot, see the module docstring): each
+    namespace's items are copied in one C call, atomic under the GIL. ``pause`` is
+    called between chunks (``time.sleep(0)`` to let other threads have the GIL).
+    """
+    out = ['{"configTable":{']
+    first_ns = True
+    for ns in sorted(table):                 # sorted() copies the keys in C: atomic
+        kv = table.get(ns)
+        if kv is None:                       # pragma: no cover - namespaces never go
+            continue
+        items = list(kv.items())             # one C call: this namespace's cut point
+        out.append(("" if first_ns else ",") + _ENCODER.encode(ns) + ":{")
+        first_ns = False
+        first_chunk = True
+        for chunk in _item_chunks(_sorted_items(items, pause)):
+            # dict(chunk) keeps the sorted order: the same text json's sort_keys gives
+            body = _ENCODER.encode(dict(chunk))[1:-1]
+            out.append(body if first_chunk else "," + body)
+            first_chunk = False
+            yield "".join(out).encode("utf-8")
+            out = []
+            pause()
+        out.append("}")
+    out.append("}}")
+    yield "".join(out).encode("utf-8")
+
+
+def _yield_gil():
+    time.sleep(0)
+
+
+# ---------------------------------------------------------------- files
+
 def _fsync_dir(directory):
     try:
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -129,22 +295,39 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
-def _atomic_write(path, data):
-    """Replace ``path`` with ``data`` (bytes) so that a crash leaves old or new, whole."""
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _sync(fd):
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
+def _copy_mode(fd, path):
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))  # keep the file's mode
+    except (OSError, AttributeError):
+        pass
+
+
+def _atomic_write(path, data, make_dirs=True):
+    """Replace ``path`` with ``data`` (bytes, or an iterable of bytes chunks) so that a
+    crash leaves old or new, whole. Returns the number of bytes written."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if make_dirs:
+        os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory,
                        f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
                  0o666)
+    size = 0
     try:
-        try:
-            os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))  # keep the file's mode
-        except (OSError, AttributeError):
-            pass
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _copy_mode(fd, path)
+        for chunk in ((data,) if isinstance(data, (bytes, bytearray)) else data):
+            _write_all(fd, chunk)
+            size += len(chunk)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -157,6 +340,7 @@ def _atomic_write(path, data):
         _unlink_quietly(tmp)
         raise
     _fsync_dir(directory)
+    return size
 
 
 def _unlink_quietly(path):
@@ -179,42 +363,282 @@ def _remove_stale_temporaries(path):
             _unlink_quietly(os.path.join(directory, name))
 
 
+def journal_path(path, generation):
+    """The journal file of ``generation`` next to kvConfig.json ``path``."""
+    return f"{os.fspath(path)}.journal.{generation}"
+
+
+def _journal_files(path):
+    """[(generation, path)] of the journals next to ``path``, oldest first."""
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = os.path.basename(path) + ".journal."
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.startswith(prefix):
+            gen = name[len(prefix):]
+            if gen.isdigit() and gen.isascii():
+                found.append((int(gen), os.path.join(os.path.dirname(path), name)))
+    found.sort()
+    return found
+
+
+def _record(op):
+    payload = json.dumps(op, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    length = _LENGTH.pack(len(payload))
+    return length + _LENGTH.pack(zlib.crc32(payload, zlib.crc32(length))) + payload
+
+
+def _parse_journal(path, data):
+    """(ops, length of the whole records): the records of one journal file's bytes.
+
+    A bad record that is the last thing in the file (it runs past the end, ends exactly
+    at the end, or only zero bytes follow) is a torn append: ignored. A bad record
+    followed by other data is corruption: KVConfigError.
+    """
+    n = len(data)
+    head = len(JOURNAL_MAGIC)
+    if data[:head] != JOURNAL_MAGIC:
+        if n < head and (JOURNAL_MAGIC.startswith(data) or not any(data)):
+            return [], 0                     # torn while being created
+        raise KVConfigError(f"KV config journal {path} does not start with "
+                            f"{JOURNAL_MAGIC!r}: not a journal", path)
+    ops = []
+    pos = head
+    while pos < n:
+        bad = None
+        if n - pos < _RECORD.size:
+            bad = "a record header cut short"
+            end = n
+        else:
+            length, crc = _RECORD.unpack_from(data, pos)
+            end = pos + _RECORD.size + length
+            if end > n:
+                bad = f"a record of {length} bytes cut short"
+            elif length == 0:
+                bad = "an empty record"
+            else:
+                payload = data[pos + _RECORD.size:end]
+                if zlib.crc32(payload, zlib.crc32(data[pos:pos + 4])) != crc:
+                    bad = "a record whose crc32 does not match"
+        if bad is not None:
+            if end >= n or not any(memoryview(data)[pos:]):
+                log.warning("KV config journal %s: %s at offset %d (%d bytes), the end of "
+                            "an append a crash interrupted: ignored", path, bad, pos, n - pos)
+                return ops, pos
+            raise KVConfigError(f"KV config journal {path} is corrupt: {bad} at offset "
+                                f"{pos}, followed by {n - end} more bytes", path)
+        try:
+            op = json.loads(payload.decode("utf-8"))
+            if not (isinstance(op, list) and all(isinstance(x, str) for x in op)
+                    and ((len(op) == 4 and op[0] == "put") or
+                         (len(op) == 3 and op[0] == "del"))):
+                raise ValueError("not a put or a del")
+        except ValueError as e:
+            raise KVConfigError(f"KV config journal {path} is corrupt: the record at offset "
+                                f"{pos} does not decode ({e})", path) from None
+        ops.append(op)
+        pos = end
+    return ops, pos
+
+
+def _apply(table, op):
+    if op[0] == "put":
+        kv = table.get(op[1])
+        if kv is None:
+            table[op[1]] = {op[2]: op[3]}
+        else:
+            kv[op[2]] = op[3]
+    else:
+        kv = table.get(op[1])
+        if kv is not None:
+            kv.pop(op[2], None)
+
+
+def _load_snapshot(path):
+    """(table, size in bytes) of kvConfig.json."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return {}, 0
+    except OSError as e:
+        raise KVConfigError(f"cannot read KV config file {path}: {e}", path) from e
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise KVConfigError(f"KV config file {path} is not UTF-8: {e}", path) from None
+    return _parse(content, path), len(raw)
+
+
+def _load(path):
+    """(table, snapshot size, [(generation, journal path, whole-records length,
+    file length)]): kvConfig.json with every journal replayed over it."""
+    table, snapshot_bytes = _load_snapshot(path)
+    journals = []
+    for gen, jpath in _journal_files(path):
+        try:
+            with open(jpath, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise KVConfigError(f"cannot read KV config journal {jpath}: {e}", jpath) from e
+        ops, good = _parse_journal(jpath, data)
+        for op in ops:
+            _apply(table, op)
+        journals.append((gen, jpath, good, len(data)))
+    return table, snapshot_bytes, journals
+
+
+def read_table(path):
+    """The table a :class:`KVConfig` on ``path`` would load (kvConfig.json and its
+    journals), without changing any file."""
+    return _load(os.fspath(path))[0]
+
+
+def _utf8(what, text, path):
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise KVEncodingError(
+            f"KV {what} is not valid Unicode text (a lone surrogate at index {e.start}): "
+            f"it cannot be written as UTF-8", path, "utf8", None, None) from None
+
+
+def _table_size(table, path):
+    size = 0
+    try:
+        for ns, kv in table.items():
+            size += len(ns.encode("utf-8"))
+            for k, v in kv.items():
+                size += len(k.encode("utf-8")) + len(v.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise KVConfigError(f"KV config file {path} holds text that is not valid Unicode "
+                            f"(a lone surrogate): it cannot be written back", path) from None
+    return size
+
+
+class _Journal:
+    """One journal file: generation, path, size; open for appends or not."""
+
+    __slots__ = ("fd", "gen", "path", "size")
+
+    def __init__(self, gen, path, size):
+        self.gen = gen
+        self.path = path
+        self.size = size
+        self.fd = None
+
+    def append(self, record):
+        """Write ``record`` and fsync; on failure, cut the file back (OSError raised;
+        ``fd`` None when even that failed: the next change opens a new generation)."""
+        try:
+            _write_all(self.fd, record)
+            _sync(self.fd)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, self.size)
+                _sync(self.fd)
+            except OSError as e:
+                log.error("KV config journal %s: cannot cut a failed append back (%s): "
+                          "the next change opens a new journal", self.path, e)
+                self.close()
+            raise
+        self.size += len(record)
+
+    def close(self):
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self):
+        self.close()
+
+
+_OPEN = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit():
+    """An interpreter exiting normally closes (compacts) every KVConfig still open."""
+    for kv in list(_OPEN):
+        try:
+            kv.close()
+        except Exception as e:      # the exit goes on; the journals keep every change
+            log.warning("closing KV config %s at exit failed: %s", kv.path, e)
+
+
 class KVConfig:
-    """namespace -> key -> value, persisted at once on every change.
+    """namespace -> key -> value, every change journaled (and fsynced) before it returns.
 
-    ``path`` is the kvConfig.json to load at start and to rewrite on every change; None
-    keeps the table in memory only.
+    ``path`` is the kvConfig.json to load at start (with its journals) and to compact
+    into; None keeps the table in memory only (the limits still apply).
 
-    Readers take no lock: every change builds new dicts and publishes them with one
-    assignment (copy on write), so ``get`` is two dict lookups and ``namespace`` a copy of
-    a dict nobody mutates. Writers are serialised by a lock held across the file write.
+    Limits are UTF-8 byte counts; ``compact_journal_bytes`` with ``auto_compact`` starts
+    a background compaction once the journals exceed max(it, the last snapshot's size).
     """
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, *, max_key_bytes=MAX_KEY_BYTES,
+                 max_namespace_bytes=MAX_NAMESPACE_BYTES, max_value_bytes=MAX_VALUE_BYTES,
+                 max_table_bytes=MAX_TABLE_BYTES, compact_journal_bytes=COMPACT_JOURNAL_BYTES,
+                 auto_compact=True):
         self.path = None if path is None else os.fspath(path)
-        self._lock = threading.Lock()
+        self.max_key_bytes = max_key_bytes
+        self.max_namespace_bytes = max_namespace_bytes
+        self.max_value_bytes = max_value_bytes
+        self.max_table_bytes = max_table_bytes
+        self.compact_journal_bytes = compact_journal_bytes
+        self.auto_compact = auto_compact
+        self._lock = threading.Lock()            # one writer at a time
+        self._compact_lock = threading.Lock()    # one compaction at a time
         self._table = {}
+        self._journals = []                      # [_Journal] on disk, oldest first
+        self._journal = None                     # the one open for appends
+        self._append_gen = 1                     # the generation the next change goes to
+        self._snapshot_bytes = 0
+        self._compactor = None                   # the background compaction thread
+        self._compact_after = 0.0                # monotonic time of the next try
+        self._closed = False
         if self.path is not None:
-            self._table = self._load(self.path)
+            started = time.monotonic()
+            table, self._snapshot_bytes, journals = _load(self.path)
+            self._table = table
+            for gen, jpath, good, size in journals:
+                if (good < size or good == 0) and gen == journals[-1][0]:
+                    size = self._cut_torn_tail(jpath, good)
+                self._journals.append(_Journal(gen, jpath, size))
+            if journals:
+                self._append_gen = journals[-1][0]
             _remove_stale_temporaries(self.path)
+            _OPEN.add(self)
+            log.info("load KV config table OK: %s (%d namespaces, %d bytes, %d journals "
+                     "replayed) in %.0f ms", self.path, len(table),
+                     self._snapshot_bytes, len(journals),
+                     (time.monotonic() - started) * 1000)
+        self._table_bytes = _table_size(self._table, self.path)
 
-    @staticmethod
-    def _load(path):
+    def _cut_torn_tail(self, jpath, good):
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            log.info("KV config file %s does not exist yet: empty table", path)
-            return {}
+            fd = os.open(jpath, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, good)
+                if good == 0:        # torn while being created: write its header again
+                    _write_all(fd, JOURNAL_MAGIC)
+                    good = len(JOURNAL_MAGIC)
+                _sync(fd)
+            finally:
+                os.close(fd)
         except OSError as e:
-            raise KVConfigError(f"cannot read KV config file {path}: {e}", path) from e
-        try:
-            content = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise KVConfigError(f"KV config file {path} is not UTF-8: {e}", path) from None
-        table = _parse(content, path)
-        log.info("load KV config table OK: %s (%d namespaces)", path, len(table))
-        return table
+            raise KVConfigError(f"cannot cut the torn end of KV config journal {jpath}: {e}",
+                                jpath) from e
+        log.warning("KV config journal %s: the torn end of an append cut off (%d bytes "
+                    "left)", jpath, good)
+        return good
 
     # ------------------------------------------------------------ reads
 
@@ -234,7 +658,17 @@ class KVConfig:
 
     def snapshot(self):
         """A deep copy of the whole table."""
-        return {ns: dict(kv) for ns, kv in self._table.items()}
+        return {ns: dict(kv) for ns, kv in list(self._table.items())}
+
+    @property
+    def table_bytes(self):
+        """UTF-8 bytes of every namespace, key and value (what max_table_bytes bounds)."""
+        return self._table_bytes
+
+    @property
+    def journal_bytes(self):
+        """Bytes of the journals on disk (0 after a compaction or without a path)."""
+        return sum(j.size for j in list(self._journals))
 
     def __contains__(self, namespace):
         return namespace in self._table
@@ -247,47 +681,234 @@ class KVConfig:
 
     # ------------------------------------------------------------ changes
 
+    def _limit(self, what, size, name, maximum):
+        if size > maximum:
+            raise KVLimitError(f"KV {what} of {size} bytes exceeds {name} {maximum}",
+                               self.path, name, size, maximum)
+
     def put(self, namespace, key, value):
-        """Set ``namespace/key`` to ``value`` and persist (always, as Java does)."""
-        _check_str("namespace", namespace)
-        _check_str("key", key)
-        _check_str("value", value)
-        with self._lock:
-            table = dict(self._table)
-            kv = dict(table.get(namespace) or ())
-            kv[key] = value
-            table[namespace] = kv
-            self._commit(table)
+        """Set ``namespace/key`` to ``value``; on disk when it returns.
 
-    def delete(self, namespace, key):
-        """Remove ``namespace/key`` and persist (always, as Java does, even if absent).
-
-        The namespace stays, possibly empty, as in Java.
+        KVLimitError (nothing changed) past a limit; KVConfigError (nothing changed)
+        when the journal cannot be written.
         """
         _check_str("namespace", namespace)
         _check_str("key", key)
+        _check_str("value", value)
+        ns_b = _utf8("namespace", namespace, self.path)
+        key_b = _utf8("key", key, self.path)
+        value_b = _utf8("value", value, self.path)
+        self._limit("namespace", len(ns_b), "maxKvNamespaceBytes", self.max_namespace_bytes)
+        self._limit("key", len(key_b), "maxKvKeyBytes", self.max_key_bytes)
+        self._limit("value", len(value_b), "maxKvValueBytes", self.max_value_bytes)
+        record = None if self.path is None else _record(["put", namespace, key, value])
         with self._lock:
-            table = self._table
-            kv = table.get(namespace)
-            if kv is not None and key in kv:
-                kv = dict(kv)
-                del kv[key]
-                table = dict(table)
-                table[namespace] = kv
-            self._commit(table)
+            self._check_open()
+            kv = self._table.get(namespace)
+            old = None if kv is None else kv.get(key)
+            if old == value:
+                return                       # already so, and on disk
+            grow = len(value_b)
+            if kv is None:
+                grow += len(ns_b)
+            if old is None:
+                grow += len(key_b)
+            else:
+                grow -= len(old.encode("utf-8"))
+            total = self._table_bytes + grow
+            if grow > 0:
+                self._limit("table", total, "maxKvTableBytes", self.max_table_bytes)
+            if record is not None:
+                self._append(record)
+            if kv is None:
+                self._table[namespace] = {key: value}
+            else:
+                kv[key] = value
+            self._table_bytes = total
+            compactor = self._compaction_due()
+        if compactor is not None:
+            compactor.start()
+
+    def delete(self, namespace, key):
+        """Remove ``namespace/key``; on disk when it returns. The namespace stays,
+        possibly empty, as in Java."""
+        _check_str("namespace", namespace)
+        _check_str("key", key)
+        ns_b = _utf8("namespace", namespace, self.path)
+        key_b = _utf8("key", key, self.path)
+        self._limit("namespace", len(ns_b), "maxKvNamespaceBytes", self.max_namespace_bytes)
+        self._limit("key", len(key_b), "maxKvKeyBytes", self.max_key_bytes)
+        with self._lock:
+            self._check_open()
+            kv = self._table.get(namespace)
+            old = None if kv is None else kv.get(key)
+            if old is None:
+                return                       # already absent, and on disk
+            if self.path is not None:
+                self._append(_record(["del", namespace, key]))
+            del kv[key]
+            self._table_bytes -= len(key_b) + len(old.encode("utf-8"))
+            compactor = self._compaction_due()
+        if compactor is not None:
+            compactor.start()
+
+    def _check_open(self):
+        if self._closed:
+            raise KVConfigError(f"KV config {self.path} is closed", self.path)
+
+    def _append(self, record):
+        """Append ``record`` to the journal and fsync it (the writer lock held)."""
+        j = self._journal
+        try:
+            if j is None or j.fd is None:
+                j = self._open_journal()
+            j.append(record)
+        except OSError as e:
+            where = j.path if j is not None else journal_path(self.path, self._append_gen)
+            log.error("KV config: append of %d bytes to %s failed: %s", len(record), where, e)
+            raise KVConfigError(f"cannot write KV config journal {where}: {e}",
+                                self.path) from e
+
+    def _open_journal(self):
+        """The journal of generation ``_append_gen``, opened for appends (created, its
+        header fsynced and its directory entry too, when new)."""
+        last = self._journals[-1] if self._journals else None
+        if last is not None and last.gen == self._append_gen and self._journal is None:
+            last.fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0))
+            self._journal = last
+            return last
+        if last is not None and last.gen >= self._append_gen:
+            self._append_gen = last.gen + 1   # after a journal that failed to cut back
+        jpath = journal_path(self.path, self._append_gen)
+        directory = os.path.dirname(os.path.abspath(jpath))
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(jpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                     | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            _copy_mode(fd, self.path)
+            _write_all(fd, JOURNAL_MAGIC)
+            _sync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(jpath)
+            raise
+        _fsync_dir(directory)
+        j = _Journal(self._append_gen, jpath, len(JOURNAL_MAGIC))
+        j.fd = fd
+        self._journals.append(j)
+        self._journal = j
+        log.info("KV config journal %s started", jpath)
+        return j
+
+    # ------------------------------------------------------------ compaction
+
+    def _compaction_due(self):
+        """The background compaction thread to start now, or None (the writer lock
+        held)."""
+        if (not self.auto_compact or self.path is None or self._closed
+                or self._compactor is not None):
+            return None
+        journal_bytes = sum(j.size for j in self._journals)
+        if journal_bytes <= max(self.compact_journal_bytes, self._snapshot_bytes):
+            return None
+        if time.monotonic() < self._compact_after:
+            return None
+        self._compactor = threading.Thread(target=self._compact_in_background,
+                                           name="kvconfig-compact", daemon=True)
+        return self._compactor
+
+    def _compact_in_background(self):
+        try:
+            self.compact()
+        except Exception as e:      # logged; the journals keep every change
+            log.error("KV config %s: background compaction failed: %s (retry in %.0f s)",
+                      self.path, e, _COMPACT_RETRY_SECONDS)
+            self._compact_after = time.monotonic() + _COMPACT_RETRY_SECONDS
+        finally:
+            with self._lock:
+                # the changes made meanwhile may be past the threshold already
+                self._compactor = None
+                again = self._compaction_due()
+            if again is not None:
+                again.start()
+
+    def compact(self):
+        """Write the table to kvConfig.json and drop the journals it covers.
+
+        Safe from any thread while others read and write: writers are held up only for
+        the journal's rotation, and the snapshot is written in chunks that let other
+        threads have the GIL. True if a snapshot was written; False when there was
+        nothing to compact (no journal record) or the KVConfig is closed.
+        """
+        return self._compact(final=False, force=False)
 
     def persist(self):
-        """Write the current table to the file (a no-op without a path)."""
-        with self._lock:
-            self._commit(self._table)
+        """Write the current table to the file now (and drop the journals); a no-op
+        without a path."""
+        self._compact(final=False, force=True)
 
-    def _commit(self, table):
-        """Write ``table`` then publish it; on a failed write nothing changes."""
-        if self.path is not None:
+    def close(self):
+        """Compact one last time (kvConfig.json alone then holds the table, in Java's
+        bytes, and no journal remains) and refuse changes from now on. Idempotent;
+        reads go on working."""
+        if self.path is None:
+            self._closed = True
+            return
+        try:
+            self._compact(final=True, force=False)
+        finally:
+            _OPEN.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _compact(self, final, force):
+        if self.path is None:
+            return False
+        with self._compact_lock:
+            with self._lock:
+                if self._closed:
+                    return False
+                if final:
+                    self._closed = True
+                old = list(self._journals)
+                if not force and not final and all(
+                        j.size <= len(JOURNAL_MAGIC) for j in old):
+                    return False             # nothing the snapshot lacks
+                if final and not old:
+                    return False
+                # rotate: the next change goes to a new generation
+                if self._journal is not None:
+                    self._journal.close()
+                    self._journal = None
+                if old:
+                    self._append_gen = old[-1].gen + 1
+            started = time.monotonic()
             try:
-                _atomic_write(self.path, _dumps(table).encode("utf-8"))
+                size = _atomic_write(self.path, _snapshot_chunks(self._table, _yield_gil),
+                                     make_dirs=force)
             except OSError as e:
-                log.error("persist KV config to %s failed: %s", self.path, e)
-                raise KVConfigError(
-                    f"cannot write KV config file {self.path}: {e}", self.path) from e
-        self._table = table
+                log.error("KV config: writing %s failed: %s", self.path, e)
+                raise KVConfigError(f"cannot write KV config file {self.path}: {e}",
+                                    self.path) from e
+            directory = os.path.dirname(os.path.abspath(self.path))
+            for j in old:                    # oldest first: those left are a suffix
+                try:
+                    os.unlink(j.path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("KV config: cannot delete journal %s: %s", j.path, e)
+                    break
+                _fsync_dir(directory)
+            with self._lock:
+                dropped = [j for j in old if not os.path.exists(j.path)]
+                self._journals = [j for j in self._journals if j not in dropped]
+                self._snapshot_bytes = size
+            log.info("KV config compacted to %s: %d bytes, %d journals (%d bytes) dropped, "
+                     "in %.0f ms", self.path, size, len(dropped),
+                     sum(j.size for j in dropped), (time.monotonic() - started) * 1000)
+            return True
