@@ -23,7 +23,8 @@ def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
     config.setdefault("kvConfigPath", str(tmp_path / "kvConfig.json"))
     cfg = NamesrvConfig(**config)
     kwargs = {"clock": clock} if clock else {}
-    app = NameServerApp(NameServer(cfg, KVConfig(cfg.kvConfigPath), **kwargs), trace=trace)
+    kv = KVConfig(cfg.kvConfigPath, **cfg.kv_limits())
+    app = NameServerApp(NameServer(cfg, kv, **kwargs), trace=trace)
     if loop == "uvloop":
         import uvloop
         ev = uvloop.new_event_loop()
@@ -50,6 +51,7 @@ def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
         ev.call_soon_threadsafe(ev.stop)
         t.join(10)
         ev.close()
+        kv.close()
 
 
 def call_in_loop(app, func, *args):

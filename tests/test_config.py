@@ -42,7 +42,8 @@ BEYOND_4_9_8 = {
     "shutdownWaitTimeSeconds",
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
-    "maxTotalOutputBufferBytes",
+    "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
+    "maxKvTableBytes",
 }
 
 

@@ -382,3 +382,37 @@ def test_9_only_rmq_errors_from_the_bomb_path(impl):
     for data in (zlib.compress(b"\xff" * 10_000), zlib.compress(b"")[:-1], b"\x78\x9c"):
         with pytest.raises(RmqError):
             impl.decode_register_broker_body(data)
+
+
+# ---------------------------------------------------------------- 3. KV limits and logs
+
+def test_3_kv_limits_are_answered_and_change_nothing(tmp_path, caplog):
+    with running_namesrv(tmp_path, maxKvValueBytes=1000, maxKvKeyBytes=10,
+                         maxKvTableBytes=5000) as app, Client(app.address) as c:
+        r = c.request(100, {"namespace": "ns", "key": "k", "value": "v" * 1001})
+        assert r.code == 1 and "maxKvValueBytes 1000" in r.remark and "1001" in r.remark
+        r = c.request(100, {"namespace": "ns", "key": "k" * 11, "value": "v"})
+        assert r.code == 1 and "maxKvKeyBytes 10" in r.remark
+        for i in range(4):
+            assert c.request(100, {"namespace": "ns", "key": f"k{i}",
+                                   "value": "v" * 1000}).code == 0
+        r = c.request(100, {"namespace": "ns", "key": "k9", "value": "v" * 1000})
+        assert r.code == 1 and "maxKvTableBytes 5000" in r.remark
+        assert c.request(101, {"namespace": "ns", "key": "k9"}).code == 22
+        assert c.request(101, {"namespace": "ns", "key": "k" * 11}).code == 22
+        with caplog.at_level("INFO", logger="rmq.namesrv"):
+            assert c.request(100, {"namespace": "ns", "key": "k0",
+                                   "value": "Q" * 900}).code == 0
+        assert "Q" * 100 not in caplog.text       # sizes are logged, never values
+        assert "900" in caplog.text
+
+
+def test_3_kv_changes_are_journaled_not_rewritten(tmp_path):
+    import os
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        assert c.request(100, {"namespace": "ns", "key": "k", "value": "v"}).code == 0
+        assert not (tmp_path / "kvConfig.json").exists()       # one journal record
+        assert any(n.startswith("kvConfig.json.journal") for n in os.listdir(tmp_path))
+    # closed: compacted into the file Java reads
+    assert (tmp_path / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k":"v"}}}'
+    assert os.listdir(tmp_path) == ["kvConfig.json"]

@@ -75,7 +75,7 @@ def _namesrv(args):
     host, port = args.listen if args.listen else (config.listenHost, config.listenPort)
     config.listenPort = port
     try:
-        kv = KVConfig(config.kvConfigPath)
+        kv = KVConfig(config.kvConfigPath, **config.kv_limits())
     except KVConfigError as e:
         print(f"rmq namesrv: {e}", file=sys.stderr)
         return 2
@@ -97,6 +97,7 @@ def _namesrv(args):
         return 1
     finally:
         loop.close()
+        kv.close()          # compacts the journal: kvConfig.json alone holds the table
         if trace is not None:
             trace.close()
             log.info("trace: %d frames recorded in %d segments, %d dropped%s",

@@ -362,6 +362,11 @@ FIELDS = (
     # that stopped reading are closed.
     Field("maxTotalOutputBufferBytes", "long", 256 * 1024 * 1024, "rmq",
           check=(4096, _INT64[1])),
+    # The KV table (PUT_KV_CONFIG past a limit: SYSTEM_ERROR naming it, nothing changed)
+    Field("maxKvNamespaceBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
+    Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
+    Field("maxKvValueBytes", "int", 1024 * 1024, "rmq", check=(1, _INT32[1])),
+    Field("maxKvTableBytes", "long", 128 * 1024 * 1024, "rmq", check=(1, _INT64[1])),
 )
 
 _BY_KEY = {f.key: f for f in FIELDS}
@@ -524,6 +529,13 @@ class NamesrvConfig:
         for k, v in self._extra.items():
             props.setdefault(k, v)
         return props
+
+    def kv_limits(self):
+        """The KVConfig keyword arguments of the KV limits."""
+        return {"max_namespace_bytes": self.maxKvNamespaceBytes,
+                "max_key_bytes": self.maxKvKeyBytes,
+                "max_value_bytes": self.maxKvValueBytes,
+                "max_table_bytes": self.maxKvTableBytes}
 
     def to_properties_text(self):
         """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""

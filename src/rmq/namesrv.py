@@ -17,7 +17,7 @@ from rmq.config import ConfigError, ConfigNoPermission
 from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
-from rmq.kvconfig import KVConfigError
+from rmq.kvconfig import KVConfigError, KVLimitError
 from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.routes import RouteTable
 
@@ -226,6 +226,9 @@ class NameServer:
             return cmd.response(R.SYSTEM_ERROR, str(e))
         except BodyError as e:
             log.warning("request %d: bad body: %s", cmd.code, e)
+            return cmd.response(R.SYSTEM_ERROR, str(e))
+        except KVLimitError as e:        # the client's: nothing changed
+            log.warning("request %d from %s refused: %s", cmd.code, conn, e)
             return cmd.response(R.SYSTEM_ERROR, str(e))
         except KVConfigError as e:       # the change was not persisted, nor applied
             log.error("request %d: %s", cmd.code, e)
