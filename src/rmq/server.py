@@ -446,7 +446,9 @@ class NameServerApp:
         self.writer = concurrent.futures.ThreadPoolExecutor(
             1, "rmq-tables", initializer=_lower_writer_priority)
         routes = namesrv.routes
+        # What FrameDecoder.serve_routes answers route queries from, on the loop.
         self._served_routes = routes if routes.concurrent else _CachedAnswers(routes)
+        self.served_routes = self._served_routes
         # While the table thread runs Python code, the loop thread waits for the GIL
         # up to the switch interval (5 ms by default) each time it comes back from the
         # core: bound that wait.
@@ -473,12 +475,6 @@ class NameServerApp:
                 high = min(high, self.max_output)
                 return high, min(low, high)
         return self.max_output, self.max_output // 4
-
-    @property
-    def served_routes(self):
-        """What FrameDecoder.serve_routes answers route queries from, on the loop."""
-        ns = self.namesrv
-        return ns.routes if isinstance(ns, _Gate) else self._served_routes
 
     def in_table_thread(self, fn, *args):
         """Run ``fn(*args)`` in the table thread, after the work queued before it;
@@ -598,10 +594,12 @@ class NameServerApp:
     def _use_gate(self):
         if self.namesrv is self._namesrv:
             self.namesrv = _Gate(self, self._namesrv)
+            self.served_routes = self.namesrv.routes
 
     def _drop_gate(self):
         if not self.going_away and self.ready():
             self.namesrv = self._namesrv
+            self.served_routes = self._served_routes
 
     async def _wait_for_service(self):
         await asyncio.sleep(max(self._ready_at - self.loop.time(), 0))
