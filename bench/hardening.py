@@ -12,6 +12,7 @@ latency of route queries sent every millisecond on a connection of their own (th
 - bomb: RSS peak (VmHWM) before and after 5 compressed bodies that inflate to 1 GiB,
   sent at once on 5 connections.
 - stalled: RSS peak with 8 clients that pipeline 206 and never read.
+- bigbroker: RSS of a compressed registration of 1,000,000 topics, and once dropped.
 
     PYTHONPATH=src .venv/bin/python bench/hardening.py [--only flood206,bomb]
 """
@@ -250,9 +251,34 @@ def scenario_stalled(server, args):
             "stalled_connections_left": alive}
 
 
+def scenario_bigbroker(server, args):
+    """A compressed registration of 1,000,000 topics (~2.4 MB), then its broker's
+    connection closed: RSS peak, and RSS once the broker is dropped."""
+    before = load.proc_status(server.pid)
+    topics = broker_sim.topic_names(1_000_000, width=7)
+    body = broker_sim.encode_body(topics, 1, queues=4, compressed=True)
+    b = broker_sim.SimBroker(server.address, 960, timeout=300).connect()
+    seconds, _ = b.register(body, compressed=True)
+    registered = load.proc_status(server.pid)
+    b.close()
+    probe = broker_sim.SimBroker(server.address, 961, timeout=300).connect()
+    t0 = time.perf_counter()
+    while probe.call(RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC,
+                                             {"topic": topics[0]})).code == 0:
+        time.sleep(0.05)    # dropped by the table thread
+    drop_s = time.perf_counter() - t0
+    probe.close()
+    after = load.proc_status(server.pid)
+    return {"compressed_bytes": len(body), "register_s": round(seconds, 2),
+            "rss_before_mib": round(before["VmRSS"], 1),
+            "hwm_mib": round(registered["VmHWM"], 1),
+            "rss_registered_mib": round(registered["VmRSS"], 1),
+            "rss_dropped_mib": round(after["VmRSS"], 1), "drop_s": round(drop_s, 2)}
+
+
 SCENARIOS = {"flood206": scenario_flood206, "kvputs": scenario_kvputs,
              "registrations": scenario_registrations, "bomb": scenario_bomb,
-             "stalled": scenario_stalled}
+             "stalled": scenario_stalled, "bigbroker": scenario_bigbroker}
 
 
 def main(argv=None):

@@ -249,10 +249,13 @@ class Connection(asyncio.Protocol):
         sock = self.transport.get_extra_info("socket")
         if sock is None or _RDHUP is None:
             return False
-        poller = select.poll()
-        poller.register(sock.fileno(), _RDHUP)
-        return any(ev & (_RDHUP | select.POLLHUP | select.POLLERR)
-                   for _, ev in poller.poll(0))
+        try:
+            poller = select.poll()
+            poller.register(sock.fileno(), _RDHUP)
+            events = poller.poll(0)
+        except (OSError, ValueError):       # closed by the loop meanwhile (fileno -1)
+            return True
+        return any(ev & (_RDHUP | select.POLLHUP | select.POLLERR) for _, ev in events)
 
     def _offloaded(self, cmd, fut):
         self.busy = False
@@ -493,9 +496,9 @@ class NameServerApp:
             self.enforce_output_budget()
 
     def enforce_output_budget(self):
-        """Abort the connections holding the most queued output, those that stopped
-        reading first, while the output queued for all connections is above
-        maxTotalOutputBufferBytes."""
+        """Once the output queued for all connections passes 7/8 of
+        maxTotalOutputBufferBytes, abort the connections holding the most, those
+        that stopped reading first, until it is under 3/4."""
         # (aborted connections stay in the set until connection_lost: not counted)
         sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections
                  if not c.aborted]
