@@ -427,3 +427,21 @@ def test_3_kv_changes_are_journaled_not_rewritten(tmp_path):
     # closed: compacted into the file Java reads
     assert (tmp_path / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k":"v"}}}'
     assert os.listdir(tmp_path) == ["kvConfig.json"]
+
+
+def test_5_a_large_registration_applied_in_slices_answers_as_the_reference(bodies):
+    """The compiled table applies a registration in slices of the write lock; the
+    result is the reference's, route for route."""
+    tables = [load_fallback().RouteTable(), load_compiled().RouteTable()]
+    names = [f"S{i:05d}" for i in range(10_000)]
+    for counter, perm in ((1, 6), (2, 4)):
+        tcs = [bodies.topic_config(t, 4 + (i % 3) * (counter - 1), 4, perm if i % 2 else 6)
+               for i, t in enumerate(names)]
+        body = bodies.encode_register_broker_body(bodies.register_broker_body(
+            tcs, {"counter": counter, "timestamp": counter}))
+        for rt in tables:
+            _register(rt, body)
+    ref, core = tables
+    assert core.all_topics() == ref.all_topics()
+    for t in names[::97] + names[-3:]:
+        assert core.route_body(t) == ref.route_body(t)

@@ -118,6 +118,11 @@ cdef class _TopicTable:
         rt_free(self.t)
 
 
+cdef enum:
+    # Topic records applied under one hold of the topic table's write lock (~1 ms).
+    APPLY_SLICE = 4096
+
+
 @cython.final
 cdef class _TableLock:
     """RouteInfoManager's read/write lock: writer-preferring, waited for with the
@@ -693,7 +698,8 @@ class RouteTable(_ref.RouteTable):
         cdef int32_t b = self._broker(broker_name)
         cdef int rc = 0, taken = 0, f = bool(force), ro = bool(readonly)
         cdef int dm = bool(delete_missing)
-        cdef size_t differ
+        cdef size_t differ, k, m
+        cdef int step
         cdef uint8_t* only = <uint8_t*>malloc(max(configs.n, 1))
         if only == NULL:
             raise MemoryError()
@@ -705,10 +711,22 @@ class RouteTable(_ref.RouteTable):
                 rt_rdlock(tt.t)
                 differ = rt_apply_diff(tt.t, b, configs.recs, configs.n, f, ro, only, &taken)
                 rt_rdunlock(tt.t)
-                if differ or dm:
+                if dm:
                     rt_wrlock(tt.t)
                     rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm, only)
                     rt_wrunlock(tt.t)
+                elif differ:
+                    # In slices, each under the write lock on its own: a route query
+                    # waits for one slice at most, never for a whole large table.
+                    k = 0
+                    while k < configs.n and rc != RT_NOMEM:
+                        m = min(APPLY_SLICE, configs.n - k)
+                        rt_wrlock(tt.t)
+                        step = rt_apply(tt.t, b, configs.recs + k, m, f, ro, 0, only + k)
+                        rt_wrunlock(tt.t)
+                        if step != 0:
+                            rc = step
+                        k += m
         finally:
             free(only)
         if rc == RT_NOMEM:
