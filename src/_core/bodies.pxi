@@ -133,29 +133,48 @@ cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
 
 cdef bytes inflate(data, Py_ssize_t max_inflated):
     # In chunks, so that a bomb is refused having cost at most the limit (one call
-    # with the limit as max_length would hold the inflated bytes twice).
+    # with the limit as max_length would hold the inflated bytes twice), copied
+    # into one bytes object grown in place: the peak is about the inflated size,
+    # not twice it (a list of chunks and their join).
+    cdef Py_ssize_t total = 0, cap, k
+    cdef PyObject* buf = NULL       # owned; _PyBytes_Resize needs its address
     max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
     d = _zlib.decompressobj()
-    chunks = []
-    total = 0
     pending = data
+    # Real tables compress 15-20 times: room for that first, then grow by half.
+    cap = min(max_inflated, max(INFLATE_CHUNK, 20 * len(data)))
+    res = PyBytes_FromStringAndSize(NULL, cap)
+    buf = <PyObject*>res
+    Py_INCREF(buf)
+    res = None
     try:
-        while True:
-            out = d.decompress(pending, INFLATE_CHUNK)
-            total += len(out)
-            if total > max_inflated:
-                raise BodyError(f"compressed body of {len(data)} bytes inflates beyond "
-                                f"{max_inflated} bytes (at most {MAX_INFLATE_RATIO} times "
-                                f"its size, {DEFAULT_MAX_INFLATED} in all by default)")
-            chunks.append(out)
-            pending = d.unconsumed_tail
-            if d.eof or not (pending or len(out) == INFLATE_CHUNK):
-                break
-    except _zlib.error as e:
-        raise BodyError(f"compressed body does not inflate: {e}") from None
-    if not d.eof:
-        raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
-    return b"".join(chunks)
+        try:
+            while True:
+                out = d.decompress(pending, INFLATE_CHUNK)
+                k = len(out)
+                if total + k > max_inflated:
+                    raise BodyError(f"compressed body of {len(data)} bytes inflates beyond "
+                                    f"{max_inflated} bytes (at most {MAX_INFLATE_RATIO} times "
+                                    f"its size, {DEFAULT_MAX_INFLATED} in all by default)")
+                if total + k > cap:
+                    cap = min(max_inflated, max(total + k, cap + cap // 2))
+                    _PyBytes_Resize(&buf, cap)
+                memcpy(PyBytes_AS_STRING(<object>buf) + total, PyBytes_AS_STRING(out), k)
+                total += k
+                out = None
+                pending = d.unconsumed_tail
+                if d.eof or not (pending or k == INFLATE_CHUNK):
+                    break
+        except _zlib.error as e:
+            raise BodyError(f"compressed body does not inflate: {e}") from None
+        if not d.eof:
+            raise BodyError(f"compressed body is truncated ({len(data)} bytes)")
+        if total != cap:
+            _PyBytes_Resize(&buf, total)
+        return <bytes>buf
+    finally:
+        if buf != NULL:
+            Py_DECREF(buf)
 
 
 cdef struct BReader:
@@ -267,7 +286,11 @@ cdef dict decode_topic_config_line(const uint8_t* s, Py_ssize_t n):
 
 
 cdef dict decode_compressed(data, Py_ssize_t max_inflated):
-    cdef bytes raw = inflate(data, max_inflated)
+    return decode_inflated(inflate(data, max_inflated))
+
+
+cdef dict decode_inflated(bytes raw):
+    """A compressed RegisterBrokerBody's inflated bytes as decode_compressed reads them."""
     cdef BReader r
     cdef int32_t count, i
     cdef Py_ssize_t n

@@ -195,28 +195,24 @@ cdef class _Configs:
     hold their names: the scanned body itself, or names encoded from a dict."""
     cdef rt_rec* recs
     cdef size_t n
-    cdef rb_body scanned
-    cdef bint has_scanned
     cdef object keep                # the bytes the records point into
 
     def __dealloc__(self):
         free(self.recs)
-        if self.has_scanned:
-            rb_body_free(&self.scanned)
 
     def __len__(self):
         return self.n
 
 
 cdef _Configs _configs_from_scan(object data, rb_body* body):
+    """Takes the scan's records (body's topics are freed, also on error)."""
     cdef _Configs c = _Configs.__new__(_Configs)
     cdef size_t i
     c.keep = data
-    c.scanned = body[0]
-    c.has_scanned = True
     c.n = body.ntopics
     c.recs = <rt_rec*>malloc(max(c.n, 1) * sizeof(rt_rec))
     if c.recs == NULL:
+        rb_body_free(body)
         raise MemoryError()
     for i in range(c.n):
         c.recs[i].key = body.topics[i].key
@@ -227,6 +223,8 @@ cdef _Configs _configs_from_scan(object data, rb_body* body):
         c.recs[i].read = body.topics[i].read
         c.recs[i].write = body.topics[i].write
         c.recs[i].sysflag = body.topics[i].sysflag
+    # Copied: the scan's array (48 bytes a topic) goes before the apply grows the table.
+    rb_body_free(body)
     return c
 
 
@@ -683,12 +681,27 @@ class RouteTable(_ref.RouteTable):
                 rc = rb_scan_register_body(dp, dn, &scanned)
             if rc == RB_NOMEM:
                 raise MemoryError()
+            if rc == RB_SLOW and is_zlib(<const uint8_t*>dp, dn):
+                # The compressed form: inflated (bounded as decode_register_broker_body
+                # bounds it), then scanned like the JSON form, without a Python
+                # object per topic; the records point into the inflated bytes.
+                data = inflate(data, DEFAULT_MAX_INFLATED)
+                dp, dn = PyBytes_AS_STRING(data), len(data)
+                with nogil:
+                    rc = rb_scan_compressed_body(dp, dn, &scanned)
+                if rc == RB_NOMEM:
+                    raise MemoryError()
+                if rc != RB_OK:
+                    body = decode_inflated(data)
+            else:
+                body = None
             if rc == RB_OK:
                 configs = _configs_from_scan(data, &scanned)
                 dv = {"counter": scanned.counter, "stateVersion": scanned.state_version,
                       "timestamp": scanned.timestamp if scanned.has_timestamp else now_ms}
                 return dv, configs, {}, []
-            body = decode_register_broker_body(data)
+            if body is None:
+                body = decode_register_broker_body(data)
         dv, table, mappings, filters = _ref.RouteTable._read_body(self, body, now_ms)
         return dv, _configs_from_dict(table), mappings, filters
 

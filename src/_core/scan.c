@@ -670,6 +670,175 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
     return RB_OK;
 }
 
+/* ---------------------------------------------------------------- RegisterBrokerBody (compressed) */
+
+/* Java's compressed RegisterBrokerBody, inflated: [len + dataVersion JSON]
+ * [topic count][per topic: len + "name read write perm filterType [attributes]"]
+ * [len + filterServerList JSON][optional: mapping count + mappings]. Read as
+ * bodies.pxi decode_compressed + _checked_body read it; slow for anything that
+ * is not plain (mappings, filter servers, duplicate names, odd numbers). */
+
+static inline int cz_be32(cur p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* The next [int32 length][bytes] chunk at *pp: its bytes, NULL if it does not fit. */
+static cur cz_chunk(cur *pp, cur end, size_t *n)
+{
+    cur p = *pp;
+    int32_t k;
+    if (end - p < 4)
+        return NULL;
+    k = cz_be32(p);
+    p += 4;
+    if (k < 0 || k > end - p)
+        return NULL;
+    *n = (size_t)k;
+    *pp = p + k;
+    return p;
+}
+
+/* Integer.parseInt as bodies.pxi parse_int32 reads it: optional sign, ASCII
+ * digits (leading zeros allowed), int32 range. 0: not one (the general path
+ * raises). */
+static int cz_int32(cur s, size_t n, int32_t *out)
+{
+    size_t i = 0;
+    int64_t v = 0;
+    int neg = 0;
+    if (n > 0 && (s[0] == '+' || s[0] == '-')) {
+        neg = s[0] == '-';
+        i = 1;
+    }
+    if (i == n)
+        return 0;
+    while (i < n - 1 && s[i] == '0')
+        i++;
+    if (n - i > 10)
+        return 0;
+    for (; i < n; i++) {
+        if (!is_digit(s[i]))
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (neg)
+        v = -v;
+    if (v < INT32_MIN || v > INT32_MAX)
+        return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+/* One topic line (TopicConfig.decode, as decode_topic_config_line splits it). */
+static int cz_topic_line(cur s, size_t n, rb_topic *t)
+{
+    cur f[6];
+    size_t fl[6], at = 0, i, k = 0;
+    for (i = 0; i < n; i++)
+        if (s[i] >= 0x80) {                  /* the whole line must be UTF-8 */
+            if (!valid_utf8(s, n))
+                return 0;
+            break;
+        }
+    while (n > 0 && s[n - 1] == ' ')
+        n--;
+    for (i = 0; i <= n; i++)
+        if (i == n || s[i] == ' ') {
+            if (k < 6) {
+                f[k] = s + at;
+                fl[k] = i - at;
+            }
+            k++;
+            at = i + 1;
+        }
+    if (k < 5)
+        return 0;
+    if (k >= 6) {                /* attributes: a JSON object (values unused) */
+        cur a = f[5], aend = f[5] + fl[5];
+        if (fl[5] == 0 || *a != '{' || (a = skip_container(a, aend, 1)) == NULL
+                || ws(a, aend) != aend)
+            return 0;
+    }
+    if (!cz_int32(f[3], fl[3], &t->perm) || !cz_int32(f[1], fl[1], &t->read)
+            || !cz_int32(f[2], fl[2], &t->write))
+        return 0;
+    t->key = t->name = (const char *)f[0];
+    t->key_len = t->name_len = fl[0];
+    t->sysflag = 0;
+    return 1;
+}
+
+int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
+{
+    cur p = (cur)data, end = p + n, s, q;
+    size_t k;
+    int32_t count, i;
+    rb_ctx c;
+    int dup;
+    memset(out, 0, sizeof *out);
+    c.end = end;
+    c.out = out;
+    c.nomem = 0;
+    /* dataVersion: null or an object (other JSON the general path reads
+     * through "or {}" or rejects: slow). */
+    if ((s = cz_chunk(&p, end, &k)) == NULL)
+        return RB_SLOW;
+    c.end = s + k;
+    q = ws(s, c.end);
+    if (is_lit(q, c.end, "null", 4))
+        q += 4;
+    else if (q < c.end && *q == '{')
+        q = rb_data_version(q, &c);
+    else
+        q = NULL;
+    if (q == NULL || ws(q, c.end) != c.end)
+        return RB_SLOW;
+    c.end = end;
+    if (end - p < 4)
+        return RB_SLOW;
+    count = cz_be32(p);
+    p += 4;
+    if (count < 0 || count > (end - p) / 4)
+        return RB_SLOW;
+    if (count > 0) {
+        if ((out->topics = malloc((size_t)count * sizeof *out->topics)) == NULL)
+            return RB_NOMEM;
+        out->cap = (size_t)count;
+    }
+    for (i = 0; i < count; i++) {
+        if ((s = cz_chunk(&p, end, &k)) == NULL || !cz_topic_line(s, k, &out->topics[i])) {
+            rb_body_free(out);
+            return RB_SLOW;
+        }
+        out->ntopics++;
+    }
+    /* filterServerList: null or [] (addresses go to Python). */
+    if ((s = cz_chunk(&p, end, &k)) == NULL)
+        goto slow;
+    q = ws(s, s + k);
+    if (is_lit(q, s + k, "null", 4))
+        q += 4;
+    else if (q < s + k && *q == '[' && (q = ws(q + 1, s + k)) < s + k && *q == ']')
+        q++;
+    else
+        goto slow;
+    if (ws(q, s + k) != s + k)
+        goto slow;
+    /* 5.x topic queue mappings: none, or a count of 0 (the rest is ignored,
+     * as by the general path). */
+    if (end - p >= 4 && cz_be32(p) != 0)
+        goto slow;
+    if ((dup = rb_has_duplicate_keys(out)) != 0) {
+        rb_body_free(out);
+        return dup < 0 ? RB_NOMEM : RB_SLOW;
+    }
+    return RB_OK;
+slow:
+    rb_body_free(out);
+    return RB_SLOW;
+}
+
 /* ---------------------------------------------------------------- route requests */
 
 static inline int32_t be32(const uint8_t *p)

@@ -36,6 +36,12 @@ enum { RB_OK = 0, RB_SLOW = 1, RB_NOMEM = -1 };
 int rb_scan_register_body(const char *p, size_t n, rb_body *out);
 void rb_body_free(rb_body *b);
 
+/* The same for the inflated bytes of a compressed RegisterBrokerBody (Java's
+ * compressed form, after zlib): topics in body order, topicSysFlag 0, key and
+ * name both the line's topic name. Slow for topic queue mappings, filter
+ * servers, duplicate names and anything the general decoder would reject. */
+int rb_scan_compressed_body(const char *p, size_t n, rb_body *out);
+
 /* ---- GET_ROUTEINFO_BY_TOPIC requests */
 
 /* The version rmq puts in the commands it builds: rmq.protocol.CURRENT_VERSION

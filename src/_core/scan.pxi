@@ -45,6 +45,7 @@ cdef extern from "scan.h" nogil:
         RQ_CURRENT_VERSION
 
     int rb_scan_register_body(const char* p, size_t n, rb_body* out)
+    int rb_scan_compressed_body(const char* p, size_t n, rb_body* out)
     void rb_body_free(rb_body* b)
 
     ctypedef struct rq_route:
@@ -98,6 +99,34 @@ def _scan_register_body(data):
             rb_body_free(&b)
     finally:
         PyBuffer_Release(&view)
+
+
+def _scan_compressed_body(data):
+    """Test hook: _scan_register_body for a compressed body (inflated first, as
+    RouteTable._read_body inflates it; BodyError if it does not inflate)."""
+    cdef bytes raw = inflate(data, DEFAULT_MAX_INFLATED)
+    cdef rb_body b
+    cdef rb_topic* t
+    cdef size_t i
+    cdef int rc
+    cdef const char* dp = PyBytes_AS_STRING(raw)
+    cdef size_t dn = len(raw)
+    with nogil:
+        rc = rb_scan_compressed_body(dp, dn, &b)
+    if rc == RB_NOMEM:
+        raise MemoryError()
+    if rc != RB_OK:
+        return None
+    try:
+        topics = []
+        for i in range(b.ntopics):
+            t = &b.topics[i]
+            topics.append((PyUnicode_DecodeUTF8(t.key, t.key_len, "strict"),
+                           PyUnicode_DecodeUTF8(t.name, t.name_len, "strict"),
+                           t.perm, t.read, t.write, t.sysflag))
+        return (b.counter, b.state_version, b.timestamp if b.has_timestamp else None, topics)
+    finally:
+        rb_body_free(&b)
 
 
 def _scan_register_body_count(data, Py_ssize_t repeat=1):
