@@ -445,3 +445,25 @@ def test_5_a_large_registration_applied_in_slices_answers_as_the_reference(bodie
     assert core.all_topics() == ref.all_topics()
     for t in names[::97] + names[-3:]:
         assert core.route_body(t) == ref.route_body(t)
+
+
+def test_8_answers_keep_the_order_when_a_route_is_not_served_in_the_core(RT, impl):
+    """A route query the core cannot answer is handed back with every later one, so
+    answers leave in the requests' order, however the stream is chunked (fuzz)."""
+    rt = RT()
+    _register(rt, {"topicConfigSerializeWrapper": {"topicConfigTable": {
+        "T1": {"topicName": "T1"}, "T2": {"topicName": "T2"}}}})
+    rt.route_body("T1")
+    queries = [impl.RemotingCommand.request(105, {"topic": t}) for t in ("NOPE", "T1")]
+    data = b"".join(impl.encode_frame(q) for q in queries)
+    answers, others, error = impl.FrameDecoder().serve_routes(data, rt)
+    assert answers == b"" and [c.opaque for c in others] == [q.opaque for q in queries]
+    assert error is None
+
+
+def test_8_register_topic_with_a_broker_name_not_a_string(RT):
+    ns = NameServer(NamesrvConfig(), KVConfig(), routes=RT())
+    route = b'{"queueDatas":[{"brokerName":["bk"],"perm":6,"readQueueNums":4}]}'
+    r = ns.handle(rmq.RemotingCommand.request(217, {"topic": "NEW"}, route))
+    assert r.code == 1 and "brokerName" in r.remark
+    assert ns.routes.topic_route("NEW") is None

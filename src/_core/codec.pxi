@@ -705,9 +705,10 @@ cdef class FrameDecoder:
         stream (None while it is healthy). Once the answers reach ``limit`` bytes
         (the room left in the connection's output buffer; -1: no limit), later
         route queries are handed back unanswered. Only route queries before the
-        first other request of the batch are answered here: one behind a change
-        (a registration, a deletion...) must see that change, so it is handed
-        back too and answered in order.
+        first other request of the batch (or the first route query not answered
+        here) are answered here: one behind a change (a registration, a
+        deletion...) must see that change, so it is handed back too and answered
+        in order.
         """
         cdef list cmds = [], others = []
         cdef WBuf* b = &self.out
@@ -770,6 +771,8 @@ cdef class FrameDecoder:
                         dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
                     body = table.route_body(topic, not std)
             if body is None:
+                # Answered by the caller: the later ones wait too, to keep the order.
+                in_order = True
                 others.append(cmd)
                 continue
             resp = RemotingCommand.__new__(RemotingCommand)

@@ -450,7 +450,8 @@ class FrameDecoder(_FrameStream):
         an answer), and the ProtocolError that ended the stream (or None). Once the
         answers reach ``limit`` bytes (-1: no limit), later route queries are
         handed back unanswered. Only route queries before the first other request
-        of the batch are answered here: one behind a change must see it.
+        (or the first route query not answered here) of the batch are answered
+        here: one behind a change must see it, and answers keep the requests' order.
         """
         try:
             cmds, error = self.feed(data), None
@@ -469,8 +470,9 @@ class FrameDecoder(_FrameStream):
                     accept = cmd.ext_fields.get("acceptStandardJsonOnly")
                     std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
                     body = table.route_body(topic, not std)
-            if body is None:
-                others.append(cmd)
+            if body is None:        # answered by the caller: the rest waits, in order
+                others.extend(cmds[i:])
+                break
             else:
                 answers.append(encode_frame(cmd.response(0, body=body)))
                 size += len(answers[-1])

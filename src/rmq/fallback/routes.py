@@ -751,6 +751,9 @@ class RouteTable:
         for q in queue_datas:       # all checked before anything is applied
             if not isinstance(q, dict):
                 raise BodyError(f"QueueData is not an object: {q!r:.80}")
+            if not isinstance(q.get("brokerName"), str):
+                raise BodyError(f"QueueData.brokerName is not a string: "
+                                f"{q.get('brokerName')!r:.80}")
             flag = q.get("topicSysFlag", q.get("topicSynFlag"))
             qds.append(_queue_data(q.get("brokerName"),
                                    _int32(q.get("readQueueNums") or 0, "readQueueNums"),
