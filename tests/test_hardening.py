@@ -467,3 +467,19 @@ def test_8_register_topic_with_a_broker_name_not_a_string(RT):
     r = ns.handle(rmq.RemotingCommand.request(217, {"topic": "NEW"}, route))
     assert r.code == 1 and "brokerName" in r.remark
     assert ns.routes.topic_route("NEW") is None
+
+
+def test_8_filter_servers_of_an_address_reach_every_broker_listing_it(RT, bodies):
+    """Two broker names registered from one address (found by the fuzzer): the
+    second one's filter servers show in the first one's cached routes too."""
+    rt = RT()
+    first = bodies.register_broker_body([bodies.topic_config("T1"), bodies.topic_config("T2")],
+                                        {"counter": 1})
+    _register(rt, first)
+    cached = rt.route_body("T1")
+    second = bodies.register_broker_body([], {"counter": 1}, ["127.0.0.1:1"])
+    rt.register_broker("c1", A0, "other", 0, "10.0.0.1:10912", body=second, conn="conn",
+                       now_ms=1000)
+    assert rt.route_body("T1") != cached
+    assert rt.topic_route("T1")["filterServerTable"] == {A0: ["127.0.0.1:1"]}
+    assert b"127.0.0.1:1" in rt.route_body("T1")

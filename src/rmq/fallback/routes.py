@@ -558,10 +558,10 @@ class RouteTable:
         if filter_servers is not None:
             if not filter_servers:
                 if self._filters.pop(key, None) is not None:
-                    self._touch_broker(broker_name)
+                    self._touch_addr(cluster, broker_addr)
             elif self._filters.get(key) != list(filter_servers):
                 self._filters[key] = list(filter_servers)
-                self._touch_broker(broker_name)
+                self._touch_addr(cluster, broker_addr)
 
         if not is_master:
             master_addr = addrs.get(MASTER_ID)
@@ -584,10 +584,15 @@ class RouteTable:
         key = (cluster, broker_addr)
         info = self._live.pop(key, None)
         if self._filters.pop(key, None) is not None:
-            for bd in self._brokers.values():
-                if bd.cluster == cluster and broker_addr in bd.addrs.values():
-                    self._touch_broker(bd.broker_name)
+            self._touch_addr(cluster, broker_addr)
         return info
+
+    def _touch_addr(self, cluster, broker_addr):
+        # Filter servers are kept per (cluster, address): every broker of the cluster
+        # listing that address carries them in its routes.
+        for bd in self._brokers.values():
+            if bd.cluster == cluster and broker_addr in bd.addrs.values():
+                self._touch_broker(bd.broker_name)
 
     def unregister_broker(self, cluster, broker_addr, broker_name, broker_id):
         """UNREGISTER_BROKER (RouteInfoManager.unRegisterBroker, 5.x): drops the live
