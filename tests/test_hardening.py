@@ -483,3 +483,29 @@ def test_8_filter_servers_of_an_address_reach_every_broker_listing_it(RT, bodies
     assert rt.route_body("T1") != cached
     assert rt.topic_route("T1")["filterServerTable"] == {A0: ["127.0.0.1:1"]}
     assert b"127.0.0.1:1" in rt.route_body("T1")
+
+
+def test_8_delete_with_registration_deletes_by_key_and_creates_by_name(RT, bodies):
+    """deleteTopicWithBrokerRegistration (found by the fuzzer): Java deletes the
+    topics whose key is gone, then creates each config by its topicName."""
+    rt = RT(delete_topic_with_broker_registration=True)
+    _register(rt, bodies.register_broker_body(
+        [bodies.topic_config(t) for t in ("T1", "T2", "TBW102")], {"counter": 1}))
+    body = bodies.register_broker_body([bodies.topic_config(t) for t in ("T1", "T2")],
+                                       {"counter": 1})
+    body["topicConfigSerializeWrapper"]["topicConfigTable"]["other-key"] = \
+        bodies.topic_config("TBW102")
+    _register(rt, body)
+    assert sorted(rt.all_topics()) == ["T1", "T2", "TBW102"]
+
+
+def test_1_mapping_info_without_a_broker_name_refuses_the_registration(RT, bodies):
+    """(found by the fuzzer: the route answer could not be encoded afterwards)"""
+    rt = RT()
+    body = bodies.register_broker_body([bodies.topic_config("T1"), bodies.topic_config("T2")],
+                                       {"counter": 1})
+    body["topicConfigSerializeWrapper"]["topicQueueMappingInfoMap"] = {
+        "T1": {"topic": "T1", "bname": None, "epoch": 0}}
+    with pytest.raises(BodyError, match="mapping"):
+        _register(rt, body)
+    assert _empty(rt)

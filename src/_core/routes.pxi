@@ -402,6 +402,29 @@ class RouteTable(_ref.RouteTable):
     def version(self):
         return (<_TopicTable>self._tt).t.version
 
+    def cached_route_body(self, topic, legacy=False):
+        """The answer built in C (cached, or built now under the topic table's read
+        lock), or None: never runs the Python half (topics with mappings or an
+        orderTopicConf), so any thread may ask while the table thread changes things."""
+        cdef _TopicTable tt = self._tt
+        cdef bytes name = _utf8(topic)
+        cdef const char* p = PyBytes_AS_STRING(name)
+        cdef size_t n = len(name)
+        cdef int status = RT_OK, form = 1 if legacy else 0
+        cdef const rt_blob* blob
+        with nogil:
+            rt_rdlock(tt.t)
+            blob = rt_route(tt.t, p, n, form, &status)
+        try:
+            if blob != NULL:
+                return PyBytes_FromStringAndSize(blob.data, blob.len)
+        finally:
+            with nogil:
+                rt_rdunlock(tt.t)
+        if status == RT_NOMEM:
+            raise MemoryError()
+        return None
+
     def route_body(self, topic, legacy=False):
         cdef _TopicTable tt = self._tt
         cdef bytes name = _utf8(topic)
@@ -725,9 +748,14 @@ class RouteTable(_ref.RouteTable):
                 differ = rt_apply_diff(tt.t, b, configs.recs, configs.n, f, ro, only, &taken)
                 rt_rdunlock(tt.t)
                 if dm:
+                    # Not only the records found different: Java deletes by key, then
+                    # creates by topicName, so a record keyed otherwise than its name
+                    # brings back a topic the deletion removed.
                     rt_wrlock(tt.t)
-                    rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm, only)
+                    rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm, NULL)
                     rt_wrunlock(tt.t)
+                    if rc == 1:
+                        taken = 1
                 elif differ:
                     # In slices, each under the write lock on its own: a route query
                     # waits for one slice at most, never for a whole large table.

@@ -64,6 +64,11 @@ def _opt_bool_field(cmd, name):
     return None if v is None else v.lower() == "true"
 
 
+def _standard_json(cmd):
+    # Route answers in the standard JSON form from V4_9_4 on, or when asked.
+    return cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
+
+
 def _now_ms():
     return int(time.time() * 1000)
 
@@ -158,6 +163,12 @@ class NameServer:
         """The response to ``cmd`` when it needs no table work (a cached list
         answer, a lock-free read, an unknown code), else NEEDS_TABLE."""
         code = cmd.code
+        if code == RC.GET_ROUTEINFO_BY_TOPIC:
+            topic = (cmd.ext_fields or {}).get("topic")
+            if not isinstance(topic, str) or cmd.is_oneway:
+                return NEEDS_TABLE
+            body = self.routes.cached_route_body(topic, legacy=not _standard_json(cmd))
+            return NEEDS_TABLE if body is None else cmd.response(R.SUCCESS, body=body)
         if code in _LIST_ANSWERS:
             resp = self._cached_answer(cmd)
             if resp is not None:
@@ -383,8 +394,7 @@ class NameServer:
 
     def get_route_info(self, cmd, conn):
         (topic,) = _required(cmd, "topic")
-        standard = cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
-        body = self.routes.route_body(topic, legacy=not standard)
+        body = self.routes.route_body(topic, legacy=not _standard_json(cmd))
         if body is None:
             return cmd.response(R.TOPIC_NOT_EXIST,
                                 f"No topic route info in name server for the topic: {topic}"

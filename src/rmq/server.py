@@ -184,15 +184,16 @@ class Connection(asyncio.Protocol):
                 continue
             resp = namesrv.quick(cmd, self)
             if resp is NEEDS_TABLE:
-                # Run it in the table thread; this connection's later requests wait
-                # for it (unread), the other connections do not.
+                # Run it, and the requests after it (up to TABLE_BATCH), in the table
+                # thread, in order; this connection's later requests wait for them
+                # (unread), the other connections do not.
                 if out:
                     self.transport.writelines(out)
                     self.server.note_output(out_bytes)
                     if self.closing:        # aborted by the total output budget
                         return
-                self.pending.extend(cmds[i + 1:])
-                self._offload(cmd)
+                self.pending.extend(cmds[i + TABLE_BATCH:])
+                self._offload(cmds[i:i + TABLE_BATCH])
                 return
             if resp is not None:
                 frame = self._encode(cmd, resp)
@@ -232,16 +233,17 @@ class Connection(asyncio.Protocol):
             return encode_frame(cmd.response(ResponseCode.SYSTEM_ERROR,
                                              "the answer cannot be encoded"))
 
-    def _offload(self, cmd):
+    def _offload(self, cmds):
         self.busy = True
         self.transport.pause_reading()
-        fut = self.server.loop.run_in_executor(self.server.writer, self._in_table_thread, cmd)
-        fut.add_done_callback(functools.partial(self._offloaded, cmd))
+        fut = self.server.loop.run_in_executor(self.server.writer, self._in_table_thread, cmds)
+        fut.add_done_callback(functools.partial(self._offloaded, cmds))
 
-    def _in_table_thread(self, cmd):
+    def _in_table_thread(self, cmds):
         if self.lost or self._peer_gone():
-            return None         # closed while it waited: nobody to answer, nothing to apply
-        return self.server.namesrv.handle(cmd, self)
+            return ()           # closed while it waited: nobody to answer, nothing to apply
+        handle = self.server.namesrv.handle
+        return [None if cmd.is_response else handle(cmd, self) for cmd in cmds]
 
     def _peer_gone(self):
         # The connection is not read while it waits, so asyncio cannot see a close:
@@ -257,17 +259,18 @@ class Connection(asyncio.Protocol):
             return True
         return any(ev & (_RDHUP | select.POLLHUP | select.POLLERR) for _, ev in events)
 
-    def _offloaded(self, cmd, fut):
+    def _offloaded(self, cmds, fut):
         self.busy = False
-        resp = fut.result()              # handle() answers every exception itself
+        resps = fut.result()             # handle() answers every exception itself
         # A broker registered over a connection lost meanwhile is dropped by the
         # connection_closed queued behind it in the table thread.
         if self.closing:
             return
-        if resp is not None:
-            frame = self._encode(cmd, resp)
-            self.transport.write(frame)
-            self.server.note_output(len(frame))
+        frames = [self._encode(cmd, resp) for cmd, resp in zip(cmds, resps)
+                  if resp is not None]
+        if frames:
+            self.transport.writelines(frames)
+            self.server.note_output(sum(map(len, frames)))
             self.last_active = self.server.loop.time()
         self._continue()
 
@@ -292,6 +295,8 @@ class Connection(asyncio.Protocol):
 #: turn at most.
 TURN_ANSWERS = 64
 TURN_BYTES = 1024 * 1024
+#: Requests of one connection handed to the table thread at once (in order).
+TABLE_BATCH = 64
 #: The GIL switch interval with a table thread (seconds).
 WRITER_SWITCH_INTERVAL = 0.0005
 #: How much nicer the table thread is than the loop thread: on a busy machine a registration's CPU time

@@ -162,7 +162,8 @@ def _checked_body(body, now_ms):
     for topic, info in mappings.items():
         if not isinstance(topic, str):
             raise BodyError(f"topic queue mapping topic is not a string: {topic!r:.80}")
-        if not isinstance(info, dict) or not isinstance(info.get("bname"), (str, type(None))):
+        # Java puts it in a map by bname: null fails the registration (NPE).
+        if not isinstance(info, dict) or not isinstance(info.get("bname"), str):
             raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
                             f"{info!r:.80}")
         # TopicQueueMappingInfo nests two levels (currIdMap); route answers deep-copy it.
