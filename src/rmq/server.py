@@ -492,28 +492,29 @@ class NameServerApp:
         return fut
 
     def note_output(self, nbytes):
-        """``nbytes`` more were queued for some connection: every 32nd of the
+        """``nbytes`` more were queued for some connection: every 64th of the
         budget, check the total (connections grow their output in turns, so none may
         reach its own limit, and pause, before all together pass the budget)."""
         self._output_since_check += nbytes
-        if self._output_since_check >= self.max_total_output // 32:
+        if self._output_since_check >= self.max_total_output // 64:
             self._output_since_check = 0
             self.enforce_output_budget()
 
     def enforce_output_budget(self):
-        """Once the output queued for all connections passes 7/8 of
+        """Once the output queued for all connections passes 3/4 of
         maxTotalOutputBufferBytes, abort the connections holding the most, those
-        that stopped reading first, until it is under 3/4."""
+        that stopped reading first, until it is under 5/8."""
         # (aborted connections stay in the set until connection_lost: not counted)
         sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections
                  if not c.aborted]
         total = sum(size for size, _ in sizes)
         # Headroom for what is not in a transport's buffer yet (answers being encoded,
-        # the checks' interval, the allocator's slack): the budget bounds the process's
-        # growth, not only the queues; past 7/8 of it, down to 3/4.
-        if total <= self.max_total_output - self.max_total_output // 8:
+        # the checks' interval, the allocator's slack: freed buffers are reused, not
+        # returned): the budget bounds the process's growth, not only the queues;
+        # past 3/4 of it, down to 5/8.
+        if total <= self.max_total_output * 3 // 4:
             return
-        target = self.max_total_output * 3 // 4
+        target = self.max_total_output * 5 // 8
         stalled = sorted(sizes, key=lambda sc: (sc[1].writing_paused, sc[0]), reverse=True)
         for size, conn in stalled:
             log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
