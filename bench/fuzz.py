@@ -1405,25 +1405,16 @@ def run(seed=0, count=1000, targets=TARGETS, jobs=1, shrink_findings=True, progr
     checks = 0
     findings = {}
     last = t0
+    pool = None
     if jobs > 1:
         import multiprocessing
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        with ctx.Pool(jobs) as pool:
-            results = pool.imap_unordered(_run_block_worker, blocks)
-            done = 0
-            for c, n, f in results:
-                done += sum(c.values())
-                for t, v in c.items():
-                    counts[t] += v
-                checks += n
-                merge(findings, f)
-                if progress and time.monotonic() - last > 10:
-                    last = time.monotonic()
-                    progress(done, count, last - t0, findings)
-    else:
+        pool = ctx.Pool(jobs)
+    try:
+        results = (pool.imap_unordered(_run_block_worker, blocks) if pool is not None
+                   else map(_run_block_worker, blocks))
         done = 0
-        for b in blocks:
-            c, n, f = _run_block_worker(b)
+        for c, n, f in results:
             done += sum(c.values())
             for t, v in c.items():
                 counts[t] += v
@@ -1432,6 +1423,9 @@ def run(seed=0, count=1000, targets=TARGETS, jobs=1, shrink_findings=True, progr
             if progress and time.monotonic() - last > 10:
                 last = time.monotonic()
                 progress(done, count, last - t0, findings)
+    finally:
+        if pool is not None:
+            pool.terminate()
     elapsed = time.monotonic() - t0
     return {"seed": seed, "inputs": sum(counts.values()), "checks": checks, "per_target": counts,
             "seconds": elapsed, "rate": sum(counts.values()) / elapsed if elapsed else 0.0,

@@ -45,6 +45,12 @@ def fallback():
     return load_fallback()
 
 
+@pytest.fixture(params=["py", "c"])
+def RT(request):
+    """A RouteTable class: the reference's (``py``), then the compiled one (``c``)."""
+    return (load_fallback() if request.param == "py" else load_compiled()).RouteTable
+
+
 @pytest.fixture(scope="module")
 def bodies(impl):
     """``rmq.bodies`` running on ``impl``'s JSON reader/writer and body codecs."""

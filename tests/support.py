@@ -42,6 +42,30 @@ def load_fallback():
     return fallback
 
 
+# ---------------------------------------------------------------- registration bodies
+
+#: Two decode times: a timestamp that differs between them was absent from the body.
+NOW_A, NOW_B = 1_000_000_000_001, 2_000_000_000_002
+
+
+def general_body(data):
+    """What the general path (the compiled decoder, then the reference's checks)
+    makes of a RegisterBrokerBody: "error", or the scanners' tuple (timestamp None
+    when absent) plus the mappings and filter servers."""
+    from rmq.errors import BodyError
+    from rmq.fallback.routes import _checked_body
+    try:
+        body = load_compiled().decode_register_broker_body(data)
+        _, dv, table, mappings, servers = _checked_body(body, NOW_A)
+        _, dv_b, _, _, _ = _checked_body(body, NOW_B)
+    except BodyError:
+        return "error"
+    ts = None if dv["timestamp"] != dv_b["timestamp"] else dv["timestamp"]
+    topics = [(k, tc["topicName"], tc["perm"], tc["readQueueNums"], tc["writeQueueNums"],
+               tc["topicSysFlag"]) for k, tc in table.items()]
+    return (dv["counter"], dv["stateVersion"], ts, topics), mappings, servers
+
+
 # ---------------------------------------------------------------- vectors
 
 # A copy of ../shared/vectors/java-4.9.8 lives in tests/vectors (frames captured from

@@ -21,17 +21,6 @@ STAY = {"broker-stay-a": "10.9.0.1:10911", "broker-stay-b": "10.9.0.2:10911"}
 LATER = 10**12                  # the staying brokers' registration time: they never expire
 
 
-@pytest.fixture(params=["py", "c"])
-def RT(request):
-    if request.param == "py":
-        return ref.RouteTable
-    try:
-        from rmq import _core
-    except ImportError:
-        pytest.skip("rmq._core is not built")
-    return _core.RouteTable
-
-
 def compiled_table(rt):
     return type(rt) is not ref.RouteTable
 

@@ -24,11 +24,6 @@ from support import load_compiled, load_fallback
 A0 = "10.0.0.1:10911"
 
 
-@pytest.fixture(params=["py", "c"])
-def RT(request):
-    return (load_fallback() if request.param == "py" else load_compiled()).RouteTable
-
-
 def _register(rt, body):
     return rt.register_broker("c1", A0, "bk", 0, "10.0.0.1:10912", body=body, conn="conn",
                               now_ms=1000)

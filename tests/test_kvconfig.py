@@ -416,6 +416,26 @@ while True:
 """
 
 
+def killed_child(script, path, start, env, after):
+    """Run ``script`` (which prints each index once its change returned) from index
+    ``start``; SIGKILL it ``after`` seconds past its first line. The indexes it
+    reported done (a torn last line is not done)."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path), str(start)],
+                            stdout=subprocess.PIPE, env=env)
+    try:
+        first = proc.stdout.readline()  # the child is loaded and writing
+        assert first, "child died before its first change"
+        time.sleep(after)
+        os.kill(proc.pid, signal.SIGKILL)
+        rest = proc.stdout.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    return [int(line) for line in (first + rest).decode("ascii").split("\n")[:-1]]
+
+
 def test_kill_9_at_random_moments_never_tears_the_file(tmp_path):
     """A child puts in a loop and prints each index once put() returned; SIGKILL at a
     random moment; the file must parse and hold every reported put (or a later one)."""
@@ -427,22 +447,8 @@ def test_kill_9_at_random_moments_never_tears_the_file(tmp_path):
     kills = 0
     deadline = time.monotonic() + 8
     while kills < 8 and time.monotonic() < deadline:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(start)],
-                                stdout=subprocess.PIPE, env=env)
-        try:
-            first = proc.stdout.readline()  # the child is loaded and writing
-            assert first, "child died before its first put"
-            time.sleep(rng.uniform(0.0, 0.25))
-            os.kill(proc.pid, signal.SIGKILL)
-            rest = proc.stdout.read()
-        finally:
-            proc.kill()
-            proc.wait()
-            proc.stdout.close()
-        assert proc.returncode == -signal.SIGKILL
+        done = killed_child(CHILD, path, start, env, rng.uniform(0.0, 0.25))
         kills += 1
-        data = (first + rest).decode("ascii")
-        done = [int(line) for line in data.split("\n")[:-1]]  # a torn last line is not done
         assert done and done == list(range(start, start + len(done)))
         for i in done:
             latest[(f"ns{i % 3}", f"k{i % 150}")] = i
@@ -976,25 +982,12 @@ def test_kill_9_during_journal_appends_and_compactions_loses_no_acknowledged_cha
     kills = caught_compacting = 0
     deadline = time.monotonic() + 12
     while kills < 8 and time.monotonic() < deadline:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD_COMPACTING, str(path),
-                                 str(start)], stdout=subprocess.PIPE, env=env)
-        try:
-            first = proc.stdout.readline()
-            assert first, "child died before its first change"
-            time.sleep(rng.uniform(0.05, 0.3))
-            os.kill(proc.pid, signal.SIGKILL)
-            rest = proc.stdout.read()
-        finally:
-            proc.kill()
-            proc.wait()
-            proc.stdout.close()
-        assert proc.returncode == -signal.SIGKILL
+        done = killed_child(CHILD_COMPACTING, path, start, env, rng.uniform(0.05, 0.3))
         kills += 1
         names = os.listdir(tmp_path)
         caught_compacting += (len([n for n in names if ".journal." in n]) > 1
                               or any(n.endswith(".tmp") for n in names))
         assert all(ours(n) for n in names), names
-        done = [int(line) for line in (first + rest).decode("ascii").split("\n")[:-1]]
         assert done == list(range(start, start + len(done)))
         for i in done:
             for op in child_ops(i):

@@ -21,17 +21,6 @@ A0, A1, A2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
 B0 = "10.0.1.1:10911"
 
 
-@pytest.fixture(params=["py", "c"])
-def RT(request):
-    if request.param == "py":
-        return ref.RouteTable
-    try:
-        from rmq import _core
-    except ImportError:
-        pytest.skip("rmq._core is not built")
-    return _core.RouteTable
-
-
 _warmed = weakref.WeakKeyDictionary()
 
 

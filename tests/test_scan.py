@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import rmq
 import rmq.bodies
-from rmq.errors import BodyError, ProtocolError
-from rmq.fallback.routes import _checked_body
-from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT, VECTORS,
-                     binary_ext, binary_header, frame, vector_body, vector_bytes)
+from rmq.errors import ProtocolError
+from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT,
+                     VECTORS, binary_ext, binary_header, frame, general_body, vector_body,
+                     vector_bytes)
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -33,25 +33,9 @@ else:                                       # pragma: no cover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-NOW_A, NOW_B = 1_000_000_000_001, 2_000_000_000_002
 
 
 # ---------------------------------------------------------------- RegisterBrokerBody
-
-def general_body(data):
-    """What the general path makes of ``data``: "error", or the scanner's tuple
-    (timestamp None when absent) plus the mappings and filter servers."""
-    try:
-        body = core.decode_register_broker_body(data)
-        _, dv, table, mappings, servers = _checked_body(body, NOW_A)
-        _, dv_b, _, _, _ = _checked_body(body, NOW_B)
-    except BodyError:
-        return "error"
-    ts = None if dv["timestamp"] != dv_b["timestamp"] else dv["timestamp"]
-    topics = [(k, tc["topicName"], tc["perm"], tc["readQueueNums"], tc["writeQueueNums"],
-               tc["topicSysFlag"]) for k, tc in table.items()]
-    return (dv["counter"], dv["stateVersion"], ts, topics), mappings, servers
-
 
 def check_body(data, fast=None):
     """The contract on one input; ``fast`` True/False also asserts the path taken."""

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 import rmq
 import rmq.bodies
 from rmq.errors import BodyError
-from rmq.fallback.routes import RouteTable as RefRouteTable, _checked_body
+from rmq.fallback.routes import RouteTable as RefRouteTable
+from support import NOW_A, NOW_B, general_body
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -30,7 +31,6 @@ if rmq.IMPLEMENTATION == "compiled":
 else:                                       # pragma: no cover
     core = None
 
-NOW_A, NOW_B = 1_000_000_000_001, 2_000_000_000_002
 DV = b'{"counter":3,"stateVersion":1,"timestamp":1700000000000}'
 
 
@@ -50,21 +50,6 @@ def compressed(*args, **kwargs):
 
 def lines(n, fmt=b"T%d 8 4 6 SINGLE_TAG"):
     return [fmt % i for i in range(n)]
-
-
-def general(data):
-    """The general path's reading, in the scanner hook's shape (timestamp None
-    when absent), or "error"."""
-    try:
-        body = core.decode_register_broker_body(data)
-        _, dv, table, mappings, servers = _checked_body(body, NOW_A)
-        _, dv_b, _, _, _ = _checked_body(body, NOW_B)
-    except BodyError:
-        return "error"
-    ts = None if dv["timestamp"] != dv_b["timestamp"] else dv["timestamp"]
-    topics = [(k, tc["topicName"], tc["perm"], tc["readQueueNums"], tc["writeQueueNums"],
-               tc["topicSysFlag"]) for k, tc in table.items()]
-    return (dv["counter"], dv["stateVersion"], ts, topics), mappings, servers
 
 
 def register(rt, body, now_ms=NOW_A, addr="10.0.0.1:10911", name="b"):
@@ -92,7 +77,7 @@ def check(data, fast=None):
         got = core._scan_compressed_body(data)
     except BodyError:
         got = None
-    expected = general(data)
+    expected = general_body(data)
     if fast is not None:
         assert (got is not None) == fast, (got, expected)
     if got is not None:

@@ -317,6 +317,29 @@ class _ReadBody:
         self.parts = parts
 
 
+cdef object _route_in_c(_TopicTable tt, bytes name, int form, int* status,
+                        uint64_t* version):
+    """The answer rt_route gives (cached, or built in C under the read lock), or
+    None with ``status`` saying why (RT_PYTHON: the Python half must build it)."""
+    cdef const char* p = PyBytes_AS_STRING(name)
+    cdef size_t n = len(name)
+    cdef const rt_blob* blob
+    status[0] = RT_OK
+    with nogil:
+        rt_rdlock(tt.t)
+        blob = rt_route(tt.t, p, n, form, status)
+        version[0] = tt.t.version
+    try:
+        if blob != NULL:
+            return PyBytes_FromStringAndSize(blob.data, blob.len)
+    finally:
+        with nogil:
+            rt_rdunlock(tt.t)
+    if status[0] == RT_NOMEM:
+        raise MemoryError()
+    return None
+
+
 class RouteTable(_ref.RouteTable):
     __doc__ = _ref.RouteTable.__doc__.split("\n\n")[0] + """
 
@@ -406,48 +429,21 @@ class RouteTable(_ref.RouteTable):
         """The answer built in C (cached, or built now under the topic table's read
         lock), or None: never runs the Python half (topics with mappings or an
         orderTopicConf), so any thread may ask while the table thread changes things."""
-        cdef _TopicTable tt = self._tt
-        cdef bytes name = _utf8(topic)
-        cdef const char* p = PyBytes_AS_STRING(name)
-        cdef size_t n = len(name)
-        cdef int status = RT_OK, form = 1 if legacy else 0
-        cdef const rt_blob* blob
-        with nogil:
-            rt_rdlock(tt.t)
-            blob = rt_route(tt.t, p, n, form, &status)
-        try:
-            if blob != NULL:
-                return PyBytes_FromStringAndSize(blob.data, blob.len)
-        finally:
-            with nogil:
-                rt_rdunlock(tt.t)
-        if status == RT_NOMEM:
-            raise MemoryError()
-        return None
+        cdef int status
+        cdef uint64_t version
+        return _route_in_c(self._tt, _utf8(topic), 1 if legacy else 0, &status, &version)
 
     def route_body(self, topic, legacy=False):
         cdef _TopicTable tt = self._tt
         cdef bytes name = _utf8(topic)
+        cdef int status, form = 1 if legacy else 0
+        cdef uint64_t version
+        body = _route_in_c(tt, name, form, &status, &version)
+        if body is not None or status != RT_PYTHON:
+            return body
+        body = self._build_route_body(topic, legacy)
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name)
-        cdef int status = RT_OK, form = 1 if legacy else 0
-        cdef const rt_blob* blob
-        cdef uint64_t version
-        with nogil:
-            rt_rdlock(tt.t)
-            blob = rt_route(tt.t, p, n, form, &status)
-            version = tt.t.version
-        try:
-            if blob != NULL:
-                return PyBytes_FromStringAndSize(blob.data, blob.len)
-        finally:
-            with nogil:
-                rt_rdunlock(tt.t)
-        if status == RT_NOMEM:
-            raise MemoryError()
-        if status != RT_PYTHON:
-            return None
-        body = self._build_route_body(topic, legacy)
         cdef const char* bp
         cdef size_t bn
         if body is not None:
