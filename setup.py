@@ -4,6 +4,7 @@ RMQ_DEBUG=1 builds with assertions and without optimisation; RMQ_ANNOTATE=1
 writes Cython's HTML annotation next to the sources.
 """
 
+import glob
 import os
 
 from setuptools import Extension, setup
@@ -36,18 +37,23 @@ class BuildExt(build_ext):
 # Portable flags only: CPU-specific code is chosen at run time (crc32.c uses
 # target attributes), so one wheel runs on every x86_64 / aarch64 machine.
 cflags = ["-O0", "-g", "-UNDEBUG"] if DEBUG else ["-O3"]
+# Python's own CFLAGS carry -g: a release build drops the debug sections at link time
+# (the symbol table stays, for perf and gdb backtraces).
+ldflags = [] if DEBUG else ["-Wl,--strip-debug"]
+
+CORE = "src/_core"
+C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c"]
 
 setup(
     ext_modules=[
         Extension(
             "rmq._core",
-            sources=["src/_core/_core.pyx", "src/_core/crc32.c", "src/_core/hash.c", "src/_core/scan.c",
-                     "src/_core/routetable.c"],
-            include_dirs=["src/_core"],
-            depends=["src/_core/crc32.h", "src/_core/hash.h", "src/_core/scan.h", "src/_core/routetable.h",
-                     "src/_core/scan.pxi", "src/_core/routes.pxi", "src/_core/codec.pxi", "src/_core/bodies.pxi",
-                     "src/_core/crc32.pxi", "src/_core/jsonio.pxi", "src/_core/trace.pxi"],
+            sources=[f"{CORE}/_core.pyx"] + [f"{CORE}/{c}" for c in C_SOURCES],
+            include_dirs=[CORE],
+            # every .pxi and .h: a change to any of them rebuilds the extension
+            depends=sorted(glob.glob(f"{CORE}/*.pxi") + glob.glob(f"{CORE}/*.h")),
             extra_compile_args=cflags,
+            extra_link_args=ldflags,
             define_macros=[("RMQ_DEBUG", "1" if DEBUG else "0")],
         )
     ],

@@ -7,6 +7,12 @@ missing or broken build is an error, never a silent pass.
 
 Hypothesis profiles: ``default`` (200 examples), ``quick`` and ``thorough``;
 choose one with ``HYPOTHESIS_PROFILE``.
+
+The suite runs twice in ``make test``: on the compiled core, then with
+``RMQ_PUREPYTHON=1``. The second pass runs only what differs between them: tests that
+take both implementations as fixtures (``impl``, ``RT``, ``compiled``, ``fallback``,
+``bodies``) ran both already, and tests marked ``once`` (the slow integrations, and
+what does not depend on the implementation) run in the first pass only.
 """
 
 import os
@@ -15,7 +21,7 @@ import pytest
 from hypothesis import settings
 
 from nameserver import LOOPS
-from support import load_compiled, load_fallback
+from support import PUREPYTHON, load_compiled, load_fallback
 
 settings.register_profile("default", max_examples=200, deadline=None)
 settings.register_profile("quick", max_examples=25, deadline=None)
@@ -27,6 +33,32 @@ _BODIES_FROM_CORE = (
     "json_loads", "json_dumps", "decode_register_broker_body",
     "encode_register_broker_body", "encode_topic_route_data",
 )
+
+
+#: Fixtures that give a test both implementations whatever RMQ_PUREPYTHON says.
+BOTH_IMPLEMENTATIONS = {"impl", "RT", "compiled", "fallback", "bodies"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long integration test (Spark, builds, "
+                                       "real clients); `make test-fast` leaves them out")
+    config.addinivalue_line("markers", "once: runs in the compiled pass only: it does not "
+                                       "depend on which implementation rmq selected")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not PUREPYTHON or os.environ.get("RMQ_PURE_PASS_ALL"):
+        return
+    keep, skip = [], []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("once") or fixtures & BOTH_IMPLEMENTATIONS:
+            skip.append(item)
+        else:
+            keep.append(item)
+    if skip:
+        config.hook.pytest_deselected(items=skip)
+        items[:] = keep
 
 
 @pytest.fixture(scope="module", params=["c", "py"])

@@ -16,6 +16,9 @@ from nameserver import Client, parse_json_body, register_broker, running_namesrv
 from rmq.bodies import topic_config
 from rmq.cli import main
 
+# The verbs and their output; the server under them is covered in both passes by the e2e tests.
+pytestmark = pytest.mark.once
+
 SRC_DIR = os.path.dirname(os.path.dirname(rmq.__file__))
 
 

@@ -12,6 +12,9 @@ from rmq.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigNoPermiss
 from rmq.errors import RmqError
 from support import vector_bytes
 
+# rmq.config is Python whichever core is selected.
+pytestmark = pytest.mark.once
+
 
 def java_319_body():
     cmd = decode_frame(vector_bytes("319_get_namesrv_config_response.bin"))

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from support import load_compiled, load_fallback
 
+# Both implementations by name (load_compiled / load_fallback): one pass covers them.
+pytestmark = pytest.mark.once
+
 KERNELS = ("vpclmulqdq", "pclmulqdq", "armv8", "table")
 
 RNG = random.Random(20240917)

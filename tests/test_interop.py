@@ -31,6 +31,9 @@ from rmq.bodies import encode_register_broker_body, register_broker_body, topic_
 
 from nameserver import Client, running_namesrv
 
+# Real third-party clients: slow, run once (on the compiled core).
+pytestmark = [pytest.mark.slow, pytest.mark.once]
+
 INTEROP = Path(__file__).resolve().parent / "interop"
 NODE_MODULES = INTEROP / "node_modules"
 SUBPROCESS_TIMEOUT = 12          # hard cap; the node scripts' own watchdogs fire at 8 s

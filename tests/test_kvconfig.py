@@ -27,6 +27,9 @@ from rmq.kvconfig import (
     read_table,
 )
 
+# rmq.kvconfig is Python whichever core is selected.
+pytestmark = pytest.mark.once
+
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 

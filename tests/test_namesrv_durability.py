@@ -96,9 +96,9 @@ def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
                 r = c.request(101, {"namespace": "dur", "key": key})
                 assert (r.code, r.ext_fields) == (0, {"value": value}), (round_no, key)
         # stream puts (and some deletes of never-acknowledged keys, which must not hurt)
-        # until killed at a random moment
+        # until killed at a random moment after the first acknowledgement (the clock
+        # starts there: on a loaded machine the first fsync alone may take longer)
         killer = threading.Timer(rng.uniform(0.05, 0.4), p.proc.kill)
-        killer.start()
         try:
             with Client(p.address) as c:
                 i = 0
@@ -111,6 +111,8 @@ def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
                     assert r.code == 0, r
                     acknowledged[key] = value
                     i += 1
+                    if i == 1:
+                        killer.start()
         finally:
             killer.cancel()
             p.kill()

@@ -25,7 +25,7 @@ __all__ = [
     "encode_topic_list", "decode_topic_list",
     "encode_data_version", "decode_data_version",
     "encode_broker_member_group", "decode_broker_member_group",
-    "topic_config", "register_broker_body",
+    "topic_config", "broker_system_topics", "register_broker_body",
 ]
 
 
@@ -179,6 +179,27 @@ def topic_config(name, read_queue_nums=16, write_queue_nums=16, perm=6, *,
               topicFilterType=topic_filter_type, topicName=name,
               topicSysFlag=topic_sys_flag, writeQueueNums=write_queue_nums)
     return tc
+
+
+def broker_system_topics(cluster, broker_name, *, auto_create_topic=True, trace_topic=False):
+    """The topics every Java broker's TopicConfigManager creates for itself, as a 4.9.8
+    broker with default settings registers them (tests/vectors/java-4.9.8): a broker's
+    table always holds them, and a NameServer refuses a first registration carrying
+    exactly one topic (it takes it for an incremental registration). ``auto_create_topic``:
+    TBW102 (autoCreateTopicEnable); ``trace_topic``: RMQ_SYS_TRACE_TOPIC
+    (traceTopicEnable)."""
+    topics = [topic_config("SELF_TEST_TOPIC", 1, 1),
+              topic_config("BenchmarkTest", 1024, 1024),
+              topic_config(cluster, 16, 16, perm=7),                 # clusterTopicEnable
+              topic_config(broker_name, 1, 1, perm=7),               # brokerTopicEnable
+              topic_config("OFFSET_MOVED_EVENT", 1, 1),
+              topic_config("SCHEDULE_TOPIC_XXXX", 18, 18),
+              topic_config(f"{cluster}_REPLY_TOPIC", 1, 1)]
+    if auto_create_topic:
+        topics.append(topic_config("TBW102", 8, 8, perm=7))
+    if trace_topic:
+        topics.append(topic_config("RMQ_SYS_TRACE_TOPIC", 1, 1))
+    return topics
 
 
 def register_broker_body(topic_configs, data_version, filter_servers=()):

@@ -288,9 +288,15 @@ class BrokerRegistrar:
             log.warning("register broker %s to name server %s failed: %s", self.broker_name,
                         addr, errors[addr])
         if not results:
+            hint = ""
+            if len(self._topics) == 1:
+                hint = (" (a NameServer refuses a broker's first registration when its table "
+                        "has exactly one topic: add the broker's system topics, "
+                        "rmq.bodies.broker_system_topics)")
             raise RegistrationError(
                 f"register broker {self.broker_name} ({self.broker_addr}): no name server "
-                f"answered: " + "; ".join(f"{a}: {e}" for a, e in errors.items()), errors)
+                f"answered: " + "; ".join(f"{a}: {e}" for a, e in errors.items()) + hint,
+                errors)
         for addr in results:
             log.info("register broker[%d] %s to name server %s OK%s", self.broker_id,
                      self.broker_name, addr, " (oneway)" if oneway else "")

@@ -73,7 +73,11 @@ def _namesrv(args):
     if args.kv_config:
         config.kvConfigPath = args.kv_config
     host, port = args.listen if args.listen else (config.listenHost, config.listenPort)
-    config.listenPort = port
+    config.listenHost, config.listenPort = host, port
+    if args.print_config:
+        # mqnamesrv -p: the effective configuration (file, then options), then exit
+        sys.stdout.write(config.to_properties_text())
+        return 0
     try:
         kv = KVConfig(config.kvConfigPath, **config.kv_limits())
     except KVConfigError as e:
@@ -264,6 +268,7 @@ def _add_trace_parser(sub):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ NameServer toolkit")
+    parser.add_argument("--version", action="version", version=f"rmq {rmq.__version__}")
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("version", help="print the version, the core in use and its CRC32 kernel")
     p.set_defaults(func=_version)
@@ -278,6 +283,8 @@ def build_parser():
     p.add_argument("--trace-segment-mib", type=int, default=64, metavar="MIB",
                    help="size of a trace segment file before the next one (default 64)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("-p", "--printConfigItem", dest="print_config", action="store_true",
+                   help="print the effective configuration (as mqnamesrv -p) and exit")
     p.set_defaults(func=_namesrv)
     _add_admin_parser(sub)
     _add_trace_parser(sub)

@@ -326,6 +326,13 @@ class NameServer:
             # None for 4.9 brokers, which do not send it: they never act as master.
             enable_acting_master=_opt_bool_field(cmd, "enableActingMaster"))
         if result.get("failed"):
+            # Java 5.x takes a one-topic table from a broker it does not know yet for an
+            # incremental registration (a topic created on a broker) and refuses it.
+            log.warning("register %s %s/%s id=%d refused: a broker's first registration "
+                        "carries exactly one topic, which Java 5.x takes for an "
+                        "incremental one; a broker registers its whole topic table first "
+                        "(system topics included: rmq.bodies.broker_system_topics)",
+                        cluster, broker_name, broker_addr, broker_id)
             return cmd.response(R.SYSTEM_ERROR, "register broker failed")
         if result.get("first"):
             log.info("new broker registered: %s %s/%s id=%d ha=%s topics=%d", cluster,
