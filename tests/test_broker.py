@@ -10,6 +10,7 @@ import pytest
 
 import rmq
 from nameserver import Client, RawServer, read_request, running_namesrv, wait_for
+from support import vector_bytes
 from rmq import bodies
 from rmq.broker import BrokerRegistrar, RegistrationError, register_period
 from rmq.errors import RemotingConnectError, ResponseError
@@ -446,3 +447,41 @@ def test_a_topic_config_changed_in_place_is_sent_after_update_topics():
     [(body, _)] = r._chunks(False)
     got = bodies.decode_register_broker_body(body)["topicConfigSerializeWrapper"]
     assert got["topicConfigTable"]["T1"]["readQueueNums"] == 9
+
+
+def test_system_topics_are_what_a_java_broker_registers():
+    frame = rmq.decode_frame(vector_bytes("103_register_broker_request.bin"))
+    java = bodies.decode_register_broker_body(frame.body)["topicConfigSerializeWrapper"]
+    expected = java["topicConfigTable"]
+    mine = bodies.broker_system_topics(frame.ext_fields["clusterName"],
+                                       frame.ext_fields["brokerName"])
+    assert {tc["topicName"]: tc for tc in mine} == expected
+    names = [tc["topicName"] for tc in bodies.broker_system_topics("c", "b", auto_create_topic=False,
+                                                                   trace_topic=True)]
+    assert "TBW102" not in names and "RMQ_SYS_TRACE_TOPIC" in names
+
+
+def test_a_one_topic_first_registration_is_refused_and_says_why(ns, caplog):
+    registrar = BrokerRegistrar(ns.address, topics=[bodies.topic_config("TopicTest")], **BROKER)
+
+    async def register_twice():
+        with pytest.raises(RegistrationError, match="broker_system_topics") as info:
+            await registrar.register_broker_all()
+        # with the system topics the same broker registers
+        registrar.update_topics([*bodies.broker_system_topics("DefaultCluster", "broker-a"),
+                                 bodies.topic_config("TopicTest")])
+        try:
+            return info.value, await registrar.register_broker_all()
+        finally:
+            await registrar.stop(unregister=False)
+
+    with caplog.at_level("WARNING", logger="rmq.namesrv"):
+        refusal, results = asyncio.run(register_twice())
+    error, = refusal.errors.values()
+    assert (error.code, error.remark) == (1, "register broker failed")
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1, refused
+    assert "exactly one topic" in refused[0] and "broker-a" in refused[0], refused
+    assert [r.namesrv for r in results] == [ns.address]
+    with Client(ns.address) as c:
+        assert c.request(105, {"topic": "TopicTest"}).code == 0
