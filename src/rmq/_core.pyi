@@ -7,6 +7,7 @@ from typing import Any, ClassVar, final
 
 from typing_extensions import Buffer, Self
 
+from rmq.errors import ProtocolError
 from rmq.fallback import routes as _ref
 
 IMPLEMENTATION: str
@@ -63,7 +64,7 @@ class FrameDecoder:
     def buffered(self) -> int: ...
     def feed(self, data: Buffer) -> list[RemotingCommand]: ...
     def serve_routes(self, data: Buffer, table: Any, limit: int = -1
-                     ) -> tuple[bytes, list[RemotingCommand], Exception | None]: ...
+                     ) -> tuple[bytes, list[RemotingCommand], ProtocolError | None]: ...
 
 @final
 class FrameSplitter:
