@@ -2,8 +2,13 @@
 reference ``rmq.fallback`` (``RMQ_PUREPYTHON=1``, or when the extension is missing)."""
 
 import os
+from typing import TYPE_CHECKING
 
-if os.environ.get("RMQ_PUREPYTHON", "") not in ("", "0"):
+if TYPE_CHECKING:
+    # Type checkers see the compiled core's stub (rmq/_core.pyi); rmq.fallback has
+    # the same names and signatures (tests/test_typing.py checks both against it).
+    from rmq import _core as core
+elif os.environ.get("RMQ_PUREPYTHON", "") not in ("", "0"):
     from rmq import fallback as core
 else:
     try:
@@ -11,4 +16,6 @@ else:
     except ImportError:  # not built (e.g. a source checkout on PyPy): the reference
         from rmq import fallback as core
 
-IMPLEMENTATION = core.IMPLEMENTATION
+IMPLEMENTATION: str = core.IMPLEMENTATION
+
+__all__ = ["core", "IMPLEMENTATION"]

@@ -20,7 +20,11 @@ RemotingTimeoutError, RemotingClosedError (no answer), ResponseError (an answer
 other than SUCCESS), BodyError (an answer that does not decode).
 """
 
+from __future__ import annotations
+
 import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 from rmq import bodies
 from rmq.client import DEFAULT_TIMEOUT, BlockingRemotingClient, split_addresses
@@ -28,31 +32,68 @@ from rmq.config import parse_properties, properties_to_string
 from rmq.errors import BodyError, ProtocolError, RemotingConnectError, RemotingError, ResponseError
 from rmq.protocol import RESPONSE_NAMES, RequestCode, ResponseCode, parse_java_int
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer, Self
+
+    from rmq.codec import RemotingCommand
+
 __all__ = ["NamesrvAdmin", "AddressResult", "FAILURES", "describe_error", "error_json", "to_json",
            "cluster_list_text", "topic_route_text", "topic_list_text",
            "namesrv_config_text", "update_namesrv_config_text", "kv_config_text",
-           "write_perm_text"]
+           "write_perm_text", "ClusterList", "ClusterRow", "TopicRoute", "TopicList"]
+
+_V = TypeVar("_V")
 
 #: What a failed address can raise: no answer, an error answer, an answer that does
 #: not decode.
 FAILURES = (RemotingError, ResponseError, ProtocolError)
 
 
-class AddressResult:
+class ClusterRow(TypedDict):
+    """One broker address of :meth:`NamesrvAdmin.cluster_list` (a plain dict)."""
+    cluster: str
+    brokerName: str
+    brokerId: int
+    brokerAddr: str
+
+
+class ClusterList(TypedDict):
+    """What :meth:`NamesrvAdmin.cluster_list` returns (a plain dict)."""
+    namesrvAddr: str
+    brokers: list[ClusterRow]
+    brokerAddrTable: dict[str, dict[str, Any]]
+    clusterAddrTable: dict[str, list[str]]
+
+
+class TopicRoute(TypedDict):
+    """What :meth:`NamesrvAdmin.topic_route` returns (a plain dict)."""
+    namesrvAddr: str
+    topic: str
+    route: dict[str, Any]
+
+
+class TopicList(TypedDict):
+    """What :meth:`NamesrvAdmin.topic_list` returns (a plain dict)."""
+    namesrvAddr: str
+    topicList: list[str]
+
+
+class AddressResult(Generic[_V]):
     """The outcome of one request to one NameServer: ``value`` or ``error``."""
 
     __slots__ = ("addr", "value", "error")
 
-    def __init__(self, addr, value=None, error=None):
+    def __init__(self, addr: str, value: _V | None = None,
+                 error: BaseException | None = None) -> None:
         self.addr = addr
-        self.value = value
+        self.value: _V = value  # type: ignore[assignment]  # None when error is set
         self.error = error
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.error is None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         what = f"error={self.error!r}" if self.error else f"value={self.value!r}"
         return f"AddressResult({self.addr!r}, {what})"
 
@@ -62,7 +103,8 @@ class NamesrvAdmin:
     list, as mqadmin's -n, or a list). ``timeout``: seconds per request, connecting
     included. Close it (or use it as a context manager) to drop its connections."""
 
-    def __init__(self, namesrv_addr, timeout=DEFAULT_TIMEOUT, client=None):
+    def __init__(self, namesrv_addr: str | Iterable[str], timeout: float = DEFAULT_TIMEOUT,
+                 client: BlockingRemotingClient | None = None) -> None:
         if isinstance(namesrv_addr, str):
             self.addresses = split_addresses(namesrv_addr)
         else:
@@ -73,19 +115,20 @@ class NamesrvAdmin:
         self._own_client = client is None
         self.client = client if client is not None else BlockingRemotingClient()
 
-    def close(self):
+    def close(self) -> None:
         if self._own_client:
             self.client.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- requests
 
-    def _call(self, addr, code, ext_fields=None, body=b"", read=None):
+    def _call(self, addr: str, code: int, ext_fields: dict[str, str] | None = None,
+              body: Buffer = b"", read: Callable[[RemotingCommand], Any] | None = None) -> Any:
         """``read(answer)`` of the SUCCESS answer of ``addr`` to one request."""
         resp = self.client.request(addr, code, ext_fields, body, timeout=self.timeout)
         if resp.code != ResponseCode.SUCCESS:
@@ -99,11 +142,12 @@ class NamesrvAdmin:
             # a list of names belongs...): the same typed error as undecodable JSON
             raise BodyError(f"answer from {addr} to request {code}: {e!r}") from e
 
-    def _call_one(self, code, ext_fields=None, read=None):
+    def _call_one(self, code: int, ext_fields: dict[str, str] | None = None,
+                  read: Callable[[RemotingCommand], Any] | None = None) -> tuple[str, Any]:
         """Java's ``invokeSync(null, ...)``: the first NameServer that can be
         connected to answers; only a connection failure moves on to the next.
         Returns (address, read(answer))."""
-        refused = []
+        refused: list[RemotingConnectError] = []
         for addr in self.addresses:
             try:
                 return addr, self._call(addr, code, ext_fields, read=read)
@@ -115,9 +159,11 @@ class NamesrvAdmin:
             "no NameServer could be connected: " + "; ".join(str(e) for e in refused),
             ";".join(self.addresses))
 
-    def _call_each(self, code, ext_fields=None, body=b"", read=None):
+    def _call_each(self, code: int, ext_fields: dict[str, str] | None = None, body: Buffer = b"",
+                   read: Callable[[RemotingCommand], Any] | None = None
+                   ) -> list[AddressResult[Any]]:
         """The same request to every NameServer, in order: an AddressResult each."""
-        results = []
+        results: list[AddressResult[Any]] = []
         for addr in self.addresses:
             try:
                 results.append(AddressResult(addr, self._call(addr, code, ext_fields, body,
@@ -128,14 +174,14 @@ class NamesrvAdmin:
 
     # ---------------------------------------------------------------- one NameServer
 
-    def cluster_list(self, cluster=None):
+    def cluster_list(self, cluster: str | None = None) -> ClusterList:
         """GET_BROKER_CLUSTER_INFO: the tables, and one row per broker address in
         mqadmin clusterList's order (cluster, then broker name, then broker id);
         ``cluster`` keeps that cluster's rows only (mqadmin clusterList -c)."""
         addr, (broker_table, cluster_table) = self._call_one(
             RequestCode.GET_BROKER_CLUSTER_INFO,
             read=lambda resp: bodies.decode_cluster_info(resp.body))
-        rows = []
+        rows: list[ClusterRow] = []
         for name in sorted(cluster_table) if cluster is None else [cluster]:
             for broker_name in sorted(set(cluster_table.get(name, ()))):
                 broker = broker_table.get(broker_name)
@@ -147,14 +193,14 @@ class NamesrvAdmin:
         return {"namesrvAddr": addr, "brokers": rows,
                 "brokerAddrTable": broker_table, "clusterAddrTable": cluster_table}
 
-    def topic_route(self, topic):
+    def topic_route(self, topic: str) -> TopicRoute:
         """GET_ROUTEINFO_BY_TOPIC: the TopicRouteData (brokerAddrs keyed by int id)."""
         addr, route = self._call_one(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
             read=lambda resp: bodies.decode_topic_route_data(resp.body))
         return {"namesrvAddr": addr, "topic": topic, "route": route}
 
-    def topic_list(self):
+    def topic_list(self) -> TopicList:
         """GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic the NameServer knows."""
         addr, (topics, _) = self._call_one(
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
@@ -163,34 +209,35 @@ class NamesrvAdmin:
 
     # ---------------------------------------------------------------- every NameServer
 
-    def get_namesrv_config(self):
+    def get_namesrv_config(self) -> list[AddressResult[dict[str, str]]]:
         """GET_NAMESRV_CONFIG from each NameServer: AddressResults of key -> value."""
         return self._call_each(RequestCode.GET_NAMESRV_CONFIG, read=_read_properties)
 
-    def update_namesrv_config(self, key, value):
+    def update_namesrv_config(self, key: str, value: str) -> list[AddressResult[None]]:
         """UPDATE_NAMESRV_CONFIG ``key=value`` on each NameServer (the body is
         MixAll.properties2String's, as mqadmin sends it)."""
         body = properties_to_string({key: value}).encode("utf-8")
         return self._call_each(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
 
-    def update_kv_config(self, namespace, key, value):
+    def update_kv_config(self, namespace: str, key: str, value: str
+                         ) -> list[AddressResult[None]]:
         """PUT_KV_CONFIG on each NameServer."""
         return self._call_each(RequestCode.PUT_KV_CONFIG,
                                {"namespace": namespace, "key": key, "value": value})
 
-    def delete_kv_config(self, namespace, key):
+    def delete_kv_config(self, namespace: str, key: str) -> list[AddressResult[None]]:
         """DELETE_KV_CONFIG on each NameServer."""
         return self._call_each(RequestCode.DELETE_KV_CONFIG,
                                {"namespace": namespace, "key": key})
 
-    def wipe_write_perm(self, broker_name):
+    def wipe_write_perm(self, broker_name: str) -> list[AddressResult[int]]:
         """WIPE_WRITE_PERM_OF_BROKER on each NameServer: AddressResults of the
         number of topics whose write permission was taken away."""
         return self._call_each(RequestCode.WIPE_WRITE_PERM_OF_BROKER,
                                {"brokerName": broker_name},
                                read=lambda resp: _ext_int(resp, "wipeTopicCount"))
 
-    def add_write_perm(self, broker_name):
+    def add_write_perm(self, broker_name: str) -> list[AddressResult[int]]:
         """ADD_WRITE_PERM_OF_BROKER on each NameServer: AddressResults of the
         number of topics given write permission back."""
         return self._call_each(RequestCode.ADD_WRITE_PERM_OF_BROKER,
@@ -198,14 +245,14 @@ class NamesrvAdmin:
                                read=lambda resp: _ext_int(resp, "addTopicCount"))
 
 
-def _read_properties(resp):
+def _read_properties(resp: RemotingCommand) -> dict[str, str]:
     try:
         return parse_properties(resp.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise BodyError(f"the configuration is not properties text: {e}") from None
 
 
-def _ext_int(resp, name):
+def _ext_int(resp: RemotingCommand, name: str) -> int:
     text = (resp.ext_fields or {}).get(name)
     number = parse_java_int(text) if text is not None else None
     if number is None:
@@ -215,7 +262,7 @@ def _ext_int(resp, name):
 
 # ---------------------------------------------------------------- errors
 
-def describe_error(error):
+def describe_error(error: BaseException | None) -> str:
     """One line saying what failed, with the address and, for an answer, its code
     and remark."""
     if isinstance(error, ResponseError):
@@ -225,18 +272,18 @@ def describe_error(error):
     return str(error)
 
 
-def error_json(error):
+def error_json(error: BaseException | None) -> dict[str, Any]:
     """A failure as JSON fields."""
-    out = {"error": describe_error(error), "errorType": type(error).__name__}
+    out: dict[str, Any] = {"error": describe_error(error), "errorType": type(error).__name__}
     if getattr(error, "addr", None):
-        out["namesrvAddr"] = error.addr
+        out["namesrvAddr"] = error.addr  # type: ignore[union-attr]  # it has one
     if isinstance(error, ResponseError):
         out.update(code=error.code, remark=error.remark)
     return out
 
 
-def _result_json(result, value_name):
-    out = {"namesrvAddr": result.addr, "ok": result.ok}
+def _result_json(result: AddressResult[Any], value_name: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"namesrvAddr": result.addr, "ok": result.ok}
     if result.ok:
         if value_name is not None:
             out[value_name] = result.value
@@ -246,7 +293,8 @@ def _result_json(result, value_name):
     return out
 
 
-def to_json(data, value_name=None, **fields):
+def to_json(data: Mapping[str, Any] | list[AddressResult[Any]], value_name: str | None = None,
+            **fields: Any) -> str:
     """The JSON document of a verb's data: a one-NameServer verb's dict, or a list
     of AddressResults (each value under ``value_name``). ``fields`` are added at the
     top (the verb's arguments)."""
@@ -261,11 +309,11 @@ def to_json(data, value_name=None, **fields):
 # ---------------------------------------------------------------- mqadmin's text
 # Each returns (stdout text, stderr text); either may be "".
 
-def _lines(lines):
+def _lines(lines: Iterable[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def cluster_list_text(data):
+def cluster_list_text(data: Mapping[str, Any]) -> tuple[str, str]:
     """ClusterListSubCommand's base table, the columns a NameServer knows (the
     others come from each broker's runtime stats)."""
     fmt = "{:<22}  {:<22}  {:<4}  {:<22}"
@@ -275,25 +323,25 @@ def cluster_list_text(data):
     return _lines(lines), ""
 
 
-def topic_route_text(data):
+def topic_route_text(data: Mapping[str, Any]) -> tuple[str, str]:
     """TopicRouteSubCommand: the route as pretty JSON (fastjson's PrettyFormat:
     tab indents, no blank after the colon)."""
     return json.dumps(data["route"], indent="\t", separators=(",", ":"),
                       ensure_ascii=False) + "\n", ""
 
 
-def topic_list_text(data):
+def topic_list_text(data: Mapping[str, Any]) -> tuple[str, str]:
     return _lines(data["topicList"]), ""
 
 
-def _failures(results, what):
+def _failures(results: Iterable[AddressResult[Any]], what: str) -> str:
     return _lines(f"{what} failed in name server[{r.addr}]: {describe_error(r.error)}"
                   for r in results if not r.ok)
 
 
-def namesrv_config_text(results):
+def namesrv_config_text(results: Sequence[AddressResult[dict[str, str]]]) -> tuple[str, str]:
     """GetNamesrvConfigCommand: a block per NameServer."""
-    lines = []
+    lines: list[str] = []
     for r in results:
         if r.ok:
             lines.append(f"============{r.addr}============")
@@ -301,7 +349,8 @@ def namesrv_config_text(results):
     return _lines(lines), _failures(results, "get name server config")
 
 
-def _all_or_each(results, success, what):
+def _all_or_each(results: Sequence[AddressResult[Any]], success: str,
+                 what: str) -> tuple[str, str]:
     """Java's success message when every NameServer applied the change; otherwise
     each address's outcome, on stderr, as the command failed."""
     if all(r.ok for r in results):
@@ -311,14 +360,16 @@ def _all_or_each(results, success, what):
                       for r in results)
 
 
-def update_namesrv_config_text(results, key, value):
+def update_namesrv_config_text(results: Sequence[AddressResult[Any]], key: str,
+                               value: str) -> tuple[str, str]:
     """UpdateNamesrvConfigCommand's message (with the addresses, as Java prints -n)."""
     addrs = ", ".join(r.addr for r in results)
     return _all_or_each(results, f"update name server config success![{addrs}]\n"
                                  f"{key} : {value}\n", "update name server config")
 
 
-def kv_config_text(results, deleted=False):
+def kv_config_text(results: Sequence[AddressResult[Any]], deleted: bool = False
+                   ) -> tuple[str, str]:
     """UpdateKvConfigCommand / DeleteKvConfigCommand's message."""
     if deleted:
         return _all_or_each(results, "delete kv config from namespace success.\n",
@@ -327,7 +378,8 @@ def kv_config_text(results, deleted=False):
                         "create or update kv config")
 
 
-def write_perm_text(results, broker_name, added=False):
+def write_perm_text(results: Sequence[AddressResult[Any]], broker_name: str,
+                    added: bool = False) -> tuple[str, str]:
     """WipeWritePermSubCommand / AddWritePermSubCommand: a line per NameServer."""
     what = "add" if added else "wipe"
     out = [f"{what} write perm of broker[{broker_name}] in name server[{r.addr}] OK, {r.value}"

@@ -6,9 +6,17 @@ Maps that Java keys by Long (``brokerAddrs``) decode with int keys, whichever
 form (legacy ``{0:"a"}`` or standard ``{"0":"a"}``) they arrived in.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
 from rmq._impl import core
 from rmq.errors import BodyError
 from rmq.fallback.bodies import broker_data
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 json_loads = core.json_loads
 json_dumps = core.json_dumps
@@ -26,27 +34,44 @@ __all__ = [
     "encode_data_version", "decode_data_version",
     "encode_broker_member_group", "decode_broker_member_group",
     "topic_config", "broker_system_topics", "register_broker_body",
+    "TopicConfig",
 ]
+
+
+class _TopicConfigOptional(TypedDict, total=False):
+    attributes: dict[str, str]
+
+
+class TopicConfig(_TopicConfigOptional):
+    """A TopicConfig as :func:`topic_config` builds it (Java's field names and order;
+    ``attributes`` only when given). A plain dict at run time."""
+    order: bool
+    perm: int
+    readQueueNums: int
+    topicFilterType: str
+    topicName: str
+    topicSysFlag: int
+    writeQueueNums: int
 
 
 _KIND_NAMES = {list: "an array", dict: "an object"}
 
 
-def _object(data, what):
+def _object(data: Buffer, what: str) -> dict[str, Any]:
     obj = json_loads(data)
     if not isinstance(obj, dict):
-        raise BodyError(f"{what} is not a JSON object: {bytes(data[:80])!r}")
+        raise BodyError(f"{what} is not a JSON object: {bytes(data[:80])!r}")  # type: ignore[index]
     return obj
 
 
-def _int_keys(addrs, what):
+def _int_keys(addrs: Any, what: str) -> dict[int, Any]:
     try:
         return {int(k): v for k, v in (addrs or {}).items()}
     except (TypeError, ValueError, AttributeError):
         raise BodyError(f"{what} keys must be broker ids (integers): {addrs!r}") from None
 
 
-def _broker_data_in(bd):
+def _broker_data_in(bd: object) -> dict[str, Any]:
     if not isinstance(bd, dict):
         raise BodyError(f"BrokerData is not an object: {bd!r}")
     bd = dict(bd)
@@ -56,9 +81,10 @@ def _broker_data_in(bd):
 
 # ---------------------------------------------------------------- TopicRouteData
 
-def decode_topic_route_data(data):
+def decode_topic_route_data(data: Buffer) -> dict[str, Any]:
     """TopicRouteData from either form; ``brokerAddrs`` keyed by int broker id."""
     route = _object(data, "TopicRouteData")
+    kind: type[Any]
     for field, kind in (("brokerDatas", list), ("queueDatas", list),
                         ("filterServerTable", dict)):
         value = route.get(field)
@@ -72,7 +98,8 @@ def decode_topic_route_data(data):
 
 # ---------------------------------------------------------------- ClusterInfo
 
-def encode_cluster_info(broker_addr_table, cluster_addr_table):
+def encode_cluster_info(broker_addr_table: Mapping[str, Mapping[str, Any]],
+                        cluster_addr_table: Mapping[str, Iterable[str]]) -> bytes:
     """ClusterInfo, always in the legacy form (Java 106 answers never change form).
 
     ``broker_addr_table``: brokerName -> BrokerData dict;
@@ -87,13 +114,14 @@ def encode_cluster_info(broker_addr_table, cluster_addr_table):
     return json_dumps(body, legacy=True)
 
 
-def decode_cluster_info(data):
+def decode_cluster_info(data: Buffer
+                        ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """ClusterInfo -> (brokerAddrTable, clusterAddrTable) as dicts."""
     info = _object(data, "ClusterInfo")
     table = info.get("brokerAddrTable") or {}
     clusters = info.get("clusterAddrTable") or {}
     if not isinstance(table, dict) or not isinstance(clusters, dict):
-        raise BodyError(f"ClusterInfo tables are not objects: {bytes(data[:80])!r}")
+        raise BodyError(f"ClusterInfo tables are not objects: {bytes(data[:80])!r}")  # type: ignore[index]
     for cluster, names in clusters.items():
         if names is not None and not isinstance(names, list):
             raise BodyError(f"ClusterInfo.clusterAddrTable[{cluster!r}] is not an array: "
@@ -104,12 +132,12 @@ def decode_cluster_info(data):
 
 # ---------------------------------------------------------------- KVTable
 
-def encode_kv_table(table):
+def encode_kv_table(table: Mapping[str, str]) -> bytes:
     """KVTable ``{"table":{k: v}}``; non-ASCII as UTF-8, as Java writes it."""
     return json_dumps({"table": dict(table)}, legacy=True)
 
 
-def decode_kv_table(data):
+def decode_kv_table(data: Buffer) -> dict[str, str]:
     table = _object(data, "KVTable").get("table") or {}
     if not isinstance(table, dict):
         raise BodyError(f"KVTable.table is not an object: {table!r}")
@@ -118,16 +146,16 @@ def decode_kv_table(data):
 
 # ---------------------------------------------------------------- TopicList
 
-def encode_topic_list(topics, broker_addr=None):
+def encode_topic_list(topics: Iterable[str], broker_addr: str | None = None) -> bytes:
     """TopicList ``{"brokerAddr":..., "topicList":[...]}`` (brokerAddr only when set)."""
-    body = {}
+    body: dict[str, Any] = {}
     if broker_addr is not None:
         body["brokerAddr"] = broker_addr
     body["topicList"] = list(topics)
     return json_dumps(body, legacy=True)
 
 
-def decode_topic_list(data):
+def decode_topic_list(data: Buffer) -> tuple[list[str], str | None]:
     """TopicList -> (topics list, brokerAddr or None)."""
     obj = _object(data, "TopicList")
     topics = obj.get("topicList") or []
@@ -138,12 +166,12 @@ def decode_topic_list(data):
 
 # ---------------------------------------------------------------- DataVersion
 
-def encode_data_version(dv):
+def encode_data_version(dv: Mapping[str, Any]) -> bytes:
     """DataVersion ``{"counter":N,"stateVersion":S,"timestamp":T}`` (fields present in ``dv``)."""
     return json_dumps({k: dv[k] for k in ("counter", "stateVersion", "timestamp") if k in dv})
 
 
-def decode_data_version(data):
+def decode_data_version(data: Buffer) -> dict[str, Any]:
     dv = _object(data, "DataVersion")
     for k in ("counter", "stateVersion", "timestamp"):
         v = dv.get(k, 0)
@@ -154,34 +182,37 @@ def decode_data_version(data):
 
 # ---------------------------------------------------------------- BrokerMemberGroup
 
-def encode_broker_member_group(cluster, broker_name, broker_addrs):
+def encode_broker_member_group(cluster: str, broker_name: str,
+                               broker_addrs: Mapping[int, str]) -> bytes:
     """GetBrokerMemberGroupResponseBody, legacy form as Java writes it."""
     return json_dumps({"brokerMemberGroup": {"brokerAddrs": dict(broker_addrs),
                                              "brokerName": broker_name,
                                              "cluster": cluster}}, legacy=True)
 
 
-def decode_broker_member_group(data):
+def decode_broker_member_group(data: Buffer) -> dict[str, Any]:
     group = _object(data, "BrokerMemberGroup").get("brokerMemberGroup") or {}
     return _broker_data_in(group)
 
 
 # ---------------------------------------------------------------- builders
 
-def topic_config(name, read_queue_nums=16, write_queue_nums=16, perm=6, *,
-                 topic_filter_type="SINGLE_TAG", topic_sys_flag=0, order=False, attributes=None):
+def topic_config(name: str, read_queue_nums: int = 16, write_queue_nums: int = 16, perm: int = 6,
+                 *, topic_filter_type: str = "SINGLE_TAG", topic_sys_flag: int = 0,
+                 order: bool = False, attributes: Mapping[str, str] | None = None) -> TopicConfig:
     """A TopicConfig dict as a Java broker serializes it (fields in Java's order;
     ``attributes`` only when given, as 5.x brokers send them)."""
-    tc = {}
+    tc: dict[str, Any] = {}
     if attributes is not None:
         tc["attributes"] = dict(attributes)
     tc.update(order=order, perm=perm, readQueueNums=read_queue_nums,
               topicFilterType=topic_filter_type, topicName=name,
               topicSysFlag=topic_sys_flag, writeQueueNums=write_queue_nums)
-    return tc
+    return cast(TopicConfig, tc)
 
 
-def broker_system_topics(cluster, broker_name, *, auto_create_topic=True, trace_topic=False):
+def broker_system_topics(cluster: str, broker_name: str, *, auto_create_topic: bool = True,
+                         trace_topic: bool = False) -> list[TopicConfig]:
     """The topics every Java broker's TopicConfigManager creates for itself, as a 4.9.8
     broker with default settings registers them (tests/vectors/java-4.9.8): a broker's
     table always holds them, and a NameServer refuses a first registration carrying
@@ -202,7 +233,8 @@ def broker_system_topics(cluster, broker_name, *, auto_create_topic=True, trace_
     return topics
 
 
-def register_broker_body(topic_configs, data_version, filter_servers=()):
+def register_broker_body(topic_configs: Iterable[Mapping[str, Any]], data_version: Mapping[str, Any],
+                         filter_servers: Iterable[str] = ()) -> dict[str, Any]:
     """A RegisterBrokerBody dict from TopicConfig dicts and a DataVersion dict."""
     return {"filterServerList": list(filter_servers),
             "topicConfigSerializeWrapper": {

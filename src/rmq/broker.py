@@ -14,10 +14,14 @@ period until the table changes: a 10,000-topic table costs its encoding and CRC
 once, not per NameServer.
 """
 
+from __future__ import annotations
+
 import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmq import bodies
 from rmq.client import RemotingClient, split_addresses
@@ -25,6 +29,11 @@ from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import RemotingError, ResponseError, RmqError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, V4_9_8, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("rmq.broker")
 
@@ -43,7 +52,7 @@ UNREGISTER_TIMEOUT = 3.0                # unregisterBroker's invokeSync timeout
 _HEADER_ROOM = 64 * 1024
 
 
-def register_period(period, shortest=10.0):
+def register_period(period: float, shortest: float = 10.0) -> float:
     """The seed's period: max(10 s, min(registerNameServerPeriod, 60 s))."""
     return max(shortest, min(float(period), 60.0))
 
@@ -51,7 +60,7 @@ def register_period(period, shortest=10.0):
 class RegistrationError(RmqError):
     """No NameServer answered a registration. ``errors``: address -> exception."""
 
-    def __init__(self, message, errors):
+    def __init__(self, message: str, errors: dict[str, BaseException]) -> None:
         super().__init__(message)
         self.errors = errors
 
@@ -62,7 +71,7 @@ class RegisterResult:
     namesrv: str
     master_addr: str | None = None
     ha_server_addr: str | None = None
-    kv_table: dict = dataclasses.field(default_factory=dict)
+    kv_table: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class BrokerRegistrar:
@@ -90,15 +99,19 @@ class BrokerRegistrar:
     #: The shortest period (Java's 10 s floor). Demos and tests may lower it.
     SHORTEST_PERIOD = 10.0
 
-    def __init__(self, namesrv_addr, *, cluster, broker_name, broker_addr, broker_id=0,
-                 ha_server_addr=None, topics=None, data_version=None,
-                 register_timeout=REGISTER_TIMEOUT, period=REGISTER_PERIOD,
-                 compressed=False, oneway=False, force_register=True,
-                 split_registration=False, split_size=SPLIT_REGISTRATION_SIZE,
-                 heartbeat_timeout_ms=None, enable_acting_master=None,
-                 light_heartbeat=False, heartbeat_interval=HEARTBEAT_INTERVAL,
-                 filter_servers=(), version=V4_9_8, client=None,
-                 max_frame_length=DEFAULT_MAX_FRAME_LENGTH, on_results=None):
+    def __init__(self, namesrv_addr: str, *, cluster: str, broker_name: str, broker_addr: str,
+                 broker_id: int = 0, ha_server_addr: str | None = None,
+                 topics: dict[str, Any] | Iterable[Mapping[str, Any]] | None = None,
+                 data_version: Mapping[str, Any] | None = None,
+                 register_timeout: float = REGISTER_TIMEOUT, period: float = REGISTER_PERIOD,
+                 compressed: bool = False, oneway: bool = False, force_register: bool = True,
+                 split_registration: bool = False, split_size: int = SPLIT_REGISTRATION_SIZE,
+                 heartbeat_timeout_ms: int | None = None, enable_acting_master: bool | None = None,
+                 light_heartbeat: bool = False, heartbeat_interval: float = HEARTBEAT_INTERVAL,
+                 filter_servers: Iterable[str] = (), version: int = V4_9_8,
+                 client: RemotingClient | None = None,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 on_results: Callable[[list[RegisterResult]], object] | None = None) -> None:
         self.namesrv_addrs = split_addresses(namesrv_addr)
         self.cluster = cluster
         self.broker_name = broker_name
@@ -127,26 +140,28 @@ class BrokerRegistrar:
         self.on_results = on_results
         self._client = client
         self._own_client = client is None
-        self._topics = {}
-        self._table_blob = None          # the topicConfigTable's JSON, once needed
-        self._data_version = None
-        self._encoded = None             # (key, [(body, crc32)]) for the current table
-        self._tasks = []
-        self.last_results = []
+        self._topics: dict[str, Any] = {}
+        self._table_blob: bytes | None = None  # the topicConfigTable's JSON, once needed
+        self._data_version: dict[str, Any] = None  # type: ignore[assignment]  # update_topics sets it
+        # (key, [(body, crc32)]) for the current table
+        self._encoded: tuple[tuple[Any, ...], list[tuple[bytes, int]]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_results: list[RegisterResult] = []
         self.update_topics(topics or {}, data_version)
 
     # ------------------------------------------------------------ the table
 
     @property
-    def topics(self):
+    def topics(self) -> dict[str, Any]:
         """The topic table: {name: TopicConfig dict} (a copy)."""
         return dict(self._topics)
 
     @property
-    def data_version(self):
+    def data_version(self) -> dict[str, Any]:
         return dict(self._data_version)
 
-    def update_topics(self, topics, data_version=None):
+    def update_topics(self, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
+                      data_version: Mapping[str, Any] | None = None) -> None:
         """Replace the topic table (change it only through here: its encoding is
         kept until then). Without ``data_version`` the DataVersion moves on
         (counter + 1, timestamp now) as Java's nextVersion does."""
@@ -166,7 +181,7 @@ class BrokerRegistrar:
             self._next_version()
         self._encoded = None
 
-    def _chunks(self, compressed):
+    def _chunks(self, compressed: bool) -> list[tuple[bytes, int]]:
         """The encoded bodies to send, with their CRC32s. One body with the current
         DataVersion, encoded once and reused until the table changes; or, with
         split registration (or a table too big for one frame), one body per
@@ -188,14 +203,14 @@ class BrokerRegistrar:
         full = len(configs) - len(configs) % self.split_size
         parts = [configs[i:i + self.split_size] for i in range(0, full, self.split_size)]
         parts.append(configs[full:])
-        out = []
+        out: list[tuple[bytes, int]] = []
         for part in parts:
             self._next_version()
             body = self._encode(part, compressed)
             out.append((body, body_crc32(body)))
         return out
 
-    def _encode(self, configs, compressed):
+    def _encode(self, configs: dict[str, Any] | list[Any], compressed: bool) -> bytes:
         """RegisterBrokerBody of ``configs`` (the table, or a list of its configs)."""
         if isinstance(configs, dict) and not compressed:
             # What encode_register_broker_body writes, with the table's JSON kept
@@ -210,28 +225,29 @@ class BrokerRegistrar:
         body = bodies.register_broker_body(configs, self._data_version, self.filter_servers)
         return bodies.encode_register_broker_body(body, compressed=compressed)
 
-    def _table_json(self):
+    def _table_json(self) -> bytes:
         if self._table_blob is None:
             self._table_blob = bodies.json_dumps(self._topics)
         return self._table_blob
 
-    def _next_version(self):
+    def _next_version(self) -> None:
         # DataVersion.nextVersion: counter + 1, timestamp now (5.x: stateVersion 0).
         dv = self._data_version
         self._data_version = dict(dv, counter=dv.get("counter", 0) + 1, timestamp=_now_ms())
 
     # ------------------------------------------------------------ requests
 
-    def _remoting_client(self):
+    def _remoting_client(self) -> RemotingClient:
         if self._client is None:
             self._client = RemotingClient(max_frame_length=self.max_frame_length)
         return self._client
 
-    def _identity(self):
+    def _identity(self) -> dict[str, str]:
         return {"brokerAddr": self.broker_addr, "brokerId": str(self.broker_id),
                 "brokerName": self.broker_name, "clusterName": self.cluster}
 
-    def _register_command(self, body, crc, compressed, oneway):
+    def _register_command(self, body: bytes, crc: int, compressed: bool,
+                          oneway: bool) -> RemotingCommand:
         ext = self._identity()
         ext["haServerAddr"] = self.ha_server_addr
         ext["compressed"] = "true" if compressed else "false"
@@ -243,7 +259,8 @@ class BrokerRegistrar:
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
                                        version=self.version)
 
-    async def _register_one(self, addr, body, crc, compressed, oneway, timeout):
+    async def _register_one(self, addr: str, body: bytes, crc: int, compressed: bool,
+                            oneway: bool, timeout: float) -> RegisterResult | None:
         cmd = self._register_command(body, crc, compressed, oneway)
         if oneway:
             await self._remoting_client().invoke_oneway(addr, cmd, timeout)
@@ -255,7 +272,8 @@ class BrokerRegistrar:
         return RegisterResult(addr, ext.get("masterAddr") or None, ext.get("haServerAddr") or None,
                               bodies.decode_kv_table(resp.body) if resp.body else {})
 
-    async def register_broker_all(self, *, oneway=None, compressed=None, addrs=None):
+    async def register_broker_all(self, *, oneway: bool | None = None, compressed: bool | None = None,
+                                  addrs: Sequence[str] | None = None) -> list[RegisterResult]:
         """REGISTER_BROKER to every NameServer at once. Returns the results of those
         that answered within ``register_timeout`` (none for oneway: nothing answers;
         sent is enough), logs the others, and raises RegistrationError only when
@@ -270,7 +288,8 @@ class BrokerRegistrar:
         chunks = self._chunks(compressed)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.register_timeout
-        results, errors = {}, {}
+        results: dict[str, RegisterResult | None] = {}
+        errors: dict[str, BaseException] = {}
         for body, crc in chunks:
             timeout = max(deadline - loop.time(), 0.001)
             pending = [a for a in (self.namesrv_addrs if addrs is None else addrs)
@@ -307,7 +326,9 @@ class BrokerRegistrar:
                 self.on_results(ok)
         return ok
 
-    async def _each(self, call, addrs=None, timeout=None):
+    async def _each(self, call: Callable[[str], Coroutine[Any, Any, _T]],
+                    addrs: Iterable[str] | None = None, timeout: float | None = None
+                    ) -> tuple[dict[str, _T], dict[str, BaseException]]:
         """Run ``call(addr)`` for every NameServer (or those of ``addrs``) at once,
         within ``timeout`` (register_timeout) overall; returns ({addr: result},
         {addr: exception}). Nothing outlives it, not even when it is cancelled."""
@@ -323,17 +344,18 @@ class BrokerRegistrar:
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        results, errors = {}, {}
+        results: dict[str, _T] = {}
+        errors: dict[str, BaseException] = {}
         for addr, t in tasks.items():
             if t.cancelled():
                 errors[addr] = RemotingError(f"no answer within {timeout:g} s", addr)
             elif t.exception() is not None:
-                errors[addr] = t.exception()
+                errors[addr] = t.exception()  # type: ignore[assignment]  # not None here
             else:
                 results[addr] = t.result()
         return results, errors
 
-    async def need_register(self):
+    async def need_register(self) -> list[str]:
         """QUERY_DATA_VERSION to every NameServer: the addresses of those whose data
         differs from this broker's DataVersion (empty: none), in namesrvAddr order.
         One that fails to answer counts as changed, as in Java; one that answers
@@ -341,7 +363,7 @@ class BrokerRegistrar:
         dv_body = bodies.encode_data_version(self._data_version)
         deadline = asyncio.get_running_loop().time() + self.register_timeout
 
-        async def query(addr):
+        async def query(addr: str) -> bool:
             cmd = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
                                           dv_body, version=self.version)
             remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
@@ -360,9 +382,9 @@ class BrokerRegistrar:
             log.warning("query data version from name server %s failed: %s", addr, e)
         return [a for a in self.namesrv_addrs if a in errors or results.get(a)]
 
-    async def heartbeat_all(self):
+    async def heartbeat_all(self) -> None:
         """BROKER_HEARTBEAT (904), oneway, to every NameServer (5.x light heartbeat)."""
-        async def beat(addr):
+        async def beat(addr: str) -> None:
             cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
                 "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
                 "clusterName": self.cluster}, oneway=True, version=self.version)
@@ -371,10 +393,10 @@ class BrokerRegistrar:
         for addr, e in errors.items():
             log.debug("heartbeat to name server %s failed: %s", addr, e)
 
-    async def unregister_broker_all(self):
+    async def unregister_broker_all(self) -> dict[str, BaseException | None]:
         """UNREGISTER_BROKER (104) to every NameServer at once; failures are logged.
         Returns {addr: None or the exception}."""
-        async def unregister(addr):
+        async def unregister(addr: str) -> None:
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
                                           version=self.version)
             resp = await self._remoting_client().invoke(addr, cmd, UNREGISTER_TIMEOUT)
@@ -390,7 +412,7 @@ class BrokerRegistrar:
 
     # ------------------------------------------------------------ the periodic task
 
-    async def start(self):
+    async def start(self) -> list[RegisterResult]:
         """Register now (sync, forced, as BrokerController.start), then every period;
         the light heartbeat too when enabled. Returns the first results. When no
         NameServer answers the first registration it raises RegistrationError and
@@ -407,7 +429,7 @@ class BrokerRegistrar:
             self._tasks.append(loop.create_task(self._heartbeats()))
         return results
 
-    async def tick(self):
+    async def tick(self) -> list[RegisterResult] | None:
         """One period's work: register (oneway when configured) with every
         NameServer; with force_register off, only with those where QUERY_DATA_VERSION
         says the data changed (Java then registers with all of them: the others
@@ -421,7 +443,7 @@ class BrokerRegistrar:
             return None
         return await self.register_broker_all(addrs=changed)
 
-    async def _periodically(self):
+    async def _periodically(self) -> None:
         await asyncio.sleep(self.first_delay)
         while True:
             started = asyncio.get_running_loop().time()
@@ -435,7 +457,7 @@ class BrokerRegistrar:
             elapsed = asyncio.get_running_loop().time() - started
             await asyncio.sleep(max(self.period - elapsed, 0))
 
-    async def _heartbeats(self):
+    async def _heartbeats(self) -> None:
         await asyncio.sleep(min(1.0, self.heartbeat_interval))
         while True:
             try:
@@ -446,7 +468,7 @@ class BrokerRegistrar:
                 log.debug("heartbeat round failed: %s", e)
             await asyncio.sleep(self.heartbeat_interval)
 
-    async def stop(self, unregister=True):
+    async def stop(self, unregister: bool = True) -> dict[str, BaseException | None] | None:
         """Stop the periodic tasks and, unless told not to, unregister everywhere."""
         tasks, self._tasks = self._tasks, []
         for t in tasks:
@@ -461,18 +483,18 @@ class BrokerRegistrar:
                 await self._client.close()
                 self._client = None
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
 
-def _same_data_version(a, b):
+def _same_data_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     # DataVersion.equals: counter, timestamp and (5.x) stateVersion.
     return all(a.get(k, 0) == b.get(k, 0) for k in ("counter", "timestamp", "stateVersion"))
 
 
-def _now_ms():
+def _now_ms() -> int:
     return int(time.time() * 1000)

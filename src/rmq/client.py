@@ -11,15 +11,24 @@ Failures are typed: :class:`~rmq.errors.RemotingConnectError`,
 an event loop of its own in a background thread.
 """
 
+from __future__ import annotations
+
 import asyncio
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Awaitable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmq.codec import FrameDecoder, RemotingCommand, encode_frame
-from rmq.errors import (ProtocolError, RemotingClosedError, RemotingConnectError,
+from rmq.errors import (ProtocolError, RemotingClosedError, RemotingConnectError, RemotingError,
                         RemotingTimeoutError)
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer, Self
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("rmq.client")
 
@@ -29,7 +38,7 @@ __all__ = ["RemotingClient", "BlockingRemotingClient", "parse_address", "split_a
 DEFAULT_TIMEOUT = 3.0
 
 
-def parse_address(addr):
+def parse_address(addr: str) -> tuple[str, int]:
     """"host:port" -> (host, port); IPv6 hosts may be bracketed."""
     host, sep, port = str(addr).strip().rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
@@ -37,10 +46,10 @@ def parse_address(addr):
     return host.strip("[]"), int(port)
 
 
-def split_addresses(namesrv_addr):
+def split_addresses(namesrv_addr: str | None) -> list[str]:
     """A namesrvAddr value ("a:9876;b:9876") -> its addresses, checked, in order,
     without duplicates."""
-    out = []
+    out: list[str] = []
     for part in str(namesrv_addr or "").split(";"):
         part = part.strip()
         if part:
@@ -55,18 +64,19 @@ def split_addresses(namesrv_addr):
 class _Channel(asyncio.Protocol):
     """One connection: writes requests, routes answers to their futures."""
 
-    def __init__(self, addr, max_frame_length):
+    def __init__(self, addr: str, max_frame_length: int) -> None:
         self.addr = addr
         self.decoder = FrameDecoder(max_frame_length)
-        self.transport = None
-        self.pending = {}                # opaque -> Future of the answer
+        # set by connection_made, before anything uses it
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}  # opaque -> its answer
         self.closed = False
-        self._drained = None             # a Future while writing is paused
+        self._drained: asyncio.Future[None] | None = None  # while writing is paused
 
-    def connection_made(self, transport):
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         try:
             cmds = self.decoder.feed(data)
         except ProtocolError as e:
@@ -78,7 +88,7 @@ class _Channel(asyncio.Protocol):
             return
         self._deliver(cmds)
 
-    def _deliver(self, cmds):
+    def _deliver(self, cmds: list[RemotingCommand]) -> None:
         for cmd in cmds:
             if not cmd.is_response:
                 # A request from the peer (e.g. a broker's CHECK_TRANSACTION_STATE):
@@ -92,11 +102,11 @@ class _Channel(asyncio.Protocol):
             elif not fut.done():
                 fut.set_result(cmd)
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         why = f": {exc}" if exc else ""
         self._fail(RemotingClosedError(f"connection to {self.addr} closed{why}", self.addr))
 
-    def _fail(self, error):
+    def _fail(self, error: BaseException) -> None:
         self.closed = True
         pending, self.pending = self.pending, {}
         for fut in pending.values():
@@ -105,15 +115,15 @@ class _Channel(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_exception(error)
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         self._drained = asyncio.get_running_loop().create_future()
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         self._drained = None
 
-    async def send(self, cmd):
+    async def send(self, cmd: RemotingCommand) -> None:
         """Write a request; waits while the peer is not reading."""
         if self.closed:
             raise RemotingClosedError(f"connection to {self.addr} is closed", self.addr)
@@ -122,7 +132,7 @@ class _Channel(asyncio.Protocol):
             # shared by every sender: one sender's timeout must not cancel it
             await asyncio.shield(self._drained)
 
-    def close(self):
+    def close(self) -> None:
         if not self.closed:
             self.closed = True
             self.transport.close()
@@ -136,14 +146,15 @@ class RemotingClient:
     accepted; a larger one closes the connection.
     """
 
-    def __init__(self, *, connect_timeout=3.0, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+    def __init__(self, *, connect_timeout: float = 3.0,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
-        self._channels = {}              # addr -> _Channel
-        self._connecting = {}            # addr -> Future of the _Channel being made
+        self._channels: dict[str, _Channel] = {}
+        self._connecting: dict[str, asyncio.Task[_Channel]] = {}  # addr -> the connect
         self._closed = False
 
-    async def _channel(self, addr):
+    async def _channel(self, addr: str) -> _Channel:
         ch = self._channels.get(addr)
         if ch is not None and not ch.closed:
             return ch
@@ -160,7 +171,7 @@ class RemotingClient:
                                           addr) from None
             raise
 
-    async def _connect(self, addr):
+    async def _connect(self, addr: str) -> _Channel:
         if self._closed:
             raise RemotingClosedError("the client is closed", addr)
         host, port = parse_address(addr)
@@ -184,7 +195,8 @@ class RemotingClient:
         self._channels[addr] = ch
         return ch
 
-    async def invoke(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+    async def invoke(self, addr: str, cmd: RemotingCommand,
+                     timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
         """Send the request ``cmd`` to ``addr`` and return its answer (a
         RemotingCommand, whatever its code). ``timeout`` (seconds) bounds the whole
         call, connecting included."""
@@ -194,7 +206,7 @@ class RemotingClient:
         deadline = loop.time() + timeout
         ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
                                 RemotingConnectError)
-        fut = loop.create_future()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         ch.pending[cmd.opaque] = fut
         try:
             await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
@@ -203,7 +215,8 @@ class RemotingClient:
             if ch.pending.get(cmd.opaque) is fut:
                 del ch.pending[cmd.opaque]
 
-    async def invoke_oneway(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand,
+                            timeout: float = DEFAULT_TIMEOUT) -> None:
         """Send a request that gets no answer (the oneway flag is set on ``cmd``);
         returns once it is written. ``timeout`` bounds connecting and writing."""
         cmd.flag |= 2                    # FLAG_ONEWAY
@@ -213,7 +226,8 @@ class RemotingClient:
                                 RemotingConnectError)
         await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
 
-    async def _within(self, aw, deadline, addr, cmd, doing, error=RemotingTimeoutError):
+    async def _within(self, aw: Awaitable[_T], deadline: float, addr: str, cmd: RemotingCommand,
+                      doing: str, error: type[RemotingError] = RemotingTimeoutError) -> _T:
         """Await ``aw`` until the deadline; past it raise ``error``. No connection
         within the time is a connect failure, as Java's RemotingConnectException
         (callers move on to the next address)."""
@@ -224,13 +238,13 @@ class RemotingClient:
             message = f"request {cmd.code} (opaque {cmd.opaque}) to {addr}: timed out {doing}"
             raise error(message, addr) from None
 
-    def close_address(self, addr):
+    def close_address(self, addr: str) -> None:
         """Close the connection to ``addr`` (the next call reconnects)."""
         ch = self._channels.pop(addr, None)
         if ch is not None:
             ch.close()
 
-    async def close(self):
+    async def close(self) -> None:
         """Close every connection; requests still waiting fail with RemotingClosedError."""
         self._closed = True
         connecting = list(self._connecting.values())
@@ -242,14 +256,14 @@ class RemotingClient:
         await asyncio.sleep(0)           # let connection_lost run
 
     @property
-    def addresses(self):
+    def addresses(self) -> list[str]:
         """The addresses with an open connection."""
         return [a for a, ch in self._channels.items() if not ch.closed]
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
@@ -257,14 +271,14 @@ class BlockingRemotingClient:
     """RemotingClient for blocking code: each call runs on the client's own event
     loop (a daemon thread) and waits for it. Safe to call from several threads."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rmq-client",
                                         daemon=True)
         self._thread.start()
         self.client = RemotingClient(**kwargs)
 
-    def _run(self, coro):
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         if not self._thread.is_alive():
             coro.close()
             raise RemotingClosedError("the client is closed")
@@ -273,24 +287,27 @@ class BlockingRemotingClient:
         except concurrent.futures.CancelledError:
             raise RemotingClosedError("the client was closed during the call") from None
 
-    def invoke(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+    def invoke(self, addr: str, cmd: RemotingCommand,
+               timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
         return self._run(self.client.invoke(addr, cmd, timeout))
 
-    def invoke_oneway(self, addr, cmd, timeout=DEFAULT_TIMEOUT):
+    def invoke_oneway(self, addr: str, cmd: RemotingCommand,
+                      timeout: float = DEFAULT_TIMEOUT) -> None:
         return self._run(self.client.invoke_oneway(addr, cmd, timeout))
 
-    def request(self, addr, code, ext_fields=None, body=b"", timeout=DEFAULT_TIMEOUT, **kw):
+    def request(self, addr: str, code: int, ext_fields: dict[str, str] | None = None,
+                body: Buffer = b"", timeout: float = DEFAULT_TIMEOUT, **kw: Any) -> RemotingCommand:
         """Build a request (RemotingCommand.request's arguments) and invoke it."""
         return self.invoke(addr, RemotingCommand.request(code, ext_fields, body, **kw), timeout)
 
-    def close(self):
+    def close(self) -> None:
         if self._thread.is_alive():
             self._run(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop.close()
 
-    async def _shutdown(self):
+    async def _shutdown(self) -> None:
         # Calls still running (e.g. connecting) in other threads end with
         # RemotingClosedError rather than waiting on a stopped loop forever.
         await self.client.close()
@@ -300,8 +317,8 @@ class BlockingRemotingClient:
             t.cancel()
         await asyncio.gather(*others, return_exceptions=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

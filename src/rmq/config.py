@@ -39,12 +39,19 @@ Where rmq differs, on purpose:
 - ``bindAddress`` (5.x NettyServerConfig) is the same setting as rmq's ``listenHost``.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
 from rmq.protocol import parse_java_int
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "ConfigError",
@@ -66,7 +73,8 @@ class ConfigError(RmqError, ValueError):
     """A configuration that cannot be applied. ``key`` and ``value`` name the culprit
     when there is one; ``path`` the file it came from, if any."""
 
-    def __init__(self, message, key=None, value=None, path=None):
+    def __init__(self, message: str, key: str | None = None, value: Any = None,
+                 path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.key = key
         self.value = value
@@ -79,11 +87,11 @@ class ConfigNoPermission(ConfigError):
     ``key`` is the first such key in the request, ``keys`` all of them.
     """
 
-    def __init__(self, keys):
+    def __init__(self, keys: Iterable[str]) -> None:
         keys = list(keys)
         super().__init__(
             "Can not update config in black list: " + ", ".join(keys), key=keys[0])
-        self.keys = keys
+        self.keys: list[str] = keys
 
 
 # ---------------------------------------------------------------- java.util.Properties
@@ -93,7 +101,7 @@ _NL = "\r\n"
 _JAVA_TRIM = "".join(chr(i) for i in range(0x21))  # String.trim(): every char <= ' '
 
 
-def _logical_lines(text):
+def _logical_lines(text: str) -> Iterator[str]:
     """JDK 8 ``Properties.LineReader.readLine``, char for char.
 
     Natural lines end in \\n, \\r or \\r\\n; leading blanks (space, \\t, \\f) are skipped;
@@ -103,7 +111,7 @@ def _logical_lines(text):
     """
     n = len(text)
     i = 0
-    buf = []
+    buf: list[str] = []
     skip_ws = True
     is_comment = False
     is_newline = True
@@ -174,7 +182,7 @@ _ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "f": "\f"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
-def _load_convert(s):
+def _load_convert(s: str) -> str:
     """``Properties.loadConvert``: \\uXXXX, \\t \\r \\n \\f, and \\x -> x for any other x."""
     if "\\" not in s:
         return s
@@ -205,7 +213,7 @@ def _load_convert(s):
     return r
 
 
-def parse_properties(text):
+def parse_properties(text: str) -> dict[str, str]:
     """``java.util.Properties.load`` over text: an ordered dict of key -> value.
 
     Separators: the first unescaped ``=``, ``:`` or blank; blanks around it are dropped,
@@ -213,7 +221,7 @@ def parse_properties(text):
     without value maps to "". A later duplicate wins (Properties is a Hashtable).
     Raises ConfigError on a malformed ``\\uXXXX``.
     """
-    props = {}
+    props: dict[str, str] = {}
     for line in _logical_lines(text):
         limit = len(line)
         key_len = 0
@@ -245,7 +253,7 @@ def parse_properties(text):
     return props
 
 
-def load_properties_file(path):
+def load_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """A properties file as Java's ``Properties.load(InputStream)`` reads it (ISO-8859-1)."""
     try:
         with open(path, "rb") as f:
@@ -258,7 +266,7 @@ def load_properties_file(path):
         raise ConfigError(f"config file {path}: {e}", path=path) from None
 
 
-def properties_to_string(props):
+def properties_to_string(props: Mapping[str, object]) -> str:
     """``MixAll.properties2String``: ``k=v\\n`` per entry, nothing escaped, None skipped."""
     return "".join(f"{k}={v}\n" for k, v in props.items() if v is not None)
 
@@ -270,22 +278,23 @@ class Field:
 
     __slots__ = ("key", "attr", "type", "default", "origin", "check")
 
-    def __init__(self, key, type_, default, origin, attr=None, check=None):
+    def __init__(self, key: str, type_: str, default: Any, origin: str, attr: str | None = None,
+                 check: tuple[int, int] | None = None) -> None:
         self.key = key
-        self.attr = attr or key
+        self.attr: str = attr or key
         self.type = type_  # "int" (Java int), "long", "bool" or "str"
         self.default = default  # a value, or a callable giving it
         self.origin = origin  # where Java declares it, or "rmq"
         self.check = check  # (lo, hi) bounds for numbers, beyond Java's type range
 
-    def default_value(self):
+    def default_value(self) -> Any:
         return self.default() if callable(self.default) else self.default
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Field({self.key!r}, {self.type}, {self.default_value()!r}, {self.origin})"
 
 
-def _home_file(name):
+def _home_file(name: str) -> Callable[[], str]:
     return lambda: os.path.join(os.path.expanduser("~"), "namesrv", name)
 
 
@@ -380,7 +389,7 @@ ALWAYS_BLACKLISTED = frozenset(
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
 
 
-def is_path_key(key):
+def is_path_key(key: str) -> bool:
     """True for a key that names a file path or a directory, by its name: it contains
     ``path`` (kvConfigPath, storePathCommitLog) or ends in dir(s), directory, home,
     file(s) (storePathRootDir, rocketmqHome), case aside."""
@@ -388,7 +397,7 @@ def is_path_key(key):
     return "path" in k or k.endswith(_PATH_SUFFIXES)
 
 
-def _convert(field, raw):
+def _convert(field: Field, raw: str) -> str | bool | int:
     """``properties2Object`` for one key: trim, then parse as the field's type."""
     s = raw.strip(_JAVA_TRIM)
     if field.type == "str":
@@ -411,13 +420,13 @@ def _convert(field, raw):
     return v
 
 
-def _format(value):
+def _format(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def _check_typed(field, value):
+def _check_typed(field: Field, value: Any) -> Any:
     """A Python value given to the constructor or assigned: the field's type and range."""
     if field.type == "str":
         ok = value is None or isinstance(value, str)
@@ -446,10 +455,61 @@ class NamesrvConfig:
     updatable remotely, as in Java) and readable as attributes.
     """
 
-    def __init__(self, **values):
+    # One attribute per field of FIELDS (set in __init__); bindAddress is listenHost.
+    rocketmqHome: str | None
+    kvConfigPath: str
+    configStorePath: str
+    productEnvName: str
+    clusterTest: bool
+    orderMessageEnable: bool
+    returnOrderTopicConfigToBroker: bool
+    clientRequestThreadPoolNums: int
+    defaultThreadPoolNums: int
+    clientRequestThreadPoolQueueCapacity: int
+    defaultThreadPoolQueueCapacity: int
+    scanNotActiveBrokerInterval: int
+    unRegisterBrokerQueueCapacity: int
+    supportActingMaster: bool
+    enableAllTopicList: bool
+    enableTopicList: bool
+    notifyMinBrokerIdChanged: bool
+    notifyMinBrokerIdChangeTimeoutMillis: int
+    enableControllerInNamesrv: bool
+    needWaitForService: bool
+    waitSecondsForService: int
+    deleteTopicWithBrokerRegistration: bool
+    configBlackList: str
+    listenHost: str
+    listenPort: int
+    serverWorkerThreads: int
+    serverCallbackExecutorThreads: int
+    serverSelectorThreads: int
+    serverOnewaySemaphoreValue: int
+    serverAsyncSemaphoreValue: int
+    serverChannelMaxIdleTimeSeconds: int
+    serverSocketSndBufSize: int
+    serverSocketRcvBufSize: int
+    writeBufferHighWaterMark: int
+    writeBufferLowWaterMark: int
+    serverSocketBacklog: int
+    serverNettyWorkerGroupEnable: bool
+    serverPooledByteBufAllocatorEnable: bool
+    enableShutdownGracefully: bool
+    shutdownWaitTimeSeconds: int
+    useEpollNativeSelector: bool
+    maxFrameLength: int
+    maxConnections: int
+    maxOutputBufferBytes: int
+    maxTotalOutputBufferBytes: int
+    maxKvNamespaceBytes: int
+    maxKvKeyBytes: int
+    maxKvValueBytes: int
+    maxKvTableBytes: int
+
+    def __init__(self, **values: Any) -> None:
         self._lock = threading.Lock()
-        self._extra = {}
-        self.source = None
+        self._extra: dict[str, str] = {}
+        self.source: str | None = None
         for f in FIELDS:
             if f.attr == f.key:
                 setattr(self, f.attr, f.default_value())
@@ -461,33 +521,33 @@ class NamesrvConfig:
 
     # bindAddress (5.x NettyServerConfig) is listenHost under its Java name
     @property
-    def bindAddress(self):
+    def bindAddress(self) -> str:
         return self.listenHost
 
     @bindAddress.setter
-    def bindAddress(self, value):
+    def bindAddress(self, value: str) -> None:
         self.listenHost = value
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> str:
         # only reached for names that are not attributes: the file's extra keys
-        extra = self.__dict__.get("_extra")
+        extra: dict[str, str] | None = self.__dict__.get("_extra")
         if extra is not None and name in extra:
             return extra[name]
         raise AttributeError(f"NamesrvConfig has no setting {name!r}")
 
     @property
-    def extra(self):
+    def extra(self) -> dict[str, str]:
         """The file's keys that no field knows (a copy): key -> raw value."""
         return dict(self._extra)
 
     @staticmethod
-    def fields():
+    def fields() -> tuple[Field, ...]:
         return FIELDS
 
     # ------------------------------------------------------------ file
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: str | os.PathLike[str]) -> Self:
         """A config from a Java namesrv.properties (``mqnamesrv -c FILE``).
 
         Unknown keys are warned about and kept (as Java's registerConfig keeps them);
@@ -506,7 +566,7 @@ class NamesrvConfig:
         return config
 
     @classmethod
-    def from_properties_text(cls, text, source="<text>"):
+    def from_properties_text(cls, text: str, source: str = "<text>") -> Self:
         """Like :meth:`load`, from the text of a properties file."""
         config = cls()
         config._apply(config._converted(parse_properties(text), source=source))
@@ -515,13 +575,13 @@ class NamesrvConfig:
 
     # ------------------------------------------------------------ GET / UPDATE
 
-    def to_properties(self):
+    def to_properties(self) -> dict[str, str]:
         """Every setting as Java's Configuration shows it: key -> string, None omitted.
 
         Order: Java's declaration order (NamesrvConfig, NettyServerConfig), rmq's keys,
         then the file's extra keys. Java's order is Hashtable order, not a contract.
         """
-        props = {}
+        props: dict[str, str] = {}
         for f in FIELDS:
             value = getattr(self, f.attr)
             if value is not None:
@@ -530,27 +590,27 @@ class NamesrvConfig:
             props.setdefault(k, v)
         return props
 
-    def kv_limits(self):
+    def kv_limits(self) -> dict[str, int]:
         """The KVConfig keyword arguments of the KV limits."""
         return {"max_namespace_bytes": self.maxKvNamespaceBytes,
                 "max_key_bytes": self.maxKvKeyBytes,
                 "max_value_bytes": self.maxKvValueBytes,
                 "max_table_bytes": self.maxKvTableBytes}
 
-    def to_properties_text(self):
+    def to_properties_text(self) -> str:
         """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""
         return properties_to_string(self.to_properties())
 
-    def black_list(self):
+    def black_list(self) -> frozenset[str]:
         """The keys named by configBlackList plus :data:`ALWAYS_BLACKLISTED`."""
         named = (k.strip(_JAVA_TRIM) for k in (self.configBlackList or "").split(";"))
         return ALWAYS_BLACKLISTED | {k for k in named if k}
 
-    def is_blacklisted(self, key):
+    def is_blacklisted(self, key: str) -> bool:
         """True if no remote request may set ``key`` (black list or path rule)."""
         return key in self.black_list() or is_path_key(key)
 
-    def update_from_properties_text(self, text):
+    def update_from_properties_text(self, text: str) -> list[str]:
         """Apply an UPDATE_NAMESRV_CONFIG body; returns the keys whose value changed.
 
         All or nothing: ConfigNoPermission if any key is black-listed, ConfigError if a
@@ -567,10 +627,11 @@ class NamesrvConfig:
 
     # ------------------------------------------------------------ internals
 
-    def _converted(self, props, source):
+    def _converted(self, props: Mapping[str, str], source: str | None
+                   ) -> list[tuple[str, str | None, Any]]:
         """[(key, attr or None, value)] for ``props``; raises before anything changes."""
-        out = []
-        seen = {}
+        out: list[tuple[str, str | None, Any]] = []
+        seen: dict[str, tuple[str, Any]] = {}
         for key, raw in props.items():
             field = _BY_KEY.get(key)
             if field is None:
@@ -592,8 +653,8 @@ class NamesrvConfig:
             out.append((key, field.attr, value))
         return out
 
-    def _apply(self, converted):
-        changed = []
+    def _apply(self, converted: Iterable[tuple[str, str | None, Any]]) -> list[str]:
+        changed: list[str] = []
         for key, attr, value in converted:
             if attr is None:
                 if self._extra.get(key) != value:
@@ -605,7 +666,7 @@ class NamesrvConfig:
                 setattr(self, attr, value)
         return changed
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         diff = {f.key: getattr(self, f.attr) for f in FIELDS
                 if getattr(self, f.attr) != f.default_value()}
         return f"NamesrvConfig({', '.join(f'{k}={v!r}' for k, v in diff.items())})"

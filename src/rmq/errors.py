@@ -4,6 +4,11 @@ Every error also inherits the matching builtin so callers may catch either
 (``except ValueError`` keeps working), as msgpack and asyncpg do.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 __all__ = [
     "RmqError",
     "ProtocolError",
@@ -32,7 +37,7 @@ class ProtocolError(RmqError, ValueError):
     bad frame, so a caller can still act on them before closing the stream.
     """
 
-    decoded = ()
+    decoded: Sequence[Any] = ()
 
 
 class FrameTooLarge(ProtocolError):
@@ -58,7 +63,7 @@ class BodyError(ProtocolError):
 class RemotingError(RmqError):
     """A request that got no answer from a peer (Java: RemotingException)."""
 
-    def __init__(self, message, addr=None):
+    def __init__(self, message: str, addr: str | None = None) -> None:
         super().__init__(message)
         self.addr = addr
 
@@ -79,7 +84,8 @@ class ResponseError(RmqError):
     """An answer whose code is not the success the caller needs (Java:
     MQBrokerException): ``code`` and ``remark`` are the answer's."""
 
-    def __init__(self, code, remark, addr=None, request_code=None):
+    def __init__(self, code: int, remark: str | None, addr: str | None = None,
+                 request_code: int | None = None) -> None:
         where = f" from {addr}" if addr else ""
         what = f" to request {request_code}" if request_code is not None else ""
         super().__init__(f"answer{what}{where}: code {code}, remark {remark!r}")

@@ -21,16 +21,29 @@ lost) ends the direction: the bytes after it are counted as lost.
 Pure Python: reading a 100 MB capture takes seconds.
 """
 
+from __future__ import annotations
+
 import heapq
 import itertools
 import os
 import socket
 import struct
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from rmq.errors import RmqError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT, LANGUAGES
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+#: (time_ns, linktype, data) of one captured packet
+_Packet = tuple[int, int, bytes]
+#: (src, sport, dst, dport) of a TCP segment
+_FlowKey = tuple[bytes, int, bytes, int]
+#: A flow's entry in PcapReader._flows: the flow, and the stream of the key's source
+_FlowEntry = tuple["_Flow", "_Stream | None"]
 
 __all__ = ["IN", "OUT", "PcapError", "PcapReader", "PcapStats", "TraceRecord",
            "is_pcap", "read_pcap"]
@@ -78,11 +91,11 @@ class PcapStats:
     non_remoting: int = 0           # directions abandoned at a length prefix out of range
     late_records: int = 0           # records later than sort_window_ns behind (out of time order)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
-def is_pcap(first_bytes):
+def is_pcap(first_bytes: bytes | bytearray | memoryview) -> bool:
     """True when ``first_bytes`` (the start of a file, 4 bytes or more) is a pcap or
     pcapng header."""
     head = bytes(first_bytes[:4])
@@ -93,7 +106,8 @@ def is_pcap(first_bytes):
     return len(first_bytes) < 12 or bytes(first_bytes[8:12]) in _PCAPNG_BYTE_ORDER
 
 
-def read_pcap(source, **options):
+def read_pcap(source: str | bytes | os.PathLike[str] | IO[bytes], **options: Any
+              ) -> Iterator[TraceRecord]:
     """Trace records of the remoting frames in a capture (path or binary file);
     ``PcapReader`` (which takes the same ``options``) gives the same records and the
     stats."""
@@ -164,43 +178,44 @@ class _Stream:
     __slots__ = ("flow", "direction", "state", "base", "next_off", "buf", "pending",
                  "pending_bytes", "fin_off", "lost_high")
 
-    def __init__(self, flow, direction):
+    def __init__(self, flow: _Flow, direction: int) -> None:
         self.flow = flow
         self.direction = direction
         self.state = _WAITING
-        self.base = None         # sequence number of offset 0, once aligned
+        self.base: int | None = None  # sequence number of offset 0, once aligned
         self.next_off = 0        # next byte expected
         self.buf = bytearray()   # delivered bytes of the frame in progress
-        self.pending = []        # heap of (offset, payload) that arrived ahead of a gap
+        self.pending: list[tuple[int, bytes]] = []  # heap: (offset, payload) ahead of a gap
         self.pending_bytes = 0
-        self.fin_off = None
+        self.fin_off: int | None = None
         self.lost_high = 0       # in _LOST: the end of the highest byte seen
 
-    def align(self, seq):
+    def align(self, seq: int) -> None:
         self.state = _OPEN
         self.base = seq
 
-    def offset(self, seq, reference):
+    def offset(self, seq: int, reference: int) -> int:
         """The offset of ``seq``, taken as the nearest one to ``reference`` (32-bit
         sequence numbers wrap; offsets do not)."""
-        delta = ((seq - self.base - reference + _HALF32) & _MASK32) - _HALF32
+        delta = ((seq - self.base - reference + _HALF32) & _MASK32) - _HALF32  # type: ignore[operator]
         return reference + delta
 
 
 class _Flow:
     __slots__ = ("conn", "peer", "client_isn", "streams", "keys", "fins", "last_ns")
 
-    def __init__(self, conn, peer, client_isn, keys):
+    def __init__(self, conn: int, peer: str | None, client_isn: int | None,
+                 keys: tuple[_FlowKey, _FlowKey]) -> None:
         self.conn = conn
         self.peer = peer
         self.client_isn = client_isn
-        self.streams = (_Stream(self, IN), _Stream(self, OUT)) if peer else ()
+        self.streams: tuple[_Stream, ...] = (_Stream(self, IN), _Stream(self, OUT)) if peer else ()
         self.keys = keys            # its two (src, sport, dst, dport) in self._flows
         self.fins = 0               # bit 0: FIN from keys[0]'s source, bit 1: from the other
         self.last_ns = 0
 
 
-def _address(ip, port):
+def _address(ip: bytes, port: int) -> str:
     if len(ip) == 4:
         return f"{socket.inet_ntoa(ip)}:{port}"
     return f"[{socket.inet_ntop(socket.AF_INET6, ip)}]:{port}"
@@ -209,13 +224,13 @@ def _address(ip, port):
 class _ChunkReader:
     """Reads a file in large chunks; ``buf[pos:]`` is what is not consumed yet."""
 
-    def __init__(self, f):
+    def __init__(self, f: IO[bytes]) -> None:
         self.f = f
         self.buf = b""
         self.pos = 0
         self.offset = 0          # file offset of buf[0]
 
-    def ensure(self, n):
+    def ensure(self, n: int) -> bool:
         """True when ``n`` bytes are available from ``pos`` (False at the end of the file)."""
         avail = len(self.buf) - self.pos
         if avail >= n:
@@ -247,22 +262,29 @@ class PcapReader:
     The header is read at once: a file that is not a capture raises PcapError here.
     """
 
-    def __init__(self, source, *, server_ports=(9876,), max_frame_length=DEFAULT_MAX_FRAME_LENGTH,
-                 max_reorder_bytes=DEFAULT_MAX_REORDER_BYTES, sort_window_ns=DEFAULT_SORT_WINDOW_NS):
+    def __init__(self, source: str | bytes | os.PathLike[str] | IO[bytes], *,
+                 server_ports: Iterable[int] | None = (9876,),
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 max_reorder_bytes: int = DEFAULT_MAX_REORDER_BYTES,
+                 sort_window_ns: int | None = DEFAULT_SORT_WINDOW_NS) -> None:
         self.stats = PcapStats()
         self._server_ports = None if server_ports is None else frozenset(server_ports)
         self._max_frame_length = max_frame_length
         self._max_reorder_bytes = max_reorder_bytes
         self._sort_window_ns = sort_window_ns
-        self._flows = {}         # (src, sport, dst, dport) -> (flow, stream of src, or None)
-        self._live = {}          # conn -> flow, until it is finished (RST, or FIN both ways)
-        self._finished = []      # finished flows, forgotten _LINGER_NS after their last packet
+        # (src, sport, dst, dport) -> (flow, stream of src, or None)
+        self._flows: dict[_FlowKey, _FlowEntry] = {}
+        # conn -> flow, until it is finished (RST, or FIN both ways)
+        self._live: dict[int, _Flow] = {}
+        # finished flows, forgotten _LINGER_NS after their last packet
+        self._finished: list[_Flow] = []
         self._segments = 0
-        self._ready = []         # heap of (time_ns, order, record)
+        self._ready: list[tuple[int, int, TraceRecord]] = []  # heap of (time_ns, order, record)
         self._order = itertools.count()
         self._released_ns = -1 << 63
         if isinstance(source, (str, bytes, os.PathLike)):
-            self._file, self._owns_file = open(source, "rb"), True
+            self._file: IO[bytes] = open(source, "rb")
+            self._owns_file = True
         else:
             self._file, self._owns_file = source, False
         try:
@@ -272,22 +294,22 @@ class PcapReader:
             raise
         self._records = self._iterate()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TraceRecord]:
         return self._records
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         if self._owns_file:
             self._file.close()
 
     # ------------------------------------------------------------ capture files
 
-    def _open(self):
+    def _open(self) -> Iterator[_Packet]:
         reader = _ChunkReader(self._file)
         reader.ensure(_PCAP_HEADER_SIZE)
         head = reader.buf[:4]
@@ -313,7 +335,8 @@ class PcapReader:
                             "shorter than a magic number")
         raise PcapError(f"not a pcap or pcapng file: magic 0x{head.hex()}")
 
-    def _pcap_packets(self, reader, order, frac_ns, linktype):
+    def _pcap_packets(self, reader: _ChunkReader, order: str, frac_ns: int,
+                      linktype: int) -> Iterator[_Packet]:
         """(time_ns, linktype, data) of each record of a classic pcap file."""
         header = struct.Struct(order + "IIII")
         stats = self.stats
@@ -338,13 +361,13 @@ class PcapReader:
                 stats.snapped_packets += 1
             yield sec * 1_000_000_000 + frac * frac_ns, linktype, reader.buf[start:start + caplen]
 
-    def _pcapng_packets(self, reader):
+    def _pcapng_packets(self, reader: _ChunkReader) -> Iterator[_Packet]:
         """(time_ns, linktype, data) of each packet block of a pcapng file."""
         stats = self.stats
         last_time_ns = 0
         order = "<"
         block_header = struct.Struct("<II")
-        interfaces = []          # per section: (linktype, mul, div, offset_ns)
+        interfaces: list[tuple[int, int, int, int]] = []  # per section: (linktype, mul, div, offset_ns)
         while True:
             if not reader.ensure(12):
                 if len(reader.buf) > reader.pos:
@@ -353,7 +376,7 @@ class PcapReader:
             buf, pos = reader.buf, reader.pos
             if buf[pos:pos + 4] == _PCAPNG_SHB:
                 # Each section sets its own byte order and interfaces.
-                order = _PCAPNG_BYTE_ORDER.get(buf[pos + 8:pos + 12])
+                order = _PCAPNG_BYTE_ORDER.get(buf[pos + 8:pos + 12])  # type: ignore[assignment]
                 if order is None:
                     raise PcapError(f"pcapng section header at offset {reader.offset + pos} "
                                     f"with byte-order magic 0x{buf[pos + 8:pos + 12].hex()}")
@@ -406,7 +429,7 @@ class PcapReader:
             yield time_ns, linktype, buf[data_start:data_start + caplen]
 
     @staticmethod
-    def _interface(order, buf, body, end):
+    def _interface(order: str, buf: bytes, body: int, end: int) -> tuple[int, int, int, int]:
         """(linktype, mul, div, offset_ns) of an interface description block:
         time_ns = timestamp * mul // div + offset_ns."""
         (linktype,) = struct.unpack_from(order + "H", buf, body)
@@ -430,7 +453,7 @@ class PcapReader:
 
     # ------------------------------------------------------------ records
 
-    def _iterate(self):
+    def _iterate(self) -> Iterator[TraceRecord]:
         ready = self._ready
         window = self._sort_window_ns
         newest = -1 << 63
@@ -451,23 +474,24 @@ class PcapReader:
         finally:
             self.close()
 
-    def _emit(self, time_ns, stream, frame):
+    def _emit(self, time_ns: int, stream: _Stream, frame: bytes) -> None:
         self.stats.frames += 1
         if time_ns < self._released_ns:
             self.stats.late_records += 1
         flow = stream.flow
         heapq.heappush(self._ready, (time_ns, next(self._order),
-                                     TraceRecord(time_ns, flow.conn, flow.peer, stream.direction,
+                                     TraceRecord(time_ns, flow.conn, flow.peer,  # type: ignore[arg-type]
+                                                 stream.direction,
                                                  frame)))
 
-    def _finish(self):
+    def _finish(self) -> None:
         """End of the file: what is still waiting will never complete."""
         for flow in self._live.values():
             self._end_streams(flow, at_end=True)
 
     # ------------------------------------------------------------ dissection
 
-    def _packet(self, time_ns, linktype, data):
+    def _packet(self, time_ns: int, linktype: int, data: bytes) -> None:
         """Find the IPv4 or IPv6 header under the link layer, then the TCP segment."""
         if linktype == _LINK_ETHERNET:
             if len(data) < 14:
@@ -550,7 +574,8 @@ class PcapReader:
 
     # ------------------------------------------------------------ TCP
 
-    def _segment(self, time_ns, src, sport, dst, dport, seq, ack, flags, payload):
+    def _segment(self, time_ns: int, src: bytes, sport: int, dst: bytes, dport: int, seq: int,
+                 ack: int, flags: int, payload: bytes) -> None:
         key = (src, sport, dst, dport)
         entry = self._flows.get(key)
         # A SYN that is not the connection's own (retransmitted) SYN starts a new one
@@ -578,12 +603,12 @@ class PcapReader:
         if flow.fins == 3 and all(s.state != _OPEN for s in flow.streams):
             self._mark_finished(flow)
 
-    def _mark_finished(self, flow):
+    def _mark_finished(self, flow: _Flow) -> None:
         """RST, or FIN both ways with nothing left to reassemble: no longer live."""
         if self._live.pop(flow.conn, None) is not None:
             self._finished.append(flow)
 
-    def _forget(self, horizon_ns):
+    def _forget(self, horizon_ns: int) -> None:
         """Drop the finished flows silent since ``horizon_ns``, as TCP's TIME_WAIT
         ends: a capture of many connections keeps only the recent ones. A packet of a
         forgotten flow is taken as a new connection's."""
@@ -598,7 +623,8 @@ class PcapReader:
                     del self._flows[key]
         self._finished = keep
 
-    def _follow(self, time_ns, stream, seq, flags, payload):
+    def _follow(self, time_ns: int, stream: _Stream | None, seq: int, flags: int,
+                payload: bytes) -> None:
         if stream is None:
             self.stats.unaligned_bytes += len(payload)
             return
@@ -645,7 +671,8 @@ class PcapReader:
                 start = stream.offset(seq, stream.next_off)
                 self.stats.retransmitted_bytes += max(0, min(len(payload), stream.next_off - start))
 
-    def _new_flow(self, src, sport, dst, dport, seq, ack, flags):
+    def _new_flow(self, src: bytes, sport: int, dst: bytes, dport: int, seq: int, ack: int,
+                  flags: int) -> _FlowEntry:
         if flags & _SYN:
             client_is_src = not flags & _ACK
         elif self._server_ports is None:
@@ -657,6 +684,8 @@ class PcapReader:
         stats = self.stats
         stats.flows += 1
         keys = ((src, sport, dst, dport), (dst, dport, src, sport))
+        forward: _FlowEntry
+        backward: _FlowEntry
         if client_is_src is None:
             stats.unknown_client_flows += 1
             flow = _Flow(stats.flows, None, None, keys)
@@ -677,12 +706,12 @@ class PcapReader:
         self._live[flow.conn] = flow
         return forward
 
-    def _end_flow(self, flow):
+    def _end_flow(self, flow: _Flow) -> None:
         """RST (or a new connection on the same ports): both directions end here."""
         self._mark_finished(flow)
         self._end_streams(flow, at_end=False)
 
-    def _end_streams(self, flow, at_end):
+    def _end_streams(self, flow: _Flow, at_end: bool) -> None:
         """What is still waiting in ``flow`` will never complete: lost behind a gap,
         or a frame cut by the end of the file or the connection."""
         for stream in flow.streams:
@@ -696,7 +725,7 @@ class PcapReader:
                         self.stats.cut_at_close += 1
             self._drop(stream, _DONE)
 
-    def _starts_frame(self, payload):
+    def _starts_frame(self, payload: bytes) -> bool:
         """Whether a segment (of a direction whose SYN we missed) starts like a frame."""
         if len(payload) < 9:
             return False
@@ -711,7 +740,7 @@ class PcapReader:
         return (serialize_type == 1 and header_length >= 21 and len(payload) > 10
                 and payload[10] < len(LANGUAGES))
 
-    def _place(self, stream, time_ns, start, payload):
+    def _place(self, stream: _Stream, time_ns: int, start: int, payload: bytes) -> None:
         if start > stream.next_off:
             self.stats.out_of_order_segments += 1
             heapq.heappush(stream.pending, (start, payload))
@@ -726,7 +755,7 @@ class PcapReader:
             stream.pending_bytes -= len(payload)
             self._take(stream, time_ns, start, payload)
 
-    def _take(self, stream, time_ns, start, payload):
+    def _take(self, stream: _Stream, time_ns: int, start: int, payload: bytes) -> None:
         """Data starting at or before ``next_off``: the part already had is counted,
         the rest delivered."""
         next_off = stream.next_off
@@ -741,7 +770,7 @@ class PcapReader:
                 return
         self._deliver(stream, time_ns, payload)
 
-    def _deliver(self, stream, time_ns, data):
+    def _deliver(self, stream: _Stream, time_ns: int, data: bytes | bytearray) -> None:
         """In-order bytes: complete frames are emitted, the rest waits in ``buf``."""
         stream.next_off += len(data)
         buf = stream.buf
@@ -766,7 +795,7 @@ class PcapReader:
         elif pos < size:
             buf += memoryview(data)[pos:]
 
-    def _lose(self, stream):
+    def _lose(self, stream: _Stream) -> None:
         """The gap before ``pending`` will not be filled: the frame in progress and
         every byte after the gap are lost."""
         lost, covered_to = len(stream.buf), stream.next_off
@@ -782,7 +811,7 @@ class PcapReader:
         stream.lost_high = covered_to
 
     @staticmethod
-    def _drop(stream, state):
+    def _drop(stream: _Stream, state: int) -> None:
         stream.state = state
         stream.buf = bytearray()
         stream.pending = []

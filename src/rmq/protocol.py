@@ -3,6 +3,8 @@
 Pure data, shared by both codec implementations and by the server.
 """
 
+from __future__ import annotations
+
 import re
 
 # MQVersion.Version ordinals (each release also has a SNAPSHOT entry before it).
@@ -74,14 +76,14 @@ class ResponseCode:
     GO_AWAY = 1500
 
 
-REQUEST_NAMES = {v: k for k, v in vars(RequestCode).items() if k.isupper()}
-RESPONSE_NAMES = {v: k for k, v in vars(ResponseCode).items() if k.isupper()}
+REQUEST_NAMES: dict[int, str] = {v: k for k, v in vars(RequestCode).items() if k.isupper()}
+RESPONSE_NAMES: dict[int, str] = {v: k for k, v in vars(ResponseCode).items() if k.isupper()}
 
 
 _JAVA_INT = re.compile(r"[+-]?\d+")
 
 
-def parse_java_int(text, bits=32):
+def parse_java_int(text: str, bits: int = 32) -> int | None:
     """``Integer.parseInt`` (bits=32) / ``Long.parseLong`` (bits=64) of a header or
     config value: a sign and digits, nothing else (Python's int() would also take
     blanks and underscores), within the Java type's range; None when Java would throw."""

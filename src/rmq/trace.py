@@ -18,6 +18,8 @@ them; when the queue is full the frame is dropped and counted, never waited for.
 A segment cut by a crash reads back up to its last complete record.
 """
 
+from __future__ import annotations
+
 import collections
 import io
 import logging
@@ -25,6 +27,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import msgpack
 
@@ -32,6 +36,11 @@ from rmq.codec import FrameSplitter
 from rmq.errors import ProtocolError, TraceError
 from rmq.pcap import CAPTURE_MAGICS
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from rmq import _core, fallback
 
 log = logging.getLogger("rmq.trace")
 
@@ -55,23 +64,24 @@ class SegmentWriter:
     """Writes records into rotating segment files under ``directory``. Not
     thread-safe: one writer (the recorder's thread, or a synthesizer)."""
 
-    def __init__(self, directory, *, segment_bytes=DEFAULT_SEGMENT_BYTES, prefix="trace"):
+    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 prefix: str = "trace") -> None:
         if segment_bytes < 1024:
             raise ValueError(f"segment_bytes must be at least 1024, got {segment_bytes}")
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
         self.segment_bytes = segment_bytes
         self.prefix = prefix
-        self.files = []
+        self.files: list[str] = []
         self.records = 0
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._size = 0
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         # Names sort in time order, and two writers (processes, or two writers of one
         # process in the same second) never pick the same one.
         self._stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**9:09d}"
 
-    def _open(self):
+    def _open(self) -> None:
         path = os.path.join(self.directory, f"{self.prefix}-{self._stamp}-"
                                             f"{len(self.files):06d}{SEGMENT_SUFFIX}")
         self._file = open(path, "xb", buffering=1 << 20)
@@ -80,25 +90,25 @@ class SegmentWriter:
             "rmq-trace": FORMAT_VERSION, "created_ns": time.time_ns(),
             "host": socket.gethostname(), "pid": os.getpid()}))
 
-    def write(self, time_ns, conn, peer, direction, frame):
+    def write(self, time_ns: int, conn: int, peer: str, direction: int, frame: bytes) -> None:
         self.write_packed(self._packer.pack((time_ns, conn, peer, direction, frame)), 1)
 
-    def write_packed(self, data, records):
+    def write_packed(self, data: bytes, records: int) -> None:
         """Append already-packed records (``records`` of them): for synthesizers."""
         if self._file is None or self._size >= self.segment_bytes:
             self._rotate()
-        self._size += self._file.write(data)
+        self._size += self._file.write(data)  # type: ignore[union-attr]  # _rotate opened it
         self.records += records
 
-    def _rotate(self):
+    def _rotate(self) -> None:
         self.close()
         self._open()
 
-    def flush(self):
+    def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
 
-    def close(self):
+    def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -114,45 +124,46 @@ class TraceRecorder:
     length: the server closes such a connection); ``error``: the write error that
     stopped the recording (a full disk...), None while it goes on."""
 
-    def __init__(self, directory, *, segment_bytes=DEFAULT_SEGMENT_BYTES,
-                 queue_frames=DEFAULT_QUEUE_FRAMES, queue_bytes=DEFAULT_QUEUE_BYTES,
-                 max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 queue_frames: int = DEFAULT_QUEUE_FRAMES, queue_bytes: int = DEFAULT_QUEUE_BYTES,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         self.writer = SegmentWriter(directory, segment_bytes=segment_bytes)
         self.max_frame_length = max_frame_length
         self.queue_frames = queue_frames
         self.queue_bytes = queue_bytes
         self.unframed_bytes = 0
-        self.error = None
+        self.error: OSError | None = None
         # Each counter has one writer thread, so no update is lost without a lock:
         # the recording thread (record) and the writer thread (_run).
         self._bytes_queued = 0          # record
         self._bytes_taken = 0           # _run
         self._dropped_full = 0          # record
         self._dropped_failed = 0        # _run
-        self._queue = collections.deque()
+        self._queue: collections.deque[tuple[int, int, str, int, bytes]] = collections.deque()
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rmq-trace", daemon=True)
         self._thread.start()
 
     @property
-    def dropped(self):
+    def dropped(self) -> int:
         return self._dropped_full + self._dropped_failed
 
     @property
-    def queued_bytes(self):
+    def queued_bytes(self) -> int:
         """Bytes of the frames waiting for the writer thread."""
         return self._bytes_queued - self._bytes_taken
 
     @property
-    def recorded(self):
+    def recorded(self) -> int:
         return self.writer.records
 
     @property
-    def files(self):
+    def files(self) -> list[str]:
         return list(self.writer.files)
 
-    def record(self, conn, peer, direction, frame, time_ns=None):
+    def record(self, conn: int, peer: str, direction: int, frame: bytes,
+               time_ns: int | None = None) -> None:
         """Queue one frame; never blocks."""
         if (len(self._queue) >= self.queue_frames or self.error is not None
                 or self.queued_bytes + len(frame) > self.queue_bytes):
@@ -164,11 +175,11 @@ class TraceRecorder:
         if not self._wake.is_set():
             self._wake.set()
 
-    def connection(self, conn, peer):
+    def connection(self, conn: int, peer: str) -> ConnectionTrace:
         """A :class:`ConnectionTrace` for one connection's two streams."""
         return ConnectionTrace(self, conn, peer)
 
-    def _run(self):
+    def _run(self) -> None:
         queue = self._queue
         while True:
             self._wake.wait(0.2)
@@ -191,7 +202,7 @@ class TraceRecorder:
             if self._stop and not queue:
                 return
 
-    def close(self):
+    def close(self) -> None:
         """Write what is queued, close the segment."""
         self._stop = True
         self._wake.set()
@@ -208,26 +219,26 @@ class ConnectionTrace:
 
     __slots__ = ("recorder", "conn", "peer", "_in", "_out")
 
-    def __init__(self, recorder, conn, peer):
+    def __init__(self, recorder: TraceRecorder, conn: int, peer: str) -> None:
         self.recorder = recorder
         self.conn = conn
         self.peer = peer
         self._in = FrameSplitter(recorder.max_frame_length)
         self._out = FrameSplitter(recorder.max_frame_length)
 
-    def incoming(self, data):
+    def incoming(self, data: Buffer) -> None:
         self._record(self._in, IN, data)
 
-    def outgoing(self, data):
+    def outgoing(self, data: Buffer) -> None:
         self._record(self._out, OUT, data)
 
-    def _record(self, splitter, direction, data):
+    def _record(self, splitter: FrameSplitter, direction: int, data: Buffer) -> None:
         t = time.time_ns()
         try:
             frames = splitter.feed(data)
         except ProtocolError as e:
-            frames = e.decoded
-            self.recorder.unframed_bytes += len(data)
+            frames = e.decoded  # type: ignore[assignment]  # the splitter's frames
+            self.recorder.unframed_bytes += len(data)  # type: ignore[arg-type]
         record = self.recorder.record
         for frame in frames:
             record(self.conn, self.peer, direction, frame, t)
@@ -235,10 +246,10 @@ class ConnectionTrace:
 
 # ---------------------------------------------------------------- reading
 
-def segment_files(paths):
+def segment_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """The trace inputs under ``paths`` (files, or directories searched for
     segments and captures), sorted by name."""
-    out = []
+    out: list[str] = []
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
@@ -255,7 +266,7 @@ class SegmentReader:
     (a crash while writing) ends the reading: ``stats["truncated_bytes"]`` says how
     much was left over."""
 
-    def __init__(self, source):
+    def __init__(self, source: str | os.PathLike[str] | Buffer) -> None:
         if not isinstance(source, (str, os.PathLike)):
             self.data = bytes(source)
             self.name = "<bytes>"
@@ -263,10 +274,10 @@ class SegmentReader:
             self.name = os.fspath(source)
             with open(self.name, "rb") as f:
                 self.data = f.read()
-        self.header = None
-        self.stats = {"records": 0, "truncated_bytes": 0}
+        self.header: dict[str, Any] | None = None
+        self.stats: dict[str, int] = {"records": 0, "truncated_bytes": 0}
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         # use_list=False: records come out as the tuples they are read as, no copy
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False,
                                     use_list=False)
@@ -287,7 +298,7 @@ class SegmentReader:
             self.stats["truncated_bytes"] = len(self.data) - end
 
 
-def _read_header(unpacker, name):
+def _read_header(unpacker: Any, name: str) -> dict[str, Any]:
     try:
         header = next(unpacker)
     except StopIteration:
@@ -302,8 +313,9 @@ def _read_header(unpacker, name):
     return header
 
 
-def segment_rows(data, file, file_index, conn_base=0, max_frame_length=DEFAULT_MAX_FRAME_LENGTH,
-                 stats=None):
+def segment_rows(data: Buffer, file: str, file_index: Any, conn_base: int = 0,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 stats: dict[str, int] | None = None) -> Iterator[tuple[Any, ...]]:
     """The frames of one segment (bytes-like) as rows with their headers decoded
     (``rmq.fallback.trace.TRACE_ROW_FIELDS`` tuples), by the compiled core when it is
     loaded. A cut last record ends the rows; ``stats`` (a dict), when given, gets
@@ -315,7 +327,7 @@ def segment_rows(data, file, file_index, conn_base=0, max_frame_length=DEFAULT_M
     # the header is small: the first 64 KiB hold it, or the segment is not one
     unpacker.feed(memoryview(data)[:65536])
     _read_header(unpacker, file)
-    rows = core.TraceRows(data, unpacker.tell(), file, file_index, conn_base, 0,
+    rows: _core.TraceRows | fallback.TraceRows = core.TraceRows(data, unpacker.tell(), file, file_index, conn_base, 0,
                           max_frame_length)
     try:
         yield from rows
@@ -330,26 +342,28 @@ def segment_rows(data, file, file_index, conn_base=0, max_frame_length=DEFAULT_M
                 stats["truncated_bytes"] = view.nbytes - rows.offset if rows.stopped else 0
 
 
-def read_records(source, **pcap_options):
+def read_records(source: str | os.PathLike[str] | Buffer, **pcap_options: Any
+                 ) -> Iterator[tuple[Any, ...]]:
     """The records of one trace input (a path, or its bytes: any bytes-like object):
     a segment, or a pcap/pcapng capture (then ``pcap_options`` go to
     rmq.pcap.PcapReader, e.g. server_ports)."""
     in_memory = not isinstance(source, (str, os.PathLike))
-    if is_capture(source if in_memory else _head(source)):
+    # in_memory tells the two kinds of source apart (mypy cannot follow it)
+    if is_capture(source if in_memory else _head(source)):  # type: ignore[arg-type]
         from rmq import pcap
         if in_memory:
-            source = io.BytesIO(source)
-        return iter(pcap.PcapReader(source, **pcap_options))
+            source = io.BytesIO(source)  # type: ignore[arg-type, assignment]
+        return iter(pcap.PcapReader(source, **pcap_options))  # type: ignore[arg-type]
     return iter(SegmentReader(source))
 
 
-def is_capture(data):
+def is_capture(data: Buffer) -> bool:
     """Whether ``data`` (a bytes-like file content, or its first bytes) begins like a
     pcap or pcapng capture rather than a trace segment."""
     with memoryview(data) as view:
         return bytes(view[:4]) in CAPTURE_MAGICS
 
 
-def _head(path):
+def _head(path: str | os.PathLike[str]) -> bytes:
     with open(path, "rb") as f:
         return f.read(4)

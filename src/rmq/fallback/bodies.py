@@ -12,14 +12,21 @@ names, in Java's field order. The compiled core implements the same functions.
 - TopicRouteData in both forms, fields in Java's order.
 """
 
+from __future__ import annotations
+
 import itertools
 import json
 import re
 import struct
 import zlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rmq.errors import BodyError
 from rmq.protocol import MAX_JSON_DEPTH
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = [
     "json_loads", "json_dumps",
@@ -42,23 +49,24 @@ INFLATE_CHUNK = 1024 * 1024
 _LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
 
 
-def _quote_legacy_keys(text):
+def _quote_legacy_keys(text: str) -> str:
     return _LEGACY_KEY.sub(lambda m: m.group(1) or f'{m.group(2)}"{m.group(3)}"{m.group(4)}', text)
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def nesting_exceeds(value, limit=MAX_JSON_DEPTH):
+def nesting_exceeds(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     """True when containers nest deeper than ``limit`` in ``value`` (each dict or list
     counts one level; a (key, value) pair tuple is transparent)."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         v, depth = stack.pop()
         if isinstance(v, tuple):
             stack.append((v[1], depth))
             continue
+        children: Iterable[object]
         if isinstance(v, dict):
             children = v.values()
         elif isinstance(v, list):
@@ -71,7 +79,7 @@ def nesting_exceeds(value, limit=MAX_JSON_DEPTH):
     return False
 
 
-def json_loads(data):
+def json_loads(data: Buffer) -> Any:
     """Parse a JSON body as Java writes it (legacy unquoted int keys allowed)."""
     try:
         text = bytes(data).decode("utf-8")
@@ -99,7 +107,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def _text_too_deep(text):
+def _text_too_deep(text: str) -> bool:
     # The text, not the parsed value: a later duplicate key may replace a deep value,
     # and the core's reader refuses the nesting as it reads it.
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
@@ -107,7 +115,7 @@ def _text_too_deep(text):
                default=0) > MAX_JSON_DEPTH
 
 
-def _dumps_legacy(obj, out):
+def _dumps_legacy(obj: Any, out: list[str]) -> None:
     if isinstance(obj, dict):
         out.append("{")
         first = True
@@ -135,11 +143,11 @@ def _dumps_legacy(obj, out):
         out.append(json.dumps(obj, ensure_ascii=False, allow_nan=False))
 
 
-def json_dumps(obj, legacy=False):
+def json_dumps(obj: Any, legacy: bool = False) -> bytes:
     """Compact JSON bytes of ``obj`` in dict order (see module doc for the forms)."""
     try:
         if legacy:
-            out = []
+            out: list[str] = []
             _dumps_legacy(obj, out)
             return "".join(out).encode("utf-8", "replace")   # a lone surrogate: '?', as Java
         return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
@@ -149,11 +157,11 @@ def json_dumps(obj, legacy=False):
 
 # ---------------------------------------------------------------- RegisterBrokerBody
 
-def _is_zlib(data):
+def _is_zlib(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0
 
 
-def _inflate(data, max_inflated):
+def _inflate(data: bytes, max_inflated: int) -> bytes:
     # In chunks, so that a bomb is refused having cost at most the limit (one call
     # with the limit as max_length would hold the inflated bytes twice).
     max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
@@ -183,18 +191,19 @@ def _inflate(data, max_inflated):
 class _Reader:
     __slots__ = ("data", "pos")
 
-    def __init__(self, data):
+    def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
 
-    def int32(self, what):
+    def int32(self, what: str) -> int:
         if len(self.data) - self.pos < 4:
             raise BodyError(f"compressed body truncated reading {what} at byte {self.pos}")
+        v: int
         (v,) = struct.unpack_from(">i", self.data, self.pos)
         self.pos += 4
         return v
 
-    def chunk(self, what):
+    def chunk(self, what: str) -> bytes:
         n = self.int32(what + " length")
         if n < 0 or n > len(self.data) - self.pos:
             raise BodyError(f"compressed body: {what} length {n} exceeds the "
@@ -204,7 +213,7 @@ class _Reader:
         return b
 
 
-def _parse_int(s, what):
+def _parse_int(s: str, what: str) -> int:
     # Java's Integer.parseInt: optional sign, digits only, int32.
     if not re.fullmatch(r"[+-]?[0-9]+", s):
         raise BodyError(f"compressed topic config: {what} is not an integer: {s!r}")
@@ -214,7 +223,7 @@ def _parse_int(s, what):
     return v
 
 
-def _decode_topic_config_line(raw):
+def _decode_topic_config_line(raw: bytes) -> dict[str, Any]:
     # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]".
     try:
         line = raw.decode("utf-8")
@@ -225,7 +234,7 @@ def _decode_topic_config_line(raw):
         parts.pop()
     if len(parts) < 5:
         raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
-    tc = {}
+    tc: dict[str, Any] = {}
     if len(parts) >= 6:
         attrs = json_loads(parts[5].encode("utf-8"))
         if not isinstance(attrs, dict):
@@ -241,13 +250,13 @@ def _decode_topic_config_line(raw):
     return tc
 
 
-def _decode_compressed(data, max_inflated):
+def _decode_compressed(data: bytes, max_inflated: int) -> dict[str, Any]:
     r = _Reader(_inflate(data, max_inflated))
     wrapper = {"dataVersion": json_loads(r.chunk("dataVersion"))}
     n = r.int32("topic count")
     if n < 0 or n > (len(r.data) - r.pos) // 4:
         raise BodyError(f"compressed body: topic count {n} exceeds what the body can hold")
-    table = {}
+    table: dict[str, Any] = {}
     for _ in range(n):
         tc = _decode_topic_config_line(r.chunk("topic config"))
         table[tc["topicName"]] = tc
@@ -257,7 +266,7 @@ def _decode_compressed(data, max_inflated):
         m = r.int32("mapping count")
         if m < 0 or m > (len(r.data) - r.pos) // 4:
             raise BodyError(f"compressed body: mapping count {m} exceeds what the body can hold")
-        mappings = {}
+        mappings: dict[str, Any] = {}
         for _ in range(m):
             info = json_loads(r.chunk("topic queue mapping"))
             if not isinstance(info, dict):
@@ -271,23 +280,24 @@ def _decode_compressed(data, max_inflated):
     return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
 
 
-def decode_register_broker_body(data, max_inflated=DEFAULT_MAX_INFLATED):
+def decode_register_broker_body(data: Buffer, max_inflated: int = DEFAULT_MAX_INFLATED
+                                ) -> dict[str, Any]:
     """Decode a RegisterBrokerBody, JSON or zlib-compressed (told apart by content:
     5.x brokers may send a compressed body while the header says otherwise)."""
-    data = bytes(data)
-    if _is_zlib(data):
-        return _decode_compressed(data, max_inflated)
-    body = json_loads(data)
+    raw = bytes(data)
+    if _is_zlib(raw):
+        return _decode_compressed(raw, max_inflated)
+    body = json_loads(raw)
     if not isinstance(body, dict):
         raise BodyError(f"RegisterBrokerBody is not a JSON object: {type(body).__name__}")
     return body
 
 
-def _int32(v):
+def _int32(v: int) -> bytes:
     return struct.pack(">i", v)
 
 
-def encode_register_broker_body(body, compressed=False):
+def encode_register_broker_body(body: dict[str, Any], compressed: bool = False) -> bytes:
     """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
     if not compressed:
         return json_dumps(body)
@@ -316,19 +326,19 @@ def encode_register_broker_body(body, compressed=False):
 
 # ---------------------------------------------------------------- TopicRouteData
 
-def _sorted_addrs(addrs, legacy):
+def _sorted_addrs(addrs: Mapping[Any, Any], legacy: bool) -> dict[int, Any]:
     # Both forms list broker ids in ascending order: the standard form sorts map
     # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
     return {k: v for k, v in sorted(((int(k), v) for k, v in addrs.items()),
                                     key=lambda kv: kv[0])}
 
 
-def broker_data(bd, legacy=False):
+def broker_data(bd: Mapping[str, Any], legacy: bool = False) -> dict[str, Any]:
     """A BrokerData dict as Java writes it: field order, and the 5.x fields only
     when present (enableActingMaster) or set (zoneName). The one place these rules
     live; ClusterInfo (rmq.bodies) uses it too, and _core's wb_broker_data is its
     compiled twin."""
-    out = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
+    out: dict[str, Any] = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
            "brokerName": bd.get("brokerName"), "cluster": bd.get("cluster")}
     if "enableActingMaster" in bd:
         out["enableActingMaster"] = bool(bd["enableActingMaster"])
@@ -337,7 +347,7 @@ def broker_data(bd, legacy=False):
     return out
 
 
-def _queue_data(qd):
+def _queue_data(qd: dict[str, Any]) -> dict[str, Any]:
     # Before 4.9.0 Java spelled it topicSynFlag.
     return {"brokerName": qd.get("brokerName"), "perm": qd.get("perm", 6),
             "readQueueNums": qd.get("readQueueNums", 0),
@@ -345,9 +355,9 @@ def _queue_data(qd):
             "writeQueueNums": qd.get("writeQueueNums", 0)}
 
 
-def encode_topic_route_data(route, legacy=False):
+def encode_topic_route_data(route: dict[str, Any], legacy: bool = False) -> bytes:
     """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
-    out = {"brokerDatas": [broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
+    out: dict[str, Any] = {"brokerDatas": [broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
     fst = route.get("filterServerTable") or {}
     out["filterServerTable"] = fst if legacy else dict(sorted(fst.items()))
     if route.get("orderTopicConf") is not None:

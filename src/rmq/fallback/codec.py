@@ -6,9 +6,12 @@ compares them (differential tests). Clarity first: this is the reference.
 Frame:  int32 length | int32 (serializeType << 24 | headerLen) | header | body
 """
 
+from __future__ import annotations
+
 import itertools
 import json
 import struct
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
 from rmq.fallback.bodies import nesting_exceeds
@@ -24,6 +27,13 @@ from rmq.protocol import (
     V4_9_4,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    class _RouteSource(Protocol):
+        """What FrameDecoder.serve_routes answers from (a RouteTable)."""
+        def route_body(self, topic: str, legacy: bool = False) -> bytes | None: ...
+
 __all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -31,7 +41,7 @@ _BINARY_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, fla
 _opaque_counter = itertools.count()
 
 
-def _next_opaque():
+def _next_opaque() -> int:
     # Java's RemotingCommand.requestId: a process-wide counter, wrapping as int32.
     n = next(_opaque_counter) & 0xFFFFFFFF
     return n - (1 << 32) if n > _INT32_MAX else n
@@ -43,8 +53,20 @@ class RemotingCommand:
     __slots__ = ("code", "language", "version", "opaque", "flag", "remark",
                  "ext_fields", "body", "serialize_type")
 
-    def __init__(self, code=0, *, language="JAVA", version=CURRENT_VERSION, opaque=0,
-                 flag=0, remark=None, ext_fields=None, body=b"", serialize_type="JSON"):
+    code: int
+    language: str
+    version: int
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, str] | None
+    body: bytes
+    serialize_type: str
+
+    def __init__(self, code: int = 0, *, language: str = "JAVA", version: int = CURRENT_VERSION,
+                 opaque: int = 0, flag: int = 0, remark: str | None = None,
+                 ext_fields: dict[str, str] | None = None, body: bytes = b"",
+                 serialize_type: str = "JSON") -> None:
         self.code = code
         self.language = language
         self.version = version
@@ -56,47 +78,51 @@ class RemotingCommand:
         self.serialize_type = serialize_type
 
     @classmethod
-    def request(cls, code, ext_fields=None, body=b"", *, oneway=False, opaque=None,
-                serialize_type="JSON", language="JAVA", version=CURRENT_VERSION):
+    def request(cls, code: int, ext_fields: dict[str, str] | None = None, body: Buffer = b"", *,
+                oneway: bool = False, opaque: int | None = None, serialize_type: str = "JSON",
+                language: str = "JAVA", version: int = CURRENT_VERSION) -> RemotingCommand:
         """A request with the next process-wide opaque (unless one is given)."""
         return cls(code, language=language, version=version,
                    opaque=_next_opaque() if opaque is None else opaque,
                    flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext_fields,
                    body=bytes(body), serialize_type=serialize_type)
 
-    def response(self, code=0, remark=None, ext_fields=None, body=b"", *,
-                 version=CURRENT_VERSION):
+    def response(self, code: int = 0, remark: str | None = None,
+                 ext_fields: dict[str, str] | None = None, body: Buffer = b"", *,
+                 version: int = CURRENT_VERSION) -> RemotingCommand:
         """The answer to this request: same opaque and serialize type, response bit set."""
         return type(self)(code, language="JAVA", version=version, opaque=self.opaque,
                           flag=FLAG_RESPONSE, remark=remark, ext_fields=ext_fields,
                           body=bytes(body), serialize_type=self.serialize_type)
 
     @property
-    def is_response(self):
+    def is_response(self) -> bool:
         return bool(self.flag & FLAG_RESPONSE)
 
     @property
-    def is_oneway(self):
+    def is_oneway(self) -> bool:
         return bool(self.flag & FLAG_ONEWAY)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand) and type(other).__name__ != "RemotingCommand":
             return NotImplemented
         return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (_rebuild_command, tuple(getattr(self, f) for f in self.__slots__))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kind = "response" if self.flag & FLAG_RESPONSE else "request"
         return (f"<RemotingCommand {kind} code={self.code} opaque={self.opaque} flag={self.flag} "
                 f"language={self.language} version={self.version} remark={self.remark!r} "
                 f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
 
 
-def _rebuild_command(code, language, version, opaque, flag, remark, ext_fields, body, stype):
+def _rebuild_command(code: int, language: str, version: int, opaque: int, flag: int,
+                     remark: str | None, ext_fields: dict[str, str] | None, body: bytes,
+                     stype: str) -> RemotingCommand:
     return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
                            remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
 
@@ -107,20 +133,20 @@ class _RawNumber(str):
     """A JSON number kept as its source text (ext values keep Java's string form)."""
 
 
-class _Pairs(list):
+class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its (key, value) pairs in order: duplicate fields are
     applied one after the other, as a streaming reader (and Java's) sees them."""
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _is_text(v):
+def _is_text(v: object) -> bool:
     return isinstance(v, str) and not isinstance(v, _RawNumber)
 
 
-def _header_int(key, v):
+def _header_int(key: str, v: object) -> int:
     if not isinstance(v, _RawNumber):
         raise HeaderError(f"header field {key!r} is not an integer: {_brief(v)}")
     try:
@@ -132,7 +158,7 @@ def _header_int(key, v):
     return n
 
 
-def _brief(v):
+def _brief(v: object) -> str:
     # Never repr a whole parsed value: it may be nested hundreds deep or megabytes long.
     if isinstance(v, _Pairs):
         return f"an object of {len(v)} fields"
@@ -141,12 +167,12 @@ def _brief(v):
     return f"{v!r:.80}"
 
 
-def _ext_fields(pairs):
+def _ext_fields(pairs: object) -> dict[str, str] | None:
     if pairs is None:
         return None
     if not isinstance(pairs, _Pairs):
         raise HeaderError(f"header field 'extFields' is not an object: {_brief(pairs)}")
-    ext = {}
+    ext: dict[str, str] = {}
     for k, v in pairs:
         if v is None:           # Java drops null values
             ext.pop(k, None)
@@ -159,7 +185,7 @@ def _ext_fields(pairs):
     return ext
 
 
-def _decode_json_header(data):
+def _decode_json_header(data: Buffer) -> RemotingCommand:
     try:
         obj = json.loads(bytes(data).decode("utf-8"), parse_int=_RawNumber,
                          parse_float=_RawNumber, parse_constant=_reject_constant,
@@ -193,15 +219,15 @@ def _decode_json_header(data):
     return cmd
 
 
-def _utf8(data, what):
+def _utf8(data: Buffer, what: str) -> str:
     try:
         return bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise HeaderError(f"{what} is not valid UTF-8 at byte {e.start}") from None
 
 
-def _decode_binary_header(data):
-    data = bytes(data)
+def _decode_binary_header(view: Buffer) -> RemotingCommand:
+    data = bytes(view)
     n = len(data)
     if n < 21:
         raise HeaderError(f"ROCKETMQ header truncated: {n} bytes, the fixed part is 21")
@@ -215,7 +241,7 @@ def _decode_binary_header(data):
     pos += 4
     if ext_len < 0 or ext_len > n - pos:
         raise HeaderError(f"ROCKETMQ header ext length {ext_len} exceeds the header ({n} bytes)")
-    ext = None
+    ext: dict[str, str] | None = None
     if ext_len:
         ext = {}
         end = pos + ext_len
@@ -239,7 +265,7 @@ def _decode_binary_header(data):
                            remark=remark, ext_fields=ext, serialize_type="ROCKETMQ")
 
 
-def _decode_payload(mv, length):
+def _decode_payload(mv: memoryview, length: int) -> RemotingCommand:
     """Decode one frame from ``mv`` = everything after the length prefix."""
     if length < 4:
         raise CorruptFrame(f"frame length {length} is shorter than the 4-byte header length field")
@@ -259,14 +285,14 @@ def _decode_payload(mv, length):
     return cmd
 
 
-def _check_length(length, max_frame_length):
+def _check_length(length: int, max_frame_length: int) -> None:
     if length < 0:
         raise CorruptFrame(f"negative frame length {length}")
     if length + 4 > max_frame_length:
         raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the maximum of {max_frame_length}")
 
 
-def decode_frame(data, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+def decode_frame(data: Buffer, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> RemotingCommand:
     """Decode one complete frame, 4-byte length prefix included."""
     mv = memoryview(data).cast("B")
     if len(mv) < 8:
@@ -280,12 +306,12 @@ def decode_frame(data, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
 
 # ---------------------------------------------------------------- encoding
 
-def _check_int32(name, v):
+def _check_int32(name: str, v: object) -> None:
     if not isinstance(v, int) or not _INT32_MIN <= v <= _INT32_MAX:
         raise ProtocolError(f"{name} must be an int32, got {v!r}")
 
 
-def _ext_str(key, v):
+def _ext_str(key: object, v: object) -> str:
     if not isinstance(key, str):
         raise ProtocolError(f"ext field names must be strings, got {key!r}")
     if isinstance(v, str):
@@ -297,16 +323,16 @@ def _ext_str(key, v):
     raise ProtocolError(f"ext field {key!r} must be a string, got {type(v).__name__}")
 
 
-def _json_str(s):
+def _json_str(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def _check_text(name, v, optional):
+def _check_text(name: str, v: object, optional: bool) -> None:
     if not (isinstance(v, str) or (optional and v is None)):
         raise ProtocolError(f"{name} must be a string, got {type(v).__name__}")
 
 
-def _encode_json_header(cmd):
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # Java (fastjson) writes bean fields in alphabetical order and omits nulls.
     parts = ['{"code":', str(cmd.code)]
     if cmd.ext_fields is not None:
@@ -322,12 +348,12 @@ def _encode_json_header(cmd):
     return _java_utf8("".join(parts))
 
 
-def _java_utf8(s):
+def _java_utf8(s: str) -> bytes:
     # Java's UTF-8 encoder writes '?' for a lone surrogate.
     return s.encode("utf-8", "replace")
 
 
-def _language_byte(language):
+def _language_byte(language: str) -> int:
     code = LANGUAGE_CODES.get(language)
     if code is not None:
         return code
@@ -336,7 +362,7 @@ def _language_byte(language):
     return LANGUAGE_CODES["OTHER"]
 
 
-def _encode_binary_header(cmd):
+def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     if not -32768 <= cmd.code <= 32767:
         raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
     if not -32768 <= cmd.version <= 32767:
@@ -356,7 +382,7 @@ def _encode_binary_header(cmd):
         remark, struct.pack(">i", len(ext)), bytes(ext)))
 
 
-def encode_frame(cmd):
+def encode_frame(cmd: RemotingCommand) -> bytes:
     """Encode ``cmd`` as a complete frame in its own serialize type."""
     _check_int32("code", cmd.code)
     _check_int32("version", cmd.version)
@@ -387,27 +413,31 @@ class _FrameStream:
     length)`` for each frame it completes. After an error the stream is unusable
     and every later ``feed`` raises again."""
 
-    _what = "stream"
+    _what: ClassVar[str] = "stream"
 
-    def __init__(self, max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+    def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         if max_frame_length < 8:
             raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
         self.max_frame_length = max_frame_length
         self._buf = bytearray()
-        self._error = None
+        self._error: ProtocolError | None = None
 
     @property
-    def buffered(self):
+    def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
-    def feed(self, data):
+    if TYPE_CHECKING:
+        @staticmethod
+        def _frame(buf: bytearray, pos: int, length: int) -> Any: ...
+
+    def feed(self, data: Buffer) -> list[Any]:
         """Add bytes from the stream; returns what the frames completed by them give."""
         if self._error is not None:
             raise type(self._error)(f"{self._what} failed earlier: {self._error}")
         self._buf += data
         buf = self._buf
-        out = []
+        out: list[Any] = []
         pos = 0
         try:
             while len(buf) - pos >= 4:
@@ -435,11 +465,15 @@ class FrameDecoder(_FrameStream):
 
     _what = "decoder"
 
+    if TYPE_CHECKING:
+        def feed(self, data: Buffer) -> list[RemotingCommand]: ...
+
     @staticmethod
-    def _frame(buf, pos, length):
+    def _frame(buf: bytearray, pos: int, length: int) -> RemotingCommand:
         return _decode_payload(memoryview(bytes(buf[pos + 4:pos + 4 + length])), length)
 
-    def serve_routes(self, data, table, limit=-1):
+    def serve_routes(self, data: Buffer, table: _RouteSource, limit: int = -1
+                     ) -> tuple[bytes, list[RemotingCommand], ProtocolError | None]:
         """Feed bytes and answer route queries from the route table.
 
         GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) are answered here
@@ -457,7 +491,9 @@ class FrameDecoder(_FrameStream):
             cmds, error = self.feed(data), None
         except ProtocolError as e:
             cmds, error = list(e.decoded), e
-        answers, others, size = [], [], 0
+        answers: list[bytes] = []
+        others: list[RemotingCommand] = []
+        size = 0
         for i, cmd in enumerate(cmds):
             if cmd.code != 105:         # it may change routes: the rest waits for it
                 others.extend(cmds[i:])
@@ -487,6 +523,9 @@ class FrameSplitter(_FrameStream):
 
     _what = "splitter"
 
+    if TYPE_CHECKING:
+        def feed(self, data: Buffer) -> list[bytes]: ...
+
     @staticmethod
-    def _frame(buf, pos, length):
+    def _frame(buf: bytearray, pos: int, length: int) -> bytes:
         return bytes(buf[pos:pos + 4 + length])

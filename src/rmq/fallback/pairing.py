@@ -17,6 +17,11 @@ answer in a later file, that answer would have met no request there, so be open.
 The same makes the bound on waiting requests safe: past it they are all let go.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
 from rmq.fallback.trace import TRACE_ROW_FIELDS
 from rmq.protocol import IN, OUT
 
@@ -50,20 +55,20 @@ class RequestPairer:
     PAIRED_ROW_FIELDS tuples. Every row comes out once; a request comes out when its
     answer, its opaque's next request or the end of the rows is reached."""
 
-    def __init__(self, rows, max_waiting=MAX_WAITING):
+    def __init__(self, rows: Iterable[tuple[Any, ...]], max_waiting: int = MAX_WAITING) -> None:
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         self._rows = self._pair(iter(rows), max_waiting)
 
-    def __iter__(self):
+    def __iter__(self) -> RequestPairer:
         return self
 
-    def __next__(self):
+    def __next__(self) -> tuple[Any, ...]:
         return next(self._rows)
 
     @staticmethod
-    def _pair(rows, max_waiting):
-        waiting = {}        # (conn, opaque) -> the request row waiting for its answer
+    def _pair(rows: Iterator[tuple[Any, ...]], max_waiting: int) -> Iterator[tuple[Any, ...]]:
+        waiting: dict[tuple[Any, Any], tuple[Any, ...]] = {}        # (conn, opaque) -> the request row waiting for its answer
         for row in rows:
             if type(row) is not tuple or len(row) != len(TRACE_ROW_FIELDS):
                 raise TypeError(f"a trace row is a tuple of {len(TRACE_ROW_FIELDS)} fields, "

@@ -10,11 +10,19 @@ the data (a crash while writing) ends the reading; so does a record that is not 
 5-array, by raising TraceError.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import msgpack
 
 from rmq.errors import TraceError
-from rmq.fallback.codec import decode_frame
+from rmq.fallback.codec import RemotingCommand, decode_frame
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 #: The fields of a row, in order. ``conn`` is ``conn_base + `` the record's
 #: connection id; ``body_len`` and ``frame_len`` are in bytes.
@@ -31,23 +39,24 @@ class TraceRows:
     ``stopped`` "end" (all of the data read) or "cut" (the data ends inside a record:
     ``len(data) - offset`` bytes are left over)."""
 
-    def __init__(self, data, start, file, file_index, conn_base=0, first_record=0,
-                 max_frame_length=DEFAULT_MAX_FRAME_LENGTH):
+    def __init__(self, data: Buffer, start: int, file: Any, file_index: Any, conn_base: int = 0,
+                 first_record: int = 0, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         self._data = memoryview(data).cast("B")
         if not 0 <= start <= len(self._data):
             raise ValueError(f"start {start} is outside the {len(self._data)} bytes of data")
         self.offset = start
         self.records = first_record
-        self.stopped = None
+        self.stopped: str | None = None
         self._rows = self._read(file, file_index, conn_base, max_frame_length)
 
-    def __iter__(self):
+    def __iter__(self) -> TraceRows:
         return self
 
-    def __next__(self):
+    def __next__(self) -> tuple[Any, ...]:
         return next(self._rows)
 
-    def _read(self, file, file_index, conn_base, max_frame):
+    def _read(self, file: Any, file_index: Any, conn_base: int, max_frame: int
+              ) -> Iterator[tuple[Any, ...]]:
         data = self._data
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False,
                                     use_list=False)
@@ -72,8 +81,9 @@ class TraceRows:
         self.stopped = "end" if self.offset == len(data) else "cut"
 
 
-def frame_row(file, file_index, record, time_ns, conn, peer, direction, frame,
-              max_frame_length, decode=decode_frame):
+def frame_row(file: Any, file_index: Any, record: int, time_ns: Any, conn: Any, peer: Any,
+              direction: Any, frame: Any, max_frame_length: int,
+              decode: Callable[[Any, int], RemotingCommand] = decode_frame) -> tuple[Any, ...]:
     """One frame's row; a frame that does not decode (whatever it is) is a row
     with ``decode_error`` set, the exception's type and message."""
     try:
@@ -86,7 +96,7 @@ def frame_row(file, file_index, record, time_ns, conn, peer, direction, frame,
             None)
 
 
-def _len(frame):
+def _len(frame: Any) -> int | None:
     try:
         return len(frame)
     except TypeError:
