@@ -6,6 +6,7 @@ Slow (two builds of the core, two venvs from PyPI): marked ``slow`` and run once
 compiled pass of ``make test``.
 """
 
+import os
 import re
 import signal
 import socket
@@ -57,9 +58,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
+#: The fresh venvs see only what is installed in them: not this tree (PYTHONPATH), and
+#: the compiled core whatever this pass runs.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMQ_PUREPYTHON")}
+
+
 def _run(args, **kw):
     proc = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                          timeout=kw.pop("timeout", 600), **kw)
+                          timeout=kw.pop("timeout", 600), env=CLEAN_ENV, **kw)
     assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -188,7 +194,8 @@ def test_installs_into_a_fresh_venv_and_serves(dists, venvs, artifact, tmp_path)
     printed = _run([bin_ / "rmq", "namesrv", "-p", "--listen", addr, "--kv-config", kv]).stdout
     assert f"listenPort={port}\n" in printed and f"kvConfigPath={kv}\n" in printed
     server = subprocess.Popen([bin_ / "rmq", "namesrv", "--listen", addr, "--kv-config", kv],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=CLEAN_ENV)
     try:
         _wait_for_port(port, server)
         out = _run([bin_ / "python", "-c", SESSION, addr], cwd=tmp_path).stdout

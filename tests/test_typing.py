@@ -238,3 +238,15 @@ def test_a_wrong_use_is_a_type_error(tmp_path):
     assert 'wrong.py:4: error: Incompatible types in assignment (expression has type "bytes"' in out
     assert 'wrong.py:5: error: Argument 1 has incompatible type "str"; expected "Buffer"' in out
     assert 'wrong.py:6: error: Missing named argument "broker_addr"' in out
+
+
+def test_the_readme_examples_type_check_strictly(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```$", readme, re.M | re.S)
+    assert blocks
+    files = []
+    for i, block in enumerate(blocks):
+        files.append(tmp_path / f"readme_{i}.py")
+        files[-1].write_text(block)
+    code, out = _mypy(tmp_path, "--strict", *map(str, files))
+    assert code == 0, out
