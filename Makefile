@@ -53,6 +53,11 @@ nox: install $(INTEROP)
 	$(BIN)/python -m pip install -q nox
 	$(BIN)/python -m nox
 
+# The core built for arm64 and its tests (the ARMv8 CRC32 kernels included) run under
+# QEMU user emulation in a Debian arm64 root (docs/aarch64.md): ~15 min the first time.
+aarch64-test:
+	tools/aarch64-test.sh
+
 # Side-by-side measurements (compiled vs pure Python vs stdlib/isal), with a
 # summary of the targets at the end.
 bench: install

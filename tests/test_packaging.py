@@ -29,14 +29,14 @@ SUPPORTED = ["3.10", "3.11", "3.12", "3.13", "3.14"]
 # Registers a broker the way the README shows, then asks for its route: run by the
 # venv's own Python, so it imports the installed rmq, not this tree's.
 SESSION = r"""
-import asyncio, sys
+import asyncio, subprocess, sys
+from pathlib import Path
 from rmq import bodies
 from rmq.broker import BrokerRegistrar
-from rmq.client import BlockingRemotingClient
 
 addr = sys.argv[1]
 
-async def register():
+async def session():
     registrar = BrokerRegistrar(
         addr, cluster="DefaultCluster", broker_name="broker-a", broker_id=0,
         broker_addr="127.0.0.1:10911",
@@ -44,9 +44,15 @@ async def register():
                 bodies.topic_config("TopicTest", 8, 8)])
     results = await registrar.register_broker_all()
     assert results and results[0].namesrv == addr, results
-    await registrar.stop(unregister=False)
+    # while the broker's connection is open (its close drops the broker): mqadmin's verb
+    route = await asyncio.to_thread(subprocess.run, [
+        str(Path(sys.executable).parent / "rmq"), "admin", "topicRoute", "-t", "TopicTest",
+        "-n", addr], capture_output=True, text=True, check=True)
+    await registrar.stop()
+    return route.stdout
 
-asyncio.run(register())
+route = asyncio.run(session())
+assert "broker-a" in route and "127.0.0.1:10911" in route, route
 import rmq
 print(rmq.IMPLEMENTATION, rmq.__version__)
 """
@@ -200,8 +206,6 @@ def test_installs_into_a_fresh_venv_and_serves(dists, venvs, artifact, tmp_path)
         _wait_for_port(port, server)
         out = _run([bin_ / "python", "-c", SESSION, addr], cwd=tmp_path).stdout
         assert out.split() == ["compiled", rmq.__version__]
-        route = _run([bin_ / "rmq", "admin", "topicRoute", "-t", "TopicTest", "-n", addr]).stdout
-        assert "broker-a" in route and "127.0.0.1:10911" in route, route
         _run([bin_ / "rmq", "admin", "updateKvConfig", "-n", addr, "-s", "NS", "-k", "k",
               "-v", "v"])
     finally:
