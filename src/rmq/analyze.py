@@ -327,9 +327,8 @@ def start_spark(master=None, *, verbose=False, ui=False):
             conf = SparkConf().setAll(spark_conf(master, verbose=verbose, ui=ui,
                                                  log4j_file=log4j).items())
             gateway = None if verbose else _filtered_gateway(conf)
-            sc = SparkContext(conf=conf, gateway=gateway)
-        spark = SparkSession.builder.getOrCreate()
-        assert spark.sparkContext is sc
+            SparkContext(conf=conf, gateway=gateway)
+        spark = SparkSession.builder.getOrCreate()      # on that context
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -338,17 +337,26 @@ def start_spark(master=None, *, verbose=False, ui=False):
 def _filtered_gateway(conf):
     """The py4j gateway, its JVM's stderr passed on by a thread without the lines
     the JVM itself writes ("WARNING: Using incubator modules..."); None (pyspark
-    launches it) where launch_gateway takes no popen_kwargs."""
+    launches it) where launch_gateway takes no popen_kwargs. The pipe is read from
+    the start: a JVM that fails to start has its say before the error is raised."""
+    from pyspark.java_gateway import launch_gateway
+
+    r, w = os.pipe()
+    reader = threading.Thread(target=_pass_on, args=(os.fdopen(r, "rb"),),
+                              name="rmq-jvm-stderr", daemon=True)
+    reader.start()
     try:
-        from pyspark.java_gateway import launch_gateway
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+        return launch_gateway(conf, popen_kwargs={"stderr": w})
     except TypeError:
         return None
-    err = getattr(gateway, "proc", None) and gateway.proc.stderr
-    if err is not None:
-        threading.Thread(target=_pass_on, args=(err,), name="rmq-jvm-stderr",
-                         daemon=True).start()
-    return gateway
+    except BaseException:
+        os.close(w)
+        w = None
+        reader.join(5)      # the JVM has exited: its last words come before ours
+        raise
+    finally:
+        if w is not None:
+            os.close(w)     # the JVM holds the write end now
 
 
 def _pass_on(stream):
