@@ -23,6 +23,10 @@ from rmq import analyze  # noqa: E402
 from rmq.fallback.pairing import PAIRED_ROW_FIELDS  # noqa: E402
 from rmq.trace import IN, OUT, SegmentWriter  # noqa: E402
 
+_NO_JAVA = analyze.java_problem()
+if _NO_JAVA:        # Spark needs a JDK: without one nothing here can run
+    pytest.skip(_NO_JAVA, allow_module_level=True)
+
 #: The package under test: the executors' Python workers must import this one.
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
 S = 1_000_000_000
@@ -520,17 +524,26 @@ def test_runs_through_spark_submit(tmp_path):
 
 def test_rmq_trace_analyze_command_on_a_synthetic_trace(tmp_path):
     """The CLI as an operator runs it (no PYSPARK_PYTHON set: local workers run on
-    rmq's own Python), on a synthetic trace whose counts are known."""
+    rmq's own Python), on a synthetic trace whose counts are known; its stderr has
+    rmq's progress (asked for: not a terminal) and none of Spark's logs."""
     from rmq.synth import synthesize
     m = synthesize(tmp_path / "in", brokers=2, clients=3, minutes=3, topics=20, seed=3,
                    start=1_700_000_000)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
     env["PYTHONPATH"] = SRC
     p = subprocess.run([sys.executable, "-m", "rmq", "trace", "analyze", str(tmp_path / "in"),
-                        "--out", str(tmp_path / "out"), "--master", "local[2]"],
+                        "--out", str(tmp_path / "out"), "--master", "local[2]", "--progress"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    # rmq's lines only ("rmq trace analyze: ..." says the workers' codec under RMQ_PUREPYTHON)
+    ended = [line.split(":")[0] for line in p.stderr.splitlines()
+             if not line.endswith("...") and not line.startswith("rmq trace analyze: ")]
+    assert ended == ["starting Spark", "listing inputs", "decoding",
+                     "pairing requests and answers", "summarizing", "writing the report"], \
+        p.stderr[-3000:]
+    assert f"decoding: {analyze._files(len(m['files']))}, {m['frames']:,} frames -> " \
+        "frames.parquet" in p.stderr
     assert s["frames"] == m["frames"]
     assert s["answers_per_code"] == m["answers"]
     assert s["requests_per_code"] == m["requests"]

@@ -18,15 +18,19 @@ URIs of its storage (``hdfs://``, ``s3a://``).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
+           "check_inputs", "java_problem", "spark_conf", "start_spark", "Progress", "Unusable",
            "frame_rows", "decode_frames", "decode_files", "decode_paths", "READERS",
            "requests_table", "aggregate",
            "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
@@ -86,11 +90,26 @@ def add_arguments(parser):
                              "binaryFiles (any Hadoop filesystem); 'workers' (and 'auto') "
                              "lets the Python workers open file: inputs themselves, "
                              "which skips copying them through the JVM (default auto)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="Spark's own logs (from WARN) and stage progress bars on stderr "
+                             "(default: errors only)")
+    parser.add_argument("--ui", action="store_true",
+                        help="keep the Spark web UI (http://localhost:4040) on while the job runs")
+    parser.add_argument("--progress", action="store_true",
+                        help="progress lines on stderr even when it is not a terminal "
+                             "(on a terminal they are always shown)")
     return parser
 
 
 def main(args):
-    """Run the analysis; the exit status (0 done, 1 failed, 2 no inputs)."""
+    """Run the analysis; the exit status (0 done, 1 failed, 2 unusable inputs or no
+    Java: said in one line before Spark starts)."""
+    progress = Progress(enabled=True if getattr(args, "progress", False) else None)
+    try:
+        check_inputs(args.inputs)
+    except Unusable as e:
+        print(f"rmq trace analyze: {e}", file=sys.stderr)
+        return 2
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -100,27 +119,29 @@ def main(args):
     spark = SparkSession.getActiveSession()
     owned = spark is None
     if owned:
-        builder = SparkSession.builder.appName("rmq trace analyze")
-        # spark-submit (which starts the JVM first and says where in
-        # PYSPARK_GATEWAY_PORT) has configured the master: keep it unless told
-        if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-            master = args.master or "local[*]"
-            builder = builder.master(master)
-            if master.startswith("local"):
-                # Local workers are this machine's: run them on this Python (with
-                # rmq and its core), not whatever "python3" is on PATH.
-                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        spark = builder.getOrCreate()
+        # spark-submit has started the JVM already (and says where in PYSPARK_GATEWAY_PORT)
+        if "PYSPARK_GATEWAY_PORT" not in os.environ and "SPARK_REMOTE" not in os.environ:
+            problem = java_problem()
+            if problem:
+                print(f"rmq trace analyze: {problem}", file=sys.stderr)
+                return 2
+        try:
+            with progress.phase("starting Spark"):
+                spark = start_spark(args.master, verbose=getattr(args, "verbose", False),
+                                    ui=getattr(args, "ui", False))
+        except Exception as e:
+            print(f"rmq trace analyze: Spark did not start: {_one_line(e)}"
+                  f"{'' if getattr(args, 'verbose', False) else ' (--verbose says more)'}",
+                  file=sys.stderr)
+            return 1
     try:
         summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
-                          partitions=args.partitions, reader=args.reader)
+                          partitions=args.partitions, reader=args.reader, progress=progress)
     except NoInputs as e:
         print(f"rmq trace analyze: {e}", file=sys.stderr)
         return 2
     except Exception as e:      # a Spark or I/O failure: said in one line, not a traceback
-        first_line = (str(e).strip().splitlines() or [""])[0]
-        print(f"rmq trace analyze: {type(e).__name__}: {first_line}",
-              file=sys.stderr)
+        print(f"rmq trace analyze: {_one_line(e)}", file=sys.stderr)
         return 1
     finally:
         if owned:
@@ -134,25 +155,331 @@ def main(args):
     return 0
 
 
+def _one_line(e):
+    first_line = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first_line}"
+
+
+class Unusable(ValueError):
+    """An input or the environment the job cannot run with (exit status 2)."""
+
+
+# ---------------------------------------------------------------- before Spark starts
+
+_GLOB = re.compile(r"[*?\[{]")
+
+
+def check_inputs(inputs):
+    """Raise :class:`Unusable` (one line) unless every input on this machine (a
+    bare path, a ``file:`` URI) exists and is readable, and bare paths name at
+    least one trace file: said before a JVM starts. Other URIs (hdfs://, s3a://)
+    and ``file:`` globs are Spark's to resolve."""
+    bare = []
+    for p in map(os.fspath, inputs):
+        if _is_uri(p) and not p.startswith("file:"):
+            continue
+        local = _local_path(p) if p.startswith("file:") else p
+        if p.startswith("file:") and _GLOB.search(local):
+            continue
+        if not os.path.exists(local):
+            raise Unusable(f"{p}: no such file or directory")
+        if os.path.isdir(local):
+            try:
+                os.listdir(local)
+            except OSError as e:
+                raise Unusable(f"{p}: cannot list the directory: {e.strerror}") from None
+        else:
+            try:
+                with open(local, "rb"):
+                    pass
+            except OSError as e:
+                raise Unusable(f"{p}: cannot read: {e.strerror}") from None
+        if not _is_uri(p):
+            bare.append(p)
+    if len(bare) == len(inputs) and not _local_inputs(bare):
+        raise Unusable(f"no trace segments or captures in {' '.join(map(str, inputs))}")
+
+
+def _local_inputs(paths):
+    from rmq.trace import segment_files
+    return segment_files(paths)
+
+
+#: The oldest Java each Spark major version runs on.
+_MIN_JAVA = {3: 8, 4: 17}
+
+
+def java_problem(environ=None):
+    """Why pyspark could not start its JVM here (one line), or None. Looks where
+    Spark's launcher does: $JAVA_HOME/bin/java when JAVA_HOME is set, else java on
+    PATH; that java must run and be recent enough for this pyspark."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            return f"JAVA_HOME is {home}, which has no bin/java: Spark needs a JDK"
+    else:
+        java = shutil.which("java", path=environ.get("PATH", os.defpath))
+        if not java:
+            return ("Spark needs a JDK (17 or later): none found (no java on PATH, "
+                    "JAVA_HOME not set)")
+    try:
+        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
+                           env=dict(environ))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{java} -version did not run: {e}"
+    said = (p.stderr + p.stdout).strip()
+    if p.returncode != 0:
+        return f"{java} -version failed: {(said.splitlines() or ['exit ' + str(p.returncode)])[0]}"
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', said)
+    if m:
+        major = int(m.group(2) or 0) if m.group(1) == "1" else int(m.group(1))
+        need = _MIN_JAVA.get(_spark_major(), 17)
+        if major < need:
+            return f"{java} is Java {major}; this Spark (pyspark {_spark_version()}) needs {need} or later"
+    return None
+
+
+def _spark_version():
+    try:
+        from importlib.metadata import version
+        return version("pyspark")
+    except Exception:
+        return "?"
+
+
+def _spark_major():
+    try:
+        return int(_spark_version().split(".")[0])
+    except ValueError:
+        return 4
+
+
+# ---------------------------------------------------------------- starting Spark
+
+#: Spark's log4j2 configuration unless --verbose: errors only, and no "Setting
+#: default log level" notice (Spark prints it unless the logger of the class that
+#: starts the logging has a level of its own equal to the root's).
+_QUIET_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+"""
+
+
+def _is_local(master):
+    return master == "local" or master.startswith("local[")
+
+
+def spark_conf(master, *, verbose=False, ui=False, log4j_file=None):
+    """The Spark settings ``rmq trace analyze`` starts its session with (a dict):
+    no web UI unless ``ui``; unless ``verbose`` no stage progress bars and, given
+    ``log4j_file`` (:data:`_QUIET_LOG4J`), no log below ERROR from the JVM's start
+    on; on a local master, the driver on 127.0.0.1 (nothing listens outside)."""
+    conf = {"spark.app.name": "rmq trace analyze", "spark.master": master}
+    if not ui:
+        conf["spark.ui.enabled"] = "false"
+    if not verbose:
+        conf["spark.ui.showConsoleProgress"] = "false"
+        if log4j_file:
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j_file}"
+    if _is_local(master):
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf
+
+
+def start_spark(master=None, *, verbose=False, ui=False):
+    """A SparkSession configured by :func:`spark_conf`. Under spark-submit (which
+    has started the JVM) its settings stay, except ``master`` when given; else the
+    JVM is started here, and unless ``verbose`` its stderr is passed on without the
+    JVM's own "WARNING:" lines (jdk.incubator.vector)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        SparkContext._ensure_initialized()
+        conf = SparkConf()          # spark-submit's settings, as the JVM has them
+        master = master or conf.get("spark.master", "local[*]")
+        for k, v in spark_conf(master, verbose=verbose, ui=ui).items():
+            if not conf.contains(k) or (k == "spark.master" and master):
+                conf.set(k, v)
+        spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    else:
+        master = master or "local[*]"
+        if _is_local(master):
+            # Local workers are this machine's: run them on this Python (with rmq and
+            # its core), not whatever "python3" is on PATH; Spark's own address lookup
+            # (and its warning about a loopback hostname) skipped.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        with tempfile.TemporaryDirectory(prefix="rmq-analyze-") as tmp:
+            log4j = None
+            if not verbose:
+                log4j = os.path.join(tmp, "log4j2.properties")
+                with open(log4j, "w") as f:
+                    f.write(_QUIET_LOG4J)
+            conf = SparkConf().setAll(spark_conf(master, verbose=verbose, ui=ui,
+                                                 log4j_file=log4j).items())
+            gateway = None if verbose else _filtered_gateway(conf)
+            SparkContext(conf=conf, gateway=gateway)
+        spark = SparkSession.builder.getOrCreate()      # on that context
+    if not verbose:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _filtered_gateway(conf):
+    """The py4j gateway, its JVM's stderr passed on by a thread without the lines
+    the JVM itself writes ("WARNING: Using incubator modules..."); None (pyspark
+    launches it) where launch_gateway takes no popen_kwargs. The pipe is read from
+    the start: a JVM that fails to start has its say before the error is raised."""
+    from pyspark.java_gateway import launch_gateway
+
+    r, w = os.pipe()
+    reader = threading.Thread(target=_pass_on, args=(os.fdopen(r, "rb"),),
+                              name="rmq-jvm-stderr", daemon=True)
+    reader.start()
+    try:
+        return launch_gateway(conf, popen_kwargs={"stderr": w})
+    except TypeError:
+        return None
+    except BaseException:
+        os.close(w)
+        w = None
+        reader.join(5)      # the JVM has exited: its last words come before ours
+        raise
+    finally:
+        if w is not None:
+            os.close(w)     # the JVM holds the write end now
+
+
+def _pass_on(stream):
+    try:
+        for line in iter(stream.readline, b""):
+            if line.startswith(b"WARNING: "):
+                continue
+            sys.stderr.write(line.decode(errors="replace"))
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------- progress
+
+class Progress:
+    """rmq's own progress on stderr, phase by phase: on a terminal one line
+    rewritten in place (with ``status()`` every half second), then the phase's
+    result; elsewhere nothing, unless ``enabled`` (then a line as each phase starts
+    and one as it ends)."""
+
+    def __init__(self, enabled=None, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        self.enabled = tty if enabled is None else bool(enabled)
+        self.live = self.enabled and tty
+
+    def _write(self, text):
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    @contextlib.contextmanager
+    def phase(self, name, status=None, done=None):
+        """Around a phase: ``status()`` says how far it is, ``done()`` its result."""
+        if not self.enabled:
+            yield
+            return
+        t0 = time.monotonic()
+        stop = threading.Event()
+
+        def line():
+            text = ""
+            if status is not None:
+                with contextlib.suppress(Exception):
+                    text = status() or ""
+            return f"{name}... {_join(text, f'{time.monotonic() - t0:.0f} s')}"
+
+        ticker = None
+        if self.live:
+            def tick():
+                while True:
+                    self._write("\r\x1b[K" + line())
+                    if stop.wait(0.5):
+                        return
+            ticker = threading.Thread(target=tick, name="rmq-progress", daemon=True)
+            ticker.start()
+        else:
+            self._write(f"{name}...\n")
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            stop.set()
+            if ticker is not None:
+                ticker.join()
+            result = ""
+            if ok and done is not None:
+                with contextlib.suppress(Exception):
+                    result = done() or ""
+            end = f"{name}: {_join(result, 'done' if ok else 'failed')} " \
+                  f"in {time.monotonic() - t0:.1f} s\n"
+            self._write(("\r\x1b[K" if self.live else "") + end)
+
+
+def _join(*parts):
+    return ", ".join(p for p in parts if p)
+
+
+def _files(n):
+    return f"{n:,} file{'s' if n != 1 else ''}"
+
+
+def _tasks(sc):
+    """The tasks of the running stages, done of all ("" when none runs)."""
+    tracker = sc.statusTracker()
+    done = total = 0
+    for sid in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(sid)
+        if info is not None:
+            done += info.numCompletedTasks
+            total += info.numTasks
+    return f"tasks {done}/{total}" if total else ""
+
+
 class NoInputs(ValueError):
     pass
 
 
 # ---------------------------------------------------------------- the partition function
 
-def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None):
+def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None, decoded=None):
     """The rows (rmq.fallback.pairing.PAIRED_ROW_FIELDS tuples) of ``files``, an
     iterator of (path, bytes), as ``binaryFiles`` hands them over.
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
     codec is loaded there, and only plain tuples go back to the JVM. Nothing a file
     holds makes it raise: an undecodable frame is a row with ``decode_error``, a
-    file that cannot be read (or stops being readable) one more such row."""
+    file that cannot be read (or stops being readable) one more such row.
+    ``decoded``, an accumulator, counts the files done (for progress)."""
     for path, data in files:
         yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
+        if decoded is not None:
+            decoded.add(1)
 
 
-def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
+def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None, decoded=None):
     """The rows of the ``file:`` inputs of ``groups`` (lists of paths), which the
     worker maps from its own disk: the file the executor's JVM would have read for
     ``binaryFiles``, without copying it through the JVM's heap and its socket."""
@@ -169,15 +496,17 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None):
             except OSError as e:
                 from rmq.fallback.pairing import NO_PAIRING
                 yield _input_error(path, _file_index(path, file_indexes), 0, e) + NO_PAIRING
-                continue
-            try:
-                yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
-            finally:
-                if isinstance(data, mmap.mmap):
-                    try:
-                        data.close()
-                    except BufferError:     # a reader still holds it: closed when freed
-                        pass
+            else:
+                try:
+                    yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
+                finally:
+                    if isinstance(data, mmap.mmap):
+                        try:
+                            data.close()
+                        except BufferError:     # a reader still holds it: closed when freed
+                            pass
+            if decoded is not None:
+                decoded.add(1)
 
 
 def _local_path(uri):
@@ -324,9 +653,11 @@ def default_partitions(sc, files):
 READERS = ("auto", "workers", "spark")
 
 
-def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
+def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto",
+               decoded=None):
     """The RDD of PAIRED_ROW_FIELDS tuples of the input files ``paths`` (as
-    :func:`list_inputs` gives them)."""
+    :func:`list_inputs` gives them); ``decoded``, an accumulator, counts the files
+    decoded."""
     import functools
 
     if reader not in READERS:
@@ -336,7 +667,7 @@ def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto
     recordings = {}
     conn_spaces = {p: recordings.setdefault(_recording(p), file_indexes[p]) for p in paths}
     options = dict(file_indexes=file_indexes, server_ports=tuple(server_ports),
-                   conn_spaces=conn_spaces)
+                   conn_spaces=conn_spaces, decoded=decoded)
     local, shipped = [], []
     for p in paths:
         (local if reader != "spark" and p.startswith("file:") else shipped).append(p)
@@ -411,7 +742,8 @@ def _code_name(code, is_response):
         F.concat(F.lit("CODE_"), code.cast("string"))))
 
 
-def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto"):
+def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto",
+                  decoded=None):
     """The frames DataFrame of the input files ``paths``, not yet computed.
 
     A request's ``answer_*`` columns hold the answer found in the same input file;
@@ -419,8 +751,8 @@ def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="a
     :func:`requests_table` pairs across the files (rmq.fallback.pairing)."""
     from pyspark.sql import functions as F
 
-    raw = _rows_dataframe(spark, frame_rows(spark, paths, server_ports, partitions, reader),
-                          _raw_schema())
+    raw = _rows_dataframe(spark, frame_rows(spark, paths, server_ports, partitions, reader,
+                                            decoded), _raw_schema())
     col = F.col
     is_response = (col("flag").bitwiseAND(1) != 0)
     ext = col("ext")
@@ -712,43 +1044,65 @@ def executor_implementations(spark):
     return sorted(sc.parallelize(range(n), n).map(_implementation).distinct().collect())
 
 
-def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader="auto"):
+def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader="auto",
+            progress=None):
     """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
-    summary.json)."""
+    summary.json). ``progress`` (a :class:`Progress`) is told each phase."""
     from rmq import report
 
+    progress = progress or Progress(enabled=False)
     t0 = time.monotonic()
     sc = spark.sparkContext
     if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
         # one machine: 200 shuffle partitions (Spark's default) are 200 tiny tasks each
         spark.conf.set("spark.sql.shuffle.partitions", str(2 * sc.defaultParallelism))
-    paths = list_inputs(spark, inputs)
+    with progress.phase("listing inputs", done=lambda: _sized(paths)):
+        paths = list_inputs(spark, inputs)
     frames_path, requests_path = _spark_path(out, "frames.parquet"), \
         _spark_path(out, "requests.parquet")
-    decode_frames(spark, paths, server_ports, partitions, reader).write.mode("overwrite") \
-        .parquet(frames_path)
-    # Read back what was written: the decode runs once, everything after works on parquet.
-    frames = spark.read.parquet(frames_path)
-    requests_table(frames).write.mode("overwrite").parquet(requests_path)
-    requests = spark.read.parquet(requests_path)
-    summary = aggregate(frames, requests, paths)
-    summary["seconds"] = round(time.monotonic() - t0, 3)
-    summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
-                        "executor_implementation": executor_implementations(spark),
-                        "reader": reader}
+    decoded = sc.accumulator(0) if progress.enabled else None
+    with progress.phase(
+            "decoding", status=lambda: _join(f"{decoded.value}/{_files(len(paths))}", _tasks(sc)),
+            done=lambda: f"{_files(len(paths))}, {frames.count():,} frames -> frames.parquet"):
+        decode_frames(spark, paths, server_ports, partitions, reader, decoded) \
+            .write.mode("overwrite").parquet(frames_path)
+        # Read back what was written: the decode runs once, everything after works on parquet.
+        frames = spark.read.parquet(frames_path)
+    with progress.phase("pairing requests and answers", status=lambda: _tasks(sc),
+                        done=lambda: f"{requests.count():,} requests -> requests.parquet"):
+        requests_table(frames).write.mode("overwrite").parquet(requests_path)
+        requests = spark.read.parquet(requests_path)
+    with progress.phase("summarizing", status=lambda: _tasks(sc)):
+        summary = aggregate(frames, requests, paths)
+        summary["seconds"] = round(time.monotonic() - t0, 3)
+        summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
+                            "executor_implementation": executor_implementations(spark),
+                            "reader": reader}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
     try:
-        os.makedirs(local, exist_ok=True)
-        with open(os.path.join(local, "summary.json"), "w") as fh:
-            json.dump(summary, fh, indent=1, sort_keys=True)
-        report.write_report(local, summary)
-        if local != out:
-            _publish(spark, local, out)
+        with progress.phase("writing the report", done=lambda: "report.html"):
+            os.makedirs(local, exist_ok=True)
+            with open(os.path.join(local, "summary.json"), "w") as fh:
+                json.dump(summary, fh, indent=1, sort_keys=True)
+            report.write_report(local, summary)
+            if local != out:
+                _publish(spark, local, out)
     finally:
         if local != out:
             shutil.rmtree(local, ignore_errors=True)
     return summary
+
+
+def _sized(paths):
+    """How many input files, and their bytes when all are the driver's."""
+    n = _files(len(paths))
+    if not all(p.startswith("file:") for p in paths):
+        return n
+    try:
+        return f"{n}, {sum(os.path.getsize(_local_path(p)) for p in paths) / 1e6:,.1f} MB"
+    except OSError:
+        return n
 
 
 if __name__ == "__main__":

@@ -257,8 +257,8 @@ def _add_trace_parser(sub):
     from rmq import analyze, synth
     p = sub.add_parser("trace", help="analyze recorded traffic with Spark; synthesize traces")
     verbs = p.add_subparsers(dest="verb", required=True)
-    a = verbs.add_parser("analyze", help="decode traces and pcaps with Spark: Parquet tables "
-                                         "and an HTML report")
+    a = verbs.add_parser("analyze", help="decode traces and pcaps with Spark (needs a JDK 17+): "
+                                         "Parquet tables and an HTML report")
     analyze.add_arguments(a)
     a.set_defaults(func=analyze.main)
     s = verbs.add_parser("synth", help="write a protocol-exact synthetic trace")

@@ -4,9 +4,11 @@ Spark here, so a summary.json can be redrawn anywhere with :func:`write_report`.
 
 import datetime
 import html
+import math
 import os
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "figure_request_mix", "figure_latency", "figure_errors",
+           "figure_brokers", "figure_topics", "latency_baseline"]
 
 #: Codes drawn on their own in the request mix; the rest are summed as "other".
 _MIX_CODES = 8
@@ -32,19 +34,32 @@ def _num(x, digits=1):
     return f"{x:,.{digits}f}" if isinstance(x, float) else f"{x:,}"
 
 
-def _table(headers, rows):
+def _table(headers, rows, wrap=()):
+    """A table whose cells keep to one line (names whole), but the columns ``wrap``
+    (indexes: free text such as error messages)."""
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(
+        f"<td{' class=wrap' if i in wrap else ''}>{html.escape(str(c))}</td>"
+        for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>" if rows else "<p>none</p>"
 
 
 # ---------------------------------------------------------------- charts
+#
+# Each chart is drawn by a figure_* function (the matplotlib Figure, or None when
+# there is nothing to draw: what the tests look at) and saved by its chart_* one.
 
 def _short(label, width=40):
     # Topic names may be 127 characters: a chart label that long squeezes the plot
     # out of the figure (the table below the chart has them whole).
     return label if len(label) <= width else label[:width - 1] + "…"
+
+
+def _width_for(labels, base=10.0):
+    """A figure width (inches) leaving the plot its room next to long row labels
+    (about 0.075 in a character at the default font size): names are drawn whole."""
+    longest = max((len(str(x)) for x in labels), default=0)
+    return base + max(0, longest - 30) * 0.075
 
 
 def _save(fig, out_dir, name):
@@ -54,7 +69,16 @@ def _save(fig, out_dir, name):
     return name
 
 
-def chart_request_mix(summary, out_dir):
+def _saved(figure, summary, out_dir, name):
+    fig = figure(summary)
+    return None if fig is None else _save(fig, out_dir, name)
+
+
+def _legend_outside(ax):
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def figure_request_mix(summary):
     mix = summary["request_mix"]
     if not mix["counts"]:
         return None
@@ -62,116 +86,188 @@ def chart_request_mix(summary, out_dir):
     totals = {}
     for _, name, n in mix["counts"]:
         totals[name] = totals.get(name, 0) + n
-    shown = sorted(totals, key=lambda c: (-totals[c], c))[:_MIX_CODES]
+    shown = sorted(totals, key=lambda c: (-totals[c], str(c)))[:_MIX_CODES]
     buckets = sorted({b for b, _, _ in mix["counts"]})
     series = {c: dict.fromkeys(buckets, 0) for c in shown + ["other"]}
     for b, name, n in mix["counts"]:
         series[name if name in shown else "other"][b] += n
-    if not any(series["other"].values()):
-        del series["other"]
     width_s = mix["bucket_ns"] / 1e9
     xs = [b * width_s for b in buckets]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     bottom = [0] * len(buckets)
     for name, counts in series.items():
         ys = [counts[b] for b in buckets]
+        if not any(ys):
+            continue
         ax.bar(xs, ys, width=width_s * 0.9, bottom=bottom, align="edge", label=name)
         bottom = [a + y for a, y in zip(bottom, ys)]
     ax.set_xlabel(f"seconds since {_utc(mix['start_ns'])}")
     ax.set_ylabel(f"requests per {width_s:g} s")
     ax.set_title("Request mix over time")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, out_dir, "requests_over_time.png")
+    _legend_outside(ax)
+    return fig
 
 
-def chart_latency(summary, out_dir):
+def chart_request_mix(summary, out_dir):
+    return _saved(figure_request_mix, summary, out_dir, "requests_over_time.png")
+
+
+_QUANTILES = ("p50", "p90", "p99", "max")
+
+
+def latency_baseline(values):
+    """Where the latency bars start on their log axis: the power of ten below the
+    smallest value, one lower when that value is less than 1.5 times it. A log
+    axis has no zero; started at the smallest value, that bar has no length (a
+    180 µs p50 next to milliseconds looked like nothing)."""
+    positive = [v for v in values if v and v > 0]
+    if not positive:
+        return 1.0
+    lo = min(positive)
+    base = 10.0 ** math.floor(math.log10(lo))
+    return base / 10 if lo < 1.5 * base else base
+
+
+def _us(v, _pos=None):
+    """A tick label for a latency in µs."""
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if v >= scale:
+            return f"{v / scale:g} {unit}"
+    return f"{v:g} µs"
+
+
+def figure_latency(summary):
     lat = summary["latency_us"]
     if not lat:
         return None
     plt = _plt()
-    codes = sorted(lat, key=lambda c: -lat[c]["count"])
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(codes) + 1.8))
+    from matplotlib.ticker import FuncFormatter
+    codes = sorted(lat, key=lambda c: (-lat[c]["count"], c))
+    base = latency_baseline([lat[c][q] for c in codes for q in _QUANTILES])
+    top = max([lat[c][q] or 0 for c in codes for q in _QUANTILES] + [base * 10])
+    labels = [f"{c} ({lat[c]['count']:,})" for c in codes]
+    fig, ax = plt.subplots(figsize=(_width_for(labels), 0.6 * len(codes) + 1.8))
     height = 0.2
-    for i, q in enumerate(("p50", "p90", "p99", "max")):
+    for i, q in enumerate(_QUANTILES):
+        # from the baseline to the value: a value at (or below) it is no bar
         ax.barh([j + (i - 1.5) * height for j in range(len(codes))],
-                [max(lat[c][q], 1e-3) for c in codes], height=height, label=q)
+                [max((lat[c][q] or 0) - base, 0) for c in codes], left=base, height=height,
+                label=q)
     ax.set_xscale("log")
-    return _rows(fig, ax, out_dir, "latency.png", [f"{c} ({lat[c]['count']:,})" for c in codes],
-                 "latency (µs, log scale)", "Latency per request code (answered requests)",
-                 legend=True)
+    ax.set_xlim(base, top * 1.5)
+    ax.xaxis.set_major_formatter(FuncFormatter(_us))
+    ax.grid(axis="x", which="major", alpha=0.3)
+    _rows(ax, labels, "latency (log scale; the table below has the values)",
+          "Latency per request code (answered requests)")
+    _legend_outside(ax)
+    return fig
 
 
-def chart_errors(summary, out_dir):
+def chart_latency(summary, out_dir):
+    return _saved(figure_latency, summary, out_dir, "latency.png")
+
+
+def figure_errors(summary):
     errors = summary["errors_per_code"]
     if not errors:
         return None
     plt = _plt()
     labels = [f"{e['request']} → {e['answer']}" for e in errors]
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(errors) + 1.5))
+    fig, ax = plt.subplots(figsize=(_width_for(labels), 0.35 * len(errors) + 1.5))
     ax.barh(range(len(errors)), [e["count"] for e in errors], color="tab:red")
-    return _rows(fig, ax, out_dir, "errors.png", labels, "answers",
-                 "Error answers (answer code != 0) per request code")
+    _rows(ax, labels, "answers", "Error answers (answer code != 0) per request code")
+    return fig
 
 
-def chart_brokers(summary, out_dir):
+def chart_errors(summary, out_dir):
+    return _saved(figure_errors, summary, out_dir, "errors.png")
+
+
+def broker_label(b):
+    return f"{b['broker_name']} {b['broker_addr']}"
+
+
+def figure_brokers(summary):
     brokers = summary["brokers"]
     if not brokers:
         return None
     plt = _plt()
     start = summary["request_mix"]["start_ns"] or 0
     width_s = summary["request_mix"]["bucket_ns"] / 1e9
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(brokers) + 1.8))
+    labels = [broker_label(b) for b in brokers]
+    fig, ax = plt.subplots(figsize=(_width_for(labels, 11), 0.6 * len(brokers) + 1.8))
+    # a legend entry for what is drawn only
+    seen = set()
+
+    def label(what):
+        if what in seen:
+            return None
+        seen.add(what)
+        return what
+
     for y, b in enumerate(brokers):
         xs = [bucket * width_s for bucket, _ in b["registrations_per_bucket"]]
         sizes = [12 + 4 * n for _, n in b["registrations_per_bucket"]]
-        ax.scatter(xs, [y] * len(xs), s=sizes, color="tab:blue",
-                   label="registrations" if y == 0 else None)
+        if xs:
+            ax.scatter(xs, [y] * len(xs), s=sizes, color="tab:blue", label=label("registrations"))
         for g in b["gaps"]:
             ax.plot([(g["from_ns"] - start) / 1e9, (g["to_ns"] - start) / 1e9], [y, y],
-                    color="tab:red" if g["expired"] else "tab:orange", linewidth=4, alpha=0.6)
+                    color="tab:red" if g["expired"] else "tab:orange", linewidth=4, alpha=0.6,
+                    label=label("gap > timeout" if g["expired"] else "gap > 2x median interval"))
         for e in b["expiries"]:
-            ax.scatter([(e["time_ns"] - start) / 1e9], [y], marker="x", s=80, color="black")
-    ax.set_yticks(range(len(brokers)),
-                  [f"{b['broker_name']} {b['broker_addr']}" for b in brokers])
+            ax.scatter([(e["time_ns"] - start) / 1e9], [y], marker="x", s=80, color="black",
+                       label=label("expiry"))
+    ax.set_yticks(range(len(brokers)), labels)
     ax.set_ylim(len(brokers) - 0.5, -0.5)      # first broker on top, half a row of margin
     ax.set_xlabel(f"seconds since {_utc(start)}")
-    ax.set_title("Broker registrations (orange: gap > 2x median interval, "
-                 "red: > timeout, x: expiry)")
-    return _save(fig, out_dir, "brokers.png")
+    ax.set_title("Broker registrations, liveness gaps and expiries")
+    if seen:
+        _legend_outside(ax)
+    return fig
 
 
-def chart_topics(summary, out_dir):
+def chart_brokers(summary, out_dir):
+    return _saved(figure_brokers, summary, out_dir, "brokers.png")
+
+
+def figure_topics(summary):
     topics = summary["top_topics"]
     if not topics:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(topics) + 1.5))
+    labels = [_short(t["topic"]) for t in topics]
+    fig, ax = plt.subplots(figsize=(_width_for(labels), 0.3 * len(topics) + 1.5))
     ys = range(len(topics))
     found = [t["requests"] - t["not_found"] for t in topics]
-    ax.barh(ys, found, label="found")
-    ax.barh(ys, [t["not_found"] for t in topics], left=found, color="tab:gray",
-            label="TOPIC_NOT_EXIST")
-    return _rows(fig, ax, out_dir, "topics.png", [_short(t["topic"]) for t in topics],
-                 "GET_ROUTEINFO_BY_TOPIC requests", f"Hottest topics (top {len(topics)})",
-                 legend=True)
+    not_found = [t["not_found"] for t in topics]
+    # a series no topic has is neither drawn nor in the legend
+    if any(found):
+        ax.barh(ys, found, label="found")
+    if any(not_found):
+        ax.barh(ys, not_found, left=found, color="tab:gray", label="TOPIC_NOT_EXIST")
+    _rows(ax, labels, "GET_ROUTEINFO_BY_TOPIC requests", f"Hottest topics (top {len(topics)})")
+    _legend_outside(ax)
+    return fig
 
 
-def _rows(fig, ax, out_dir, name, labels, xlabel, title, legend=False):
+def chart_topics(summary, out_dir):
+    return _saved(figure_topics, summary, out_dir, "topics.png")
+
+
+def _rows(ax, labels, xlabel, title):
     """Finish a chart of one horizontal row per label, the first on top."""
     ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
+    ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    if legend:
-        ax.legend(fontsize="small")
-    return _save(fig, out_dir, name)
 
 
 # ---------------------------------------------------------------- the page
 
-_CSS = """body{font-family:sans-serif;margin:2em;max-width:70em}
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:80em}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;
-padding:.2em .6em;text-align:right}th{background:#eee}td:first-child{text-align:left}
+padding:.2em .6em;text-align:right;white-space:nowrap}th{background:#eee}
+td:first-child{text-align:left}td.wrap{white-space:normal;text-align:left;min-width:12em}
 img{max-width:100%}"""
 
 
@@ -197,7 +293,7 @@ def write_report(out_dir, summary):
     if s["input_errors"]:
         parts.append("<h2>Undecodable frames and unreadable inputs</h2>")
         parts.append(_table(("file", "record", "error"), [
-            (e["file"], e["record"], e["error"]) for e in s["input_errors"]]))
+            (e["file"], e["record"], e["error"]) for e in s["input_errors"]], wrap=(2,)))
 
     parts.append("<h2>Request mix over time</h2>" + _img(mix))
     parts.append(_table(("request", "count"), sorted(
@@ -221,7 +317,7 @@ def write_report(out_dir, summary):
         [(b["broker_name"], b["broker_addr"], b["cluster"] or "-", _num(b["registrations"]),
           _num(b["heartbeats"]), _num(b["median_interval_s"], 2), len(b["gaps"]),
           ", ".join(f"{e['reason']} at {_utc(e['time_ns'])}" for e in b["expiries"]) or "-")
-         for b in s["brokers"]]))
+         for b in s["brokers"]], wrap=(7,)))
 
     parts.append("<h2>Hottest topics (GET_ROUTEINFO_BY_TOPIC)</h2>" + _img(top))
     parts.append(_table(("topic", "requests", "TOPIC_NOT_EXIST"), [
