@@ -27,6 +27,10 @@ _NO_JAVA = analyze.java_problem()
 if _NO_JAVA:        # Spark needs a JDK: without one nothing here can run
     pytest.skip(_NO_JAVA, allow_module_level=True)
 
+# Spark and its JVMs: slow; the decoding underneath is compared between the two
+# implementations by the differential tests, so the job runs in the compiled pass only.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
+
 #: The package under test: the executors' Python workers must import this one.
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
 S = 1_000_000_000

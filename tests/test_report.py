@@ -10,6 +10,9 @@ pytest.importorskip("matplotlib")
 
 from rmq import report  # noqa: E402
 
+# The charts do not depend on which core decoded the trace.
+pytestmark = pytest.mark.once
+
 S = 1_000_000_000
 START = 1_700_000_000 * S
 

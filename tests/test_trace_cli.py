@@ -14,6 +14,9 @@ import pytest
 import rmq
 from rmq import analyze, cli
 
+# The command's checks and settings do not depend on which core is selected.
+pytestmark = pytest.mark.once
+
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
 
 
