@@ -2,8 +2,8 @@
 the ``rmq`` package (the stripped extension, the stub, py.typed and the licence), and
 each installs into a fresh venv where ``rmq`` runs a NameServer session.
 
-Slow (two builds of the core, two venvs from PyPI): marked ``slow`` and run once, in the
-compiled pass of ``make test``.
+The builds are slow (two builds of the core, two venvs from PyPI): marked ``slow``, and
+everything here runs once, in the compiled pass of ``make test``.
 """
 
 import os
@@ -21,7 +21,8 @@ import pytest
 
 import rmq
 
-pytestmark = [pytest.mark.slow, pytest.mark.once]
+pytestmark = pytest.mark.once
+slow = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.10", "3.11", "3.12", "3.13", "3.14"]
@@ -76,6 +77,22 @@ def _run(args, **kw):
     return proc
 
 
+def test_supported_pythons_agree():
+    """requires-python, the classifiers and the wheels cibuildwheel builds name the
+    same versions."""
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert project["requires-python"] == f">={SUPPORTED[0]}"
+    classified = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+                  if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert classified == SUPPORTED
+    built = meta["tool"]["cibuildwheel"]["build"].split()
+    assert built == [f"cp{v.replace('.', '')}-*" for v in SUPPORTED]
+    assert meta["tool"]["cibuildwheel"]["linux"]["archs"] == ["x86_64", "aarch64"]
+    assert "musllinux" not in meta["tool"]["cibuildwheel"]["skip"].replace("musllinux_i686", "")
+
+
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory):
     """``python -m build``: the sdist from this tree, then the wheel from the sdist
@@ -101,11 +118,13 @@ def venvs(tmp_path_factory):
     return venv
 
 
+@slow
 def test_build_prints_no_deprecation(dists):
     *_, log = dists
     assert "Deprecat" not in log, [ln for ln in log.splitlines() if "Deprecat" in ln]
 
 
+@slow
 def test_sdist_ships_what_a_build_and_the_tests_need(dists):
     sdist, _, _ = dists
     with tarfile.open(sdist) as tar:
@@ -124,6 +143,7 @@ def test_sdist_ships_what_a_build_and_the_tests_need(dists):
     assert not [n for n in names if n.endswith((".so", ".pyc")) or "node_modules" in n]
 
 
+@slow
 def test_wheel_holds_exactly_the_package(dists):
     _, wheel, _ = dists
     with zipfile.ZipFile(wheel) as zf:
@@ -146,6 +166,7 @@ def test_wheel_holds_exactly_the_package(dists):
     assert classified == SUPPORTED
 
 
+@slow
 def test_wheel_extension_is_stripped(dists, tmp_path):
     _, wheel, _ = dists
     with zipfile.ZipFile(wheel) as zf:
@@ -177,6 +198,7 @@ def _elf_section_names(elf):
     return names
 
 
+@slow
 @pytest.mark.parametrize("artifact", ["wheel", "sdist"])
 def test_installs_into_a_fresh_venv_and_serves(dists, venvs, artifact, tmp_path):
     sdist, wheel, _ = dists
