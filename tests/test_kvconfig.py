@@ -419,15 +419,16 @@ while True:
 """
 
 
-def killed_child(script, path, start, env, after):
+def killed_child(script, path, start, env, after, lines=1):
     """Run ``script`` (which prints each index once its change returned) from index
-    ``start``; SIGKILL it ``after`` seconds past its first line. The indexes it
-    reported done (a torn last line is not done)."""
+    ``start``; SIGKILL it ``after`` seconds past its ``lines``-th line (counted in
+    changes, not seconds, so that a loaded machine does not kill it before it got
+    anywhere). The indexes it reported done (a torn last line is not done)."""
     proc = subprocess.Popen([sys.executable, "-c", script, str(path), str(start)],
                             stdout=subprocess.PIPE, env=env)
     try:
-        first = proc.stdout.readline()  # the child is loaded and writing
-        assert first, "child died before its first change"
+        first = b"".join(proc.stdout.readline() for _ in range(lines))
+        assert first.count(b"\n") == lines, "child died before its first changes"
         time.sleep(after)
         os.kill(proc.pid, signal.SIGKILL)
         rest = proc.stdout.read()
@@ -983,9 +984,11 @@ def test_kill_9_during_journal_appends_and_compactions_loses_no_acknowledged_cha
     model = {}
     start = 0
     kills = caught_compacting = 0
-    deadline = time.monotonic() + 12
+    deadline = time.monotonic() + 30
     while kills < 8 and time.monotonic() < deadline:
-        done = killed_child(CHILD_COMPACTING, path, start, env, rng.uniform(0.05, 0.3))
+        # 40 changes of 2 KB fill the 64 KiB journal: compactions are under way by then
+        done = killed_child(CHILD_COMPACTING, path, start, env, rng.uniform(0.0, 0.2),
+                            lines=40)
         kills += 1
         names = os.listdir(tmp_path)
         caught_compacting += (len([n for n in names if ".journal." in n]) > 1
