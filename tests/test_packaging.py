@@ -8,6 +8,7 @@ everything here runs once, in the compiled pass of ``make test``.
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,7 +100,14 @@ def dists(tmp_path_factory):
     (in an isolated build environment), so the wheel proves the sdist complete."""
     pytest.importorskip("build")
     out = tmp_path_factory.mktemp("dist")
-    proc = _run([sys.executable, "-m", "build", "--outdir", out, ROOT], cwd=ROOT, timeout=900)
+    # A copy of the tree (MANIFEST.in still decides what the sdist holds): the build
+    # writes egg-info and a release tree into the directory it builds, which another
+    # build of the same tree (nox, a developer) must not meet.
+    tree = tmp_path_factory.mktemp("tree") / "rmq"
+    shutil.copytree(ROOT, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".nox", "build", "dist", "node_modules", "*.egg-info", "*.so",
+        "_core.c", "__pycache__", ".mypy_cache", ".hypothesis", ".benchmarks"))
+    proc = _run([sys.executable, "-m", "build", "--outdir", out, tree], cwd=tree, timeout=900)
     sdist, = out.glob("rmq-*.tar.gz")
     wheel, = out.glob("rmq-*.whl")
     return sdist, wheel, proc.stdout + proc.stderr
