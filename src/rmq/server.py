@@ -188,8 +188,7 @@ class Connection(asyncio.Protocol):
                 # thread, in order; this connection's later requests wait for them
                 # (unread), the other connections do not.
                 if out:
-                    self.transport.writelines(out)
-                    self.server.note_output(out_bytes)
+                    self._send(out, out_bytes)
                     if self.closing:        # aborted by the total output budget
                         return
                 self.pending.extend(cmds[i + TABLE_BATCH:])
@@ -205,8 +204,7 @@ class Connection(asyncio.Protocol):
             if len(out) >= TURN_ANSWERS or out_bytes >= TURN_BYTES:
                 # Let flow control see the output, and the other connections have
                 # their turn: the rest of this read waits for the next loop iteration.
-                self.transport.writelines(out)
-                self.server.note_output(out_bytes)
+                self._send(out, out_bytes)
                 out = []
                 out_bytes = 0
                 if self.closing:            # aborted by the total output budget
@@ -217,9 +215,15 @@ class Connection(asyncio.Protocol):
                     self.server.loop.call_soon(self._continue)
                     break
         if out:
-            self.transport.writelines(out)
-            self.server.note_output(out_bytes)
+            self._send(out, out_bytes)
         self.last_active = self.server.loop.time()
+
+    def _send(self, frames, nbytes):
+        # One write(), not writelines(): asyncio's writelines skips flow control in
+        # some releases (3.12.1 and 3.13.0 here: no pause_writing however much is
+        # queued), which would let a client that does not read grow memory unbounded.
+        self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self.server.note_output(nbytes)
 
     def _encode(self, cmd, resp):
         try:
@@ -269,8 +273,7 @@ class Connection(asyncio.Protocol):
         frames = [self._encode(cmd, resp) for cmd, resp in zip(cmds, resps)
                   if resp is not None]
         if frames:
-            self.transport.writelines(frames)
-            self.server.note_output(sum(map(len, frames)))
+            self._send(frames, sum(map(len, frames)))
             self.last_active = self.server.loop.time()
         self._continue()
 
@@ -412,10 +415,7 @@ class _TracedTransport:
         self._transport.write(data)
 
     def writelines(self, chunks):
-        chunks = list(chunks)
-        for c in chunks:
-            self._trace.outgoing(c)
-        self._transport.writelines(chunks)
+        raise NotImplementedError("the server writes with write() (see Connection._send)")
 
     def __getattr__(self, name):
         return getattr(self._transport, name)
