@@ -13,14 +13,17 @@
 #   3. inside it (chroot, in a private mount namespace: nothing stays mounted), a
 #      venv with Cython, pytest, pytest-xdist, hypothesis and msgpack from PyPI, once;
 #   4. copies the current source tree (uncommitted edits included, .gitignore'd
-#      files not), builds and installs rmq with the arm64 gcc, and checks that
-#      the core runs on aarch64 with the armv8 CRC32 kernel selected;
+#      files not), builds and installs rmq with the arm64 gcc (skipped when the
+#      sources are those of the last build), and checks that the core runs on
+#      aarch64 with the armv8 CRC32 kernel selected;
 #   5. runs the tests and fails unless they pass AND every ARMv8 CRC32 test ran
 #      (none skipped).
 #
 # Environment: RMQ_ARM64_ROOT (rootfs), RMQ_ARM64_MIRROR (Debian mirror),
 # RMQ_ARM64_JOBS (pytest-xdist workers, default nproc), QEMU_CPU (default max),
-# HYPOTHESIS_PROFILE (default, quick or thorough; see tests/conftest.py).
+# HYPOTHESIS_PROFILE (default, quick or thorough; see tests/conftest.py),
+# RMQ_ARM64_REBUILD=1 (build even when src/, setup.py and pyproject.toml are
+# unchanged since the last build).
 # Needs root (debootstrap, chroot, mount); re-runs itself with sudo when possible.
 set -euo pipefail
 shopt -s inherit_errexit 2> /dev/null || true
@@ -133,12 +136,23 @@ if [[ "${1:-}" == "--in-namespace" ]]; then
             --exclude=node_modules --exclude=__pycache__ --exclude=.hypothesis \
             --exclude=.pytest_cache --exclude=_core.c -cf - . | tar -xf - -C "$ROOT/build/rmq"
     fi
-    log "building rmq._core for aarch64 (Cython + gcc -O3 under QEMU)"
-    t=$(date +%s)
-    in_root /bin/sh -c 'cd /build/rmq && pip install -q --no-build-isolation --no-deps --force-reinstall . 2>&1' \
-        > "$ROOT/build/build.log" || { tail -30 "$ROOT/build/build.log" >&2; die "build (log: $ROOT/build/build.log)"; }
-    BUILD_S=$(( $(date +%s) - t ))
-    log "built in $BUILD_S s"
+    # what the build reads: when it is unchanged since the last build, that build stands
+    SRC_HASH=$(cd "$ROOT/build/rmq" && find src setup.py pyproject.toml -type f -print0 | LC_ALL=C sort -z \
+        | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    BUILT="$ROOT/opt/rmq-venv/.rmq-built"
+    if [[ "${RMQ_ARM64_REBUILD:-0}" == 0 && "$(cat "$BUILT" 2>/dev/null)" == "$SRC_HASH" ]]; then
+        BUILD_S=0
+        log "rmq._core already built from these sources ($SRC_HASH): reused (RMQ_ARM64_REBUILD=1 rebuilds)"
+    else
+        log "building rmq._core for aarch64 from sources $SRC_HASH (Cython + gcc -O3 under QEMU)"
+        rm -f "$BUILT"
+        t=$(date +%s)
+        in_root /bin/sh -c 'cd /build/rmq && pip install -q --no-build-isolation --no-deps --force-reinstall . 2>&1' \
+            > "$ROOT/build/build.log" || { tail -30 "$ROOT/build/build.log" >&2; die "build (log: $ROOT/build/build.log)"; }
+        BUILD_S=$(( $(date +%s) - t ))
+        echo "$SRC_HASH" > "$BUILT"
+        log "built in $BUILD_S s"
+    fi
 
     in_root /bin/sh -c 'cd /build/rmq/tests && python - <<"EOF"
 import os, platform, sys
@@ -188,7 +202,7 @@ fi
 # ------------------------------------------------------------------ on the host
 if (( EUID != 0 )); then
     command -v sudo > /dev/null || die "needs root (debootstrap, chroot, mount), and there is no sudo"
-    exec sudo --preserve-env=RMQ_ARM64_ROOT,RMQ_ARM64_MIRROR,RMQ_ARM64_JOBS,QEMU_CPU,HYPOTHESIS_PROFILE,http_proxy,https_proxy,PIP_INDEX_URL,PIP_CERT,SSL_CERT_FILE \
+    exec sudo --preserve-env=RMQ_ARM64_ROOT,RMQ_ARM64_MIRROR,RMQ_ARM64_JOBS,RMQ_ARM64_REBUILD,QEMU_CPU,HYPOTHESIS_PROFILE,http_proxy,https_proxy,PIP_INDEX_URL,PIP_CERT,SSL_CERT_FILE \
         RMQ_ARM64_ROOT="$ROOT" "$0" "$@"
 fi
 [[ "$(uname -m)" == x86_64 || "$(uname -m)" == aarch64 ]] || die "unexpected host $(uname -m)"
