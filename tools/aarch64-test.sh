@@ -179,12 +179,13 @@ EOF' || die "the core does not run with the armv8 kernel on aarch64"
     TEST_S=$(( $(date +%s) - t ))
     grep -E '^(FAILED|ERROR|SKIPPED) ' "$ROOT/build/pytest.log" | head -50 >&2 || true
     SUMMARY=$( { grep -E '^=+ .* in [0-9.]+s' "$ROOT/build/pytest.log" || true; } | tail -1)
-    # -v prints one "PASSED|SKIPPED|FAILED|ERROR tests/...::test_x[...c-armv8]" line a test
-    count() { grep -cE "(^| )$1 tests/test_crc32\.py::[^ ]*c-armv8\]" "$ROOT/build/pytest.log" || true; }
-    ARMV8_PASSED=$(count PASSED)
-    ARMV8_SKIPPED=$(count SKIPPED)
-    ARMV8_NOT_PASSED=$( { grep -E "(^| )(FAILED|ERROR|SKIPPED|XFAIL|XPASS) tests/test_crc32\.py::[^ ]*c-armv8\]" \
-        "$ROOT/build/pytest.log" || true; } | wc -l)
+    # -v prints one line a test with its outcome: "[gw0] [ 1%] PASSED tests/...::test_x[c-armv8]"
+    # under xdist, "tests/...::test_x[c-armv8] PASSED [ 1%]" without
+    armv8() { { grep -E "tests/test_crc32\.py::[^ ]*c-armv8\]" "$ROOT/build/pytest.log" || true; } \
+        | { grep -E "(^| )($1)( |$)" || true; } | wc -l; }
+    ARMV8_PASSED=$(armv8 PASSED)
+    ARMV8_SKIPPED=$(armv8 SKIPPED)
+    ARMV8_NOT_PASSED=$(armv8 'FAILED|ERROR|SKIPPED|XFAIL|XPASS')
 
     echo
     echo "aarch64 (QEMU_CPU=$QEMU_CPU, $(qemu-aarch64-static --version | sed -n 1p)), rmq.CRC32_KERNEL=armv8"
