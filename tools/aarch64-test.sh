@@ -90,7 +90,7 @@ if [[ "${1:-}" == "--in-namespace" ]]; then
     if [[ ! -f "$ROOT/.rmq-rootfs" ]]; then
         # never delete what this script did not make: an unfinished one is $ROOT.tmp
         [[ ! -e "$ROOT" ]] || die "$ROOT exists but is not a finished rootfs of this script (no .rmq-rootfs): remove it"
-        log "creating the arm64 $SUITE rootfs in $ROOT (first run only: ~15-25 min)"
+        log "creating the arm64 $SUITE rootfs in $ROOT (first run only: 5-10 min)"
         rm -rf --one-file-system "$ROOT.tmp"
         mkdir -p "$(dirname "$ROOT")"
         t=$(date +%s)
