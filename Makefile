@@ -8,9 +8,10 @@ CORE_SOURCES := $(filter-out src/_core/_core.c,$(wildcard src/_core/*.pyx src/_c
                 pyproject.toml setup.py
 STAMP  := $(VENV)/.rmq-installed
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
-# Four workers on two cores (many tests wait on sockets and timers); the tests that share
-# one Spark session stay together (xdist_group).
-XDIST  ?= -n 4 --dist loadgroup
+# Four workers on two cores (many tests wait on sockets and timers); a module's tests stay
+# on one worker (--dist loadscope), so that its module fixtures (one Spark session, one
+# build of the packages) are made once.
+XDIST  ?= -n 4 --dist loadscope
 
 .PHONY: run test test-fast nox aarch64-test bench load hardening fuzz install clean
 

@@ -38,6 +38,6 @@ def tests(session: nox.Session) -> None:
     args = session.posargs or []
     # Run from the tests' own tree against the installed package, not ./src.
     session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "-n", "4",
-                "--dist", "loadgroup", *args)
+                "--dist", "loadscope", *args)
     session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "-n", "4",
-                "--dist", "loadgroup", *args, env={"RMQ_PUREPYTHON": "1"})
+                "--dist", "loadscope", *args, env={"RMQ_PUREPYTHON": "1"})

@@ -46,12 +46,7 @@ def pytest_configure(config):
                                        "depend on which implementation rmq selected")
 
 
-@pytest.hookimpl(tryfirst=True)     # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    # One Spark session per module: its tests run on one xdist worker (--dist loadgroup)
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
     if not PUREPYTHON or os.environ.get("RMQ_PURE_PASS_ALL"):
         return
     keep, skip = [], []

@@ -502,56 +502,60 @@ def _spark_submit():
     return path if os.access(path, os.X_OK) else shutil.which("spark-submit")
 
 
-@pytest.mark.skipif(not _spark_submit(), reason="no spark-submit")
-def test_runs_through_spark_submit(tmp_path):
-    t = 1_700_000_000 * S
-    write_segment(tmp_path / "in", [
-        (t + i * 1000, 1, "p:1", IN if i % 2 == 0 else OUT,
-         request_frame(105, {"topic": f"T{i // 2 % 3}"}, opaque=i // 2) if i % 2 == 0
-         else answer_frame(105, 0, opaque=i // 2)) for i in range(40)])
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=SRC)
-    script = os.path.join(SRC, "rmq", "analyze.py")
-    with contextlib.suppress(KeyError):
-        del env["SPARK_HOME"]       # the pyspark package's own
-    p = subprocess.run([_spark_submit(), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                        script, str(tmp_path / "in"), "--out", str(tmp_path / "out")],
-                       env=env, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stderr[-3000:]
-    s = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert (s["frames"], s["requests"], s["answers_per_code"]) == (40, 20, {"SUCCESS": 20})
-    assert {t["topic"]: t["requests"] for t in s["top_topics"]} == {"T0": 7, "T1": 7, "T2": 6}
-    assert (tmp_path / "out" / "report.html").exists()
-    assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]
-    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
+class TestCommand:
+    """The job as its own program (rmq trace analyze, spark-submit): each starts its
+    own JVM, so under xdist's --dist loadscope they run beside the session's tests."""
+
+    @pytest.mark.skipif(not _spark_submit(), reason="no spark-submit")
+    def test_runs_through_spark_submit(self, tmp_path):
+        t = 1_700_000_000 * S
+        write_segment(tmp_path / "in", [
+            (t + i * 1000, 1, "p:1", IN if i % 2 == 0 else OUT,
+             request_frame(105, {"topic": f"T{i // 2 % 3}"}, opaque=i // 2) if i % 2 == 0
+             else answer_frame(105, 0, opaque=i // 2)) for i in range(40)])
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                   PYTHONPATH=SRC)
+        script = os.path.join(SRC, "rmq", "analyze.py")
+        with contextlib.suppress(KeyError):
+            del env["SPARK_HOME"]       # the pyspark package's own
+        p = subprocess.run([_spark_submit(), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                            script, str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                           env=env, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr[-3000:]
+        s = json.loads((tmp_path / "out" / "summary.json").read_text())
+        assert (s["frames"], s["requests"], s["answers_per_code"]) == (40, 20, {"SUCCESS": 20})
+        assert {t["topic"]: t["requests"] for t in s["top_topics"]} == {"T0": 7, "T1": 7, "T2": 6}
+        assert (tmp_path / "out" / "report.html").exists()
+        assert s["spark"]["master"] == "local[1]"          # spark-submit's, not local[*]
+        assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
 
 
-def test_rmq_trace_analyze_command_on_a_synthetic_trace(tmp_path):
-    """The CLI as an operator runs it (no PYSPARK_PYTHON set: local workers run on
-    rmq's own Python), on a synthetic trace whose counts are known; its stderr has
-    rmq's progress (asked for: not a terminal) and none of Spark's logs."""
-    from rmq.synth import synthesize
-    m = synthesize(tmp_path / "in", brokers=2, clients=3, minutes=3, topics=20, seed=3,
-                   start=1_700_000_000)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    env["PYTHONPATH"] = SRC
-    p = subprocess.run([sys.executable, "-m", "rmq", "trace", "analyze", str(tmp_path / "in"),
-                        "--out", str(tmp_path / "out"), "--master", "local[2]", "--progress"],
-                       env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    s = json.loads((tmp_path / "out" / "summary.json").read_text())
-    # rmq's lines only ("rmq trace analyze: ..." says the workers' codec under RMQ_PUREPYTHON)
-    ended = [line.split(":")[0] for line in p.stderr.splitlines()
-             if not line.endswith("...") and not line.startswith("rmq trace analyze: ")]
-    assert ended == ["starting Spark", "listing inputs", "decoding",
-                     "pairing requests and answers", "summarizing", "writing the report"], \
-        p.stderr[-3000:]
-    assert f"decoding: {analyze._files(len(m['files']))}, {m['frames']:,} frames -> " \
-        "frames.parquet" in p.stderr
-    assert s["frames"] == m["frames"]
-    assert s["answers_per_code"] == m["answers"]
-    assert s["requests_per_code"] == m["requests"]
-    assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
+    def test_rmq_trace_analyze_command_on_a_synthetic_trace(self, tmp_path):
+        """The CLI as an operator runs it (no PYSPARK_PYTHON set: local workers run on
+        rmq's own Python), on a synthetic trace whose counts are known; its stderr has
+        rmq's progress (asked for: not a terminal) and none of Spark's logs."""
+        from rmq.synth import synthesize
+        m = synthesize(tmp_path / "in", brokers=2, clients=3, minutes=3, topics=20, seed=3,
+                       start=1_700_000_000)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+        env["PYTHONPATH"] = SRC
+        p = subprocess.run([sys.executable, "-m", "rmq", "trace", "analyze", str(tmp_path / "in"),
+                            "--out", str(tmp_path / "out"), "--master", "local[2]", "--progress"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        s = json.loads((tmp_path / "out" / "summary.json").read_text())
+        # rmq's lines only ("rmq trace analyze: ..." says the workers' codec under RMQ_PUREPYTHON)
+        ended = [line.split(":")[0] for line in p.stderr.splitlines()
+                 if not line.endswith("...") and not line.startswith("rmq trace analyze: ")]
+        assert ended == ["starting Spark", "listing inputs", "decoding",
+                         "pairing requests and answers", "summarizing", "writing the report"], \
+            p.stderr[-3000:]
+        assert f"decoding: {analyze._files(len(m['files']))}, {m['frames']:,} frames -> " \
+            "frames.parquet" in p.stderr
+        assert s["frames"] == m["frames"]
+        assert s["answers_per_code"] == m["answers"]
+        assert s["requests_per_code"] == m["requests"]
+        assert s["spark"]["executor_implementation"] == [rmq.IMPLEMENTATION]
 
 
 def test_rows_become_the_dataframe_createDataFrame_makes(spark, monkeypatch):
