@@ -95,16 +95,6 @@ CORES = {"c": C, "py": P}
 # ====================================================================== outcomes
 
 
-@contextlib.contextmanager
-def _deep_stack():
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 50_000))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
-
-
 def canon(v):
     """A comparable form of a result that keeps types apart (1, 1.0, True; -0.0, 0.0)
     and dict order: a flat tuple of tokens, containers as (type, length) followed by
@@ -150,11 +140,7 @@ def outcome(fn, *args):
         return ("err", type(e).__name__)
     except Exception as e:  # noqa: BLE001  (the finding, RecursionError and MemoryError too)
         return ("exc", type(e).__name__, _short(str(e)))
-    try:
-        return ("ok", canon(result))
-    except RecursionError:          # a deep value: canon it with room (not the decoders)
-        with _deep_stack():
-            return ("ok", canon(result))
+    return ("ok", canon(result))
 
 
 def _short(s, n=160):
@@ -165,9 +151,7 @@ def _brief(o):
     """An outcome for a report: results shortened."""
     if o[0] != "ok":
         return list(o)
-    with _deep_stack():
-        r = repr(o[1])
-    return ["ok", _short(r, 300)]
+    return ["ok", _short(repr(o[1]), 300)]
 
 
 class Finding(Exception):
@@ -186,12 +170,7 @@ def differential(fn_name, c_fn, p_fn, args):
     for name in raised:     # one finding per exception class, saying which side(s) raised it
         sides = "+".join(tag for tag, o in (("c", oc), ("py", op)) if o[:2] == ("exc", name))
         found.append(((fn_name, "exception", sides, name), {"c": _brief(oc), "py": _brief(op)}))
-    try:
-        differ = oc != op
-    except RecursionError:
-        with _deep_stack():
-            differ = oc != op
-    if not found and differ:
+    if not found and oc != op:
         kind = "value" if oc[0] == op[0] == "ok" else f"{_cls(oc)}|{_cls(op)}"
         found.append(((fn_name, "disagree", kind), {"c": _brief(oc), "py": _brief(op)}))
     return found, oc, op
@@ -598,8 +577,7 @@ def _replay_decoded(core, cls, chunks, max_len):
         try:
             dec.feed(piece)
         except RmqError as e:
-            with _deep_stack():
-                return list(canon(e.decoded)[1:])
+            return list(canon(e.decoded)[1:])
     return []
 
 

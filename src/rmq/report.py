@@ -47,7 +47,7 @@ def _table(headers, rows, wrap=()):
 # ---------------------------------------------------------------- charts
 #
 # Each chart is drawn by a figure_* function (the matplotlib Figure, or None when
-# there is nothing to draw: what the tests look at) and saved by its chart_* one.
+# there is nothing to draw: what the tests look at); write_report saves them (_CHARTS).
 
 def _short(label, width=40):
     # Topic names may be 127 characters: a chart label that long squeezes the plot
@@ -67,11 +67,6 @@ def _save(fig, out_dir, name):
     fig.savefig(os.path.join(out_dir, name), dpi=100)
     _plt().close(fig)
     return name
-
-
-def _saved(figure, summary, out_dir, name):
-    fig = figure(summary)
-    return None if fig is None else _save(fig, out_dir, name)
 
 
 def _legend_outside(ax):
@@ -107,9 +102,6 @@ def figure_request_mix(summary):
     _legend_outside(ax)
     return fig
 
-
-def chart_request_mix(summary, out_dir):
-    return _saved(figure_request_mix, summary, out_dir, "requests_over_time.png")
 
 
 _QUANTILES = ("p50", "p90", "p99", "max")
@@ -163,9 +155,6 @@ def figure_latency(summary):
     return fig
 
 
-def chart_latency(summary, out_dir):
-    return _saved(figure_latency, summary, out_dir, "latency.png")
-
 
 def figure_errors(summary):
     errors = summary["errors_per_code"]
@@ -178,9 +167,6 @@ def figure_errors(summary):
     _rows(ax, labels, "answers", "Error answers (answer code != 0) per request code")
     return fig
 
-
-def chart_errors(summary, out_dir):
-    return _saved(figure_errors, summary, out_dir, "errors.png")
 
 
 def broker_label(b):
@@ -226,9 +212,6 @@ def figure_brokers(summary):
     return fig
 
 
-def chart_brokers(summary, out_dir):
-    return _saved(figure_brokers, summary, out_dir, "brokers.png")
-
 
 def figure_topics(summary):
     topics = summary["top_topics"]
@@ -249,9 +232,6 @@ def figure_topics(summary):
     _legend_outside(ax)
     return fig
 
-
-def chart_topics(summary, out_dir):
-    return _saved(figure_topics, summary, out_dir, "topics.png")
 
 
 def _rows(ax, labels, xlabel, title):
@@ -275,10 +255,18 @@ def _img(name):
     return f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' if name else ""
 
 
+#: Each chart and its file, in the report's order.
+_CHARTS = ((figure_request_mix, "requests_over_time.png"), (figure_latency, "latency.png"),
+           (figure_errors, "errors.png"), (figure_brokers, "brokers.png"),
+           (figure_topics, "topics.png"))
+
+
 def write_report(out_dir, summary):
     """Write report.html and its charts into ``out_dir``; the chart files written."""
-    charts = [chart(summary, out_dir) for chart in (
-        chart_request_mix, chart_latency, chart_errors, chart_brokers, chart_topics)]
+    charts = []
+    for figure, name in _CHARTS:
+        fig = figure(summary)
+        charts.append(None if fig is None else _save(fig, out_dir, name))
     mix, lat, err, brk, top = charts
     s = summary
     parts = [f"<!doctype html><meta charset='utf-8'><title>rmq trace report</title>"

@@ -131,8 +131,7 @@ class Connection(asyncio.Protocol):
             self.server.max_output - self.transport.get_write_buffer_size(), 0)
         answers, cmds, error = self.decoder.serve_routes(data, self.server.served_routes, room)
         if answers:
-            self.transport.write(answers)
-            self.server.note_output(len(answers))
+            self._send((answers,))
         if backed_up:
             self.pending.extend(cmds)
         elif cmds:
@@ -188,7 +187,7 @@ class Connection(asyncio.Protocol):
                 # thread, in order; this connection's later requests wait for them
                 # (unread), the other connections do not.
                 if out:
-                    self._send(out, out_bytes)
+                    self._send(out)
                     if self.closing:        # aborted by the total output budget
                         return
                 self.pending.extend(cmds[i + TABLE_BATCH:])
@@ -204,7 +203,7 @@ class Connection(asyncio.Protocol):
             if len(out) >= TURN_ANSWERS or out_bytes >= TURN_BYTES:
                 # Let flow control see the output, and the other connections have
                 # their turn: the rest of this read waits for the next loop iteration.
-                self._send(out, out_bytes)
+                self._send(out)
                 out = []
                 out_bytes = 0
                 if self.closing:            # aborted by the total output budget
@@ -215,15 +214,16 @@ class Connection(asyncio.Protocol):
                     self.server.loop.call_soon(self._continue)
                     break
         if out:
-            self._send(out, out_bytes)
+            self._send(out)
         self.last_active = self.server.loop.time()
 
-    def _send(self, frames, nbytes):
+    def _send(self, frames):
         # One write(), not writelines(): asyncio's writelines skips flow control in
         # some releases (3.12.1 and 3.13.0 here: no pause_writing however much is
         # queued), which would let a client that does not read grow memory unbounded.
-        self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
-        self.server.note_output(nbytes)
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.transport.write(data)
+        self.server.note_output(len(data))
 
     def _encode(self, cmd, resp):
         try:
@@ -273,7 +273,7 @@ class Connection(asyncio.Protocol):
         frames = [self._encode(cmd, resp) for cmd, resp in zip(cmds, resps)
                   if resp is not None]
         if frames:
-            self._send(frames, sum(map(len, frames)))
+            self._send(frames)
             self.last_active = self.server.loop.time()
         self._continue()
 
