@@ -85,7 +85,7 @@ _RMQ = Path(rmq.__file__).resolve().parent
 BODIES = {tag: _module_copy(f"_fuzz_bodies_{tag}", _RMQ / "bodies.py",
                             {n: getattr(core, n) for n in _BODIES_NAMES})
           for tag, core in (("c", C), ("py", P))}
-NAMESRV = {tag: _module_copy(f"_fuzz_namesrv_{tag}", _RMQ / "namesrv.py",
+NAMESRV = {tag: _module_copy(f"_fuzz_namesrv_{tag}", _RMQ / "namesrv" / "handlers.py",
                              {"bodies": BODIES[tag], "body_crc32": core.body_crc32,
                               "RouteTable": core.RouteTable})
            for tag, core in (("c", C), ("py", P))}
@@ -907,8 +907,8 @@ class _Conn:
 
 
 def _new_server(tag):
-    from rmq.config import NamesrvConfig
-    from rmq.kvconfig import KVConfig
+    from rmq.namesrv.config import NamesrvConfig
+    from rmq.namesrv.kvconfig import KVConfig
     clock = [1_700_000_000_000]
     ns = NAMESRV[tag].NameServer(NamesrvConfig(), KVConfig(None),
                                  routes=CORES[tag].RouteTable(), clock=lambda: clock[0])

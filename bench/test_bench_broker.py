@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rmq import bodies
-from rmq.broker import BrokerRegistrar
+from rmq.registrar import BrokerRegistrar
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from nameserver import running_namesrv  # noqa: E402  (the tests' NameServer harness)

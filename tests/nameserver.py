@@ -10,10 +10,10 @@ import threading
 import time
 
 import rmq
-from rmq.config import NamesrvConfig
-from rmq.kvconfig import KVConfig
+from rmq.namesrv.config import NamesrvConfig
+from rmq.namesrv.kvconfig import KVConfig
 from rmq.namesrv import NameServer
-from rmq.server import NameServerApp
+from rmq.namesrv.server import NameServerApp
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import rmq
 from nameserver import Client, RawServer, read_request, running_namesrv, wait_for
 from support import vector_bytes
 from rmq import bodies
-from rmq.broker import BrokerRegistrar, RegistrationError, register_period
+from rmq.registrar import BrokerRegistrar, RegistrationError, register_period
 from rmq.errors import RemotingConnectError, ResponseError
 
 BROKER = dict(cluster="DefaultCluster", broker_name="broker-a", broker_addr="10.0.0.1:10911",

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from rmq import decode_frame
-from rmq.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigNoPermission,
+from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigNoPermission,
                         NamesrvConfig, is_path_key, load_properties_file, parse_properties,
                         properties_to_string)
 from rmq.errors import RmqError

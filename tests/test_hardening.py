@@ -14,9 +14,9 @@ import pytest
 
 import rmq
 from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
-from rmq.config import NamesrvConfig
+from rmq.namesrv.config import NamesrvConfig
 from rmq.errors import BodyError, HeaderError, RmqError
-from rmq.kvconfig import KVConfig
+from rmq.namesrv.kvconfig import KVConfig
 from rmq.namesrv import NameServer
 from rmq.protocol import MAX_JSON_DEPTH
 from support import load_compiled, load_fallback
@@ -120,7 +120,7 @@ def test_2_kv_list_answer_is_cached_until_a_kv_change(tmp_path):
 
 
 def test_2_answer_cache_is_bounded(tmp_path):
-    from rmq.namesrv import MAX_CACHED_ANSWERS
+    from rmq.namesrv.handlers import MAX_CACHED_ANSWERS
     with running_namesrv(tmp_path) as app, Client(app.address) as c:
         for i in range(MAX_CACHED_ANSWERS + 50):
             assert c.request(224, {"cluster": f"made-up-{i}"}).code == 0

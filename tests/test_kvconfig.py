@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq import kvconfig
+from rmq.namesrv import kvconfig
 from rmq.errors import RmqError
-from rmq.kvconfig import (
+from rmq.namesrv.kvconfig import (
     KVConfig,
     KVConfigError,
     KVEncodingError,
@@ -406,7 +406,7 @@ def test_concurrent_writers_and_readers(tmp_path):
 
 CHILD = r"""
 import sys
-from rmq.kvconfig import KVConfig
+from rmq.namesrv.kvconfig import KVConfig
 kv = KVConfig(sys.argv[1])
 i = int(sys.argv[2])
 pad = "x" * 3000
@@ -817,7 +817,7 @@ def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
 def test_a_normal_interpreter_exit_compacts(tmp_path):
     path = tmp_path / "kvConfig.json"
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    code = ("import sys\nfrom rmq.kvconfig import KVConfig\n"
+    code = ("import sys\nfrom rmq.namesrv.kvconfig import KVConfig\n"
             "kv = KVConfig(sys.argv[1])\nkv.put('ns', 'k', 'v ü')\n")
     subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=60)
     assert os.listdir(tmp_path) == ["kvConfig.json"]
@@ -938,7 +938,7 @@ def test_values_are_never_logged(tmp_path, caplog, monkeypatch):
 
 CHILD_COMPACTING = r"""
 import sys, threading, time
-from rmq.kvconfig import KVConfig
+from rmq.namesrv.kvconfig import KVConfig
 kv = KVConfig(sys.argv[1], compact_journal_bytes=64 << 10)
 i = int(sys.argv[2])
 

@@ -19,7 +19,7 @@ import pytest
 
 import rmq
 from nameserver import Client
-from rmq.kvconfig import read_table
+from rmq.namesrv.kvconfig import read_table
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

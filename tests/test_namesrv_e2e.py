@@ -12,7 +12,7 @@ import pytest
 import rmq
 from nameserver import Client, parse_json_body, register_broker, running_namesrv
 from rmq.bodies import topic_config
-from rmq.kvconfig import read_table
+from rmq.namesrv.kvconfig import read_table
 from support import frame
 
 STYPES = ["JSON", "ROCKETMQ"]

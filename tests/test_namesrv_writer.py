@@ -12,8 +12,8 @@ import pytest
 
 import rmq
 from nameserver import Client, register_broker, running_namesrv
-from rmq.kvconfig import read_table
-from rmq.server import WRITER_NICE
+from rmq.namesrv.kvconfig import read_table
+from rmq.namesrv.server import WRITER_NICE
 
 BIG = [f"Topic-{i:05d}" for i in range(3000)]        # ~300 KB: offloaded
 

@@ -34,7 +34,7 @@ SESSION = r"""
 import asyncio, subprocess, sys
 from pathlib import Path
 from rmq import bodies
-from rmq.broker import BrokerRegistrar
+from rmq.registrar import BrokerRegistrar
 
 addr = sys.argv[1]
 

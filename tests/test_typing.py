@@ -117,9 +117,9 @@ from typing_extensions import assert_type
 import rmq
 from rmq import bodies, errors
 from rmq.admin import AddressResult, ClusterList, NamesrvAdmin
-from rmq.broker import BrokerRegistrar, RegisterResult, RegistrationError
+from rmq.registrar import BrokerRegistrar, RegisterResult, RegistrationError
 from rmq.client import BlockingRemotingClient, RemotingClient
-from rmq.config import NamesrvConfig
+from rmq.namesrv.config import NamesrvConfig
 from rmq.pcap import PcapReader, TraceRecord
 from rmq.protocol import RequestCode, ResponseCode
 from rmq.trace import SegmentReader, read_records
@@ -227,7 +227,7 @@ def test_a_wrong_use_is_a_type_error(tmp_path):
     user = tmp_path / "wrong.py"
     user.write_text(textwrap.dedent("""\
         import rmq
-        from rmq.broker import BrokerRegistrar
+        from rmq.registrar import BrokerRegistrar
 
         text: str = rmq.encode_frame(rmq.RemotingCommand.request(105))
         rmq.crc32("not bytes")

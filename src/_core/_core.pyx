@@ -8,6 +8,7 @@ calls back into the server. The pure-Python reference is rmq.fallback.
 
 include "jsonio.pxi"
 include "codec.pxi"
+include "stream.pxi"
 include "bodies.pxi"
 include "crc32.pxi"
 include "scan.pxi"

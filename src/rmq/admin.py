@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 from rmq import bodies
 from rmq.client import DEFAULT_TIMEOUT, BlockingRemotingClient, split_addresses
-from rmq.config import parse_properties, properties_to_string
+from rmq.namesrv.config import parse_properties, properties_to_string
 from rmq.errors import BodyError, ProtocolError, RemotingConnectError, RemotingError, ResponseError
 from rmq.protocol import RESPONSE_NAMES, RequestCode, ResponseCode, parse_java_int
 

@@ -13,7 +13,7 @@ import logging
 import signal
 
 from rmq import bodies
-from rmq.broker import BrokerRegistrar, RegistrationError
+from rmq.registrar import BrokerRegistrar, RegistrationError
 
 log = logging.getLogger("rmq.brokersim")
 
@@ -139,7 +139,7 @@ async def run(args, stop=None):
 def main(args):
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
-    from rmq.server import new_event_loop
+    from rmq.namesrv.server import new_event_loop
     loop = new_event_loop()
     try:
         return loop.run_until_complete(run(args))

@@ -58,10 +58,10 @@ async def _serve_namesrv(app, host, port):
 
 
 def _namesrv(args):
-    from rmq.config import ConfigError, NamesrvConfig
-    from rmq.kvconfig import KVConfig, KVConfigError
+    from rmq.namesrv.config import ConfigError, NamesrvConfig
+    from rmq.namesrv.kvconfig import KVConfig, KVConfigError
     from rmq.namesrv import NameServer
-    from rmq.server import NameServerApp, new_event_loop
+    from rmq.namesrv.server import NameServerApp, new_event_loop
 
     _setup_logging(args.log_level)
     log = logging.getLogger("rmq.namesrv")

@@ -13,11 +13,11 @@ import logging
 import time
 
 from rmq import bodies
-from rmq.config import ConfigError, ConfigNoPermission
+from rmq.namesrv.config import ConfigError, ConfigNoPermission
 from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
-from rmq.kvconfig import KVConfigError, KVLimitError
+from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
 from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.routes import RouteTable
 

@@ -65,7 +65,7 @@ import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
-from rmq.namesrv import NEEDS_TABLE
+from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.server")
