@@ -14,7 +14,7 @@ Targets:
 
 - ``frames``: streams of mutated captured frames (tests/vectors/java-4.9.8) and
   generated ones: decode_frame, FrameDecoder.feed, FrameSplitter.feed and
-  FrameDecoder.serve_routes over a registered RouteTable, whole and in chunks.
+  RouteTable.serve_routes over a registered RouteTable, whole and in chunks.
 - ``headers``: generated and mutated JSON headers (odd values: null, 1e300, 2**40,
   -0, booleans, nesting ~500-600 deep, duplicate keys, non-string keys, lone
   surrogates, invalid UTF-8) and ROCKETMQ binary headers (huge lengths,
@@ -24,7 +24,7 @@ Targets:
   and rmq.bodies' decoders (TopicRouteData, ClusterInfo, KVTable, TopicList,
   DataVersion, BrokerMemberGroup) running on each core.
 - ``handle``: a command sequence as one byte stream, served the way
-  rmq.server serves a connection (FrameDecoder.serve_routes, then
+  rmq.server serves a connection (RouteTable.serve_routes, then
   NameServer.handle for the rest, answers encoded), by a NameServer on the compiled
   RouteTable and one on the reference RouteTable; the answers are compared, and
   then the tables through probes (106, 206, 224, 105 per topic, before and after
@@ -63,6 +63,7 @@ except ImportError:
 from rmq import _core as C  # both cores, side by side
 from rmq import fallback as P
 from rmq.errors import RmqError
+from rmq.namesrv.routeinfo import RouteTable
 
 TARGETS = ("frames", "headers", "bodies", "handle")
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -85,9 +86,12 @@ _RMQ = Path(rmq.__file__).resolve().parent
 BODIES = {tag: _module_copy(f"_fuzz_bodies_{tag}", _RMQ / "bodies.py",
                             {n: getattr(core, n) for n in _BODIES_NAMES})
           for tag, core in (("c", C), ("py", P))}
+#: rmq.namesrv.routeinfo.RouteTable over each core's topic-table storage.
+ROUTE_TABLES = {tag: type("RouteTable", (RouteTable,), {"storage": core.TopicTable})
+                for tag, core in (("c", C), ("py", P))}
 NAMESRV = {tag: _module_copy(f"_fuzz_namesrv_{tag}", _RMQ / "namesrv" / "handlers.py",
                              {"bodies": BODIES[tag], "body_crc32": core.body_crc32,
-                              "RouteTable": core.RouteTable})
+                              "RouteTable": ROUTE_TABLES[tag]})
            for tag, core in (("c", C), ("py", P))}
 CORES = {"c": C, "py": P}
 
@@ -614,8 +618,8 @@ _TABLES = {}
 def _route_tables():
     """A RouteTable per core, with the captured broker registered (its topics answer)."""
     if not _TABLES:
-        for tag, core in CORES.items():
-            t = core.RouteTable()
+        for tag in CORES:
+            t = ROUTE_TABLES[tag]()
             t.register_broker("DefaultCluster", "127.0.0.1:10911", "broker-a", 0,
                               "127.0.0.1:10912", body=REGISTER_BODY, conn="conn", now_ms=1)
             _TABLES[tag] = t
@@ -623,7 +627,7 @@ def _route_tables():
 
 
 def check_serve_routes(inp):
-    """FrameDecoder.serve_routes on each core's table, the same chunks: answers,
+    """RouteTable.serve_routes on each core's table, the same chunks: answers,
     handed-back commands and the error must be the same."""
     data, bounds, limit = inp["data"], inp["cuts"], inp.get("limit", -1)
     tables = _route_tables()
@@ -634,7 +638,7 @@ def check_serve_routes(inp):
         steps = []
         for piece in chunks_of(data, bounds):
             results = []
-            o = outcome(lambda: results.append(dec.serve_routes(piece, tables[tag], limit))
+            o = outcome(lambda: results.append(tables[tag].serve_routes(dec, piece, limit))
                         or results[-1])
             steps.append(o)
             if o[0] == "exc":
@@ -911,7 +915,7 @@ def _new_server(tag):
     from rmq.namesrv.kvconfig import KVConfig
     clock = [1_700_000_000_000]
     ns = NAMESRV[tag].NameServer(NamesrvConfig(), KVConfig(None),
-                                 routes=CORES[tag].RouteTable(), clock=lambda: clock[0])
+                                 routes=ROUTE_TABLES[tag](), clock=lambda: clock[0])
     return ns, clock
 
 
@@ -939,7 +943,7 @@ def _serve(tag, data, bounds, limit):
     out, events = [], []
     for piece in chunks_of(data, bounds):
         try:
-            answers, cmds, error = dec.serve_routes(piece, ns.routes, limit)
+            answers, cmds, error = ns.routes.serve_routes(dec, piece, limit)
         except Exception as e:  # noqa: BLE001
             events.append(("serve_routes-exception", type(e).__name__, _short(str(e))))
             break

@@ -5,6 +5,7 @@ import pytest
 import rmq._core as compiled
 import rmq.fallback as python
 from rmq import bodies
+from rmq.namesrv.routeinfo import RouteTable
 
 IMPLS = [pytest.param(compiled, id="compiled"), pytest.param(python, id="python")]
 NAME = {compiled: "compiled", python: "python"}
@@ -98,7 +99,7 @@ def test_register_body_encode(benchmark, figure, impl):
 def _w1_table(impl, brokers=8, topics=10_000):
     """W1: ``brokers`` brokers each registering the same ``topics`` topics, every
     route answer cached."""
-    rt = impl.RouteTable()
+    rt = RouteTable(storage=impl.TopicTable)
     data = python.encode_register_broker_body(_register_body(topics))
     for b in range(brokers):
         addr = f"10.0.0.{b}:10911"
@@ -123,7 +124,7 @@ def test_serve_routes_from_cache(benchmark, figure, impl):
         d = impl.FrameDecoder()
         n = 0
         for c in chunks:
-            out, others, error = d.serve_routes(c, rt)
+            out, others, error = rt.serve_routes(d, c)
             assert not others and error is None
             n += len(out)
         return n

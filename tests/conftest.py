@@ -21,7 +21,7 @@ import pytest
 from hypothesis import settings
 
 from nameserver import LOOPS
-from support import PUREPYTHON, load_compiled, load_fallback
+from support import PUREPYTHON, load_compiled, load_fallback, route_table
 
 settings.register_profile("default", max_examples=200, deadline=None)
 settings.register_profile("quick", max_examples=25, deadline=None)
@@ -79,8 +79,9 @@ def fallback():
 
 @pytest.fixture(params=["py", "c"])
 def RT(request):
-    """A RouteTable class: the reference's (``py``), then the compiled one (``c``)."""
-    return (load_fallback() if request.param == "py" else load_compiled()).RouteTable
+    """A RouteTable class over the reference's storage (``py``), then over the
+    compiled one (``c``)."""
+    return route_table(load_fallback() if request.param == "py" else load_compiled())
 
 
 @pytest.fixture(scope="module")

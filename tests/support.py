@@ -21,7 +21,7 @@ CORE_NAMES = (
     "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
     "crc32", "body_crc32", "json_loads", "json_dumps",
     "decode_register_broker_body", "encode_register_broker_body",
-    "encode_topic_route_data", "FrameSplitter", "RouteTable", "TraceRows", "RequestPairer",
+    "encode_topic_route_data", "FrameSplitter", "TopicTable", "TraceRows", "RequestPairer",
     "IMPLEMENTATION", "CRC32_KERNEL",
 )
 
@@ -42,6 +42,18 @@ def load_fallback():
     return fallback
 
 
+_ROUTE_TABLES = {}
+
+
+def route_table(impl):
+    """rmq.namesrv.routeinfo.RouteTable over ``impl``'s topic-table storage (one
+    class per core, so ``type(rt) is route_table(core)`` tells them apart)."""
+    from rmq.namesrv.routeinfo import RouteTable
+    if impl not in _ROUTE_TABLES:
+        _ROUTE_TABLES[impl] = type("RouteTable", (RouteTable,), {"storage": impl.TopicTable})
+    return _ROUTE_TABLES[impl]
+
+
 # ---------------------------------------------------------------- registration bodies
 
 #: Two decode times: a timestamp that differs between them was absent from the body.
@@ -53,7 +65,7 @@ def general_body(data):
     makes of a RegisterBrokerBody: "error", or the scanners' tuple (timestamp None
     when absent) plus the mappings and filter servers."""
     from rmq.errors import BodyError
-    from rmq.fallback.routes import _checked_body
+    from rmq.namesrv.routeinfo import _checked_body
     try:
         body = load_compiled().decode_register_broker_body(data)
         _, dv, table, mappings, servers = _checked_body(body, NOW_A)

@@ -13,8 +13,8 @@ import pytest
 
 import rmq
 from rmq import bodies
-from rmq.fallback import routes as ref
-from support import vector_bytes
+from rmq.namesrv import routeinfo as ref
+from support import load_fallback, route_table, vector_bytes
 
 CLUSTER = "DefaultCluster"
 A0, A1, A2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -563,7 +563,7 @@ def test_route_body_is_the_encoded_route_in_both_forms(RT):
 def test_route_bodies_agree_across_implementations(RT):
     """Many brokers (past Java's HashMap resize at 12), slaves, 5.x fields, zones,
     non-ASCII names: the answers equal the reference's byte for byte."""
-    tables = (RT(), ref.RouteTable())
+    tables = (RT(), route_table(load_fallback())())
     for rt in tables:
         for i in range(14):
             name = f"broker-{i}" if i % 5 else f"brøker-{i}"
@@ -664,7 +664,7 @@ def test_routes_while_registering_from_another_thread(RT):
 def CRT():
     """The compiled RouteTable only: the table lock is for its writer thread."""
     _core = pytest.importorskip("rmq._core", reason="rmq._core is not built")
-    return _core.RouteTable
+    return route_table(_core)
 
 
 class _Holder:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import rmq
 import rmq.bodies
 from rmq.errors import ProtocolError
+from support import route_table
 from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT,
                      VECTORS, binary_ext, binary_header, frame, general_body, vector_body,
                      vector_bytes)
@@ -342,7 +343,7 @@ BODY = b'{"brokerDatas":[],"filterServerTable":{},"queueDatas":[]}'
 
 
 class _OneRoute:
-    """A route table view with one answer (for any form)."""
+    """A route table with one answer (for any form)."""
 
     def __init__(self, topic, body):
         self.topic, self.body = topic, body
@@ -356,10 +357,11 @@ def check_answer(data, body=BODY):
     request = core.decode_frame(data)
     assert answer == core.encode_frame(request.response(0, body=body))
     topic = request.ext_fields["topic"]
-    out, others, error = core.FrameDecoder().serve_routes(data, _OneRoute(topic, body))
+    out, others, error = core.TopicTable().serve_routes(
+        core.FrameDecoder(), data, _OneRoute(topic, body).route_body)
     assert (out, others, error) == (answer, [], None)
     # And from a real table, answered in C from its encoded route.
-    rt = core.RouteTable()
+    rt = route_table(core)()
     # two topics: Java refuses a first registration of exactly one topic
     reg = rmq.bodies.register_broker_body(
         [rmq.bodies.topic_config(t, 4, 4) for t in {topic, topic + "-2"}],
@@ -368,7 +370,7 @@ def check_answer(data, body=BODY):
     accept = request.ext_fields.get("acceptStandardJsonOnly")
     legacy = not (request.version >= 401 or (accept or "").lower() == "true")
     body = rt.route_body(topic, legacy)
-    out, others, error = core.FrameDecoder().serve_routes(data, rt)
+    out, others, error = rt.serve_routes(core.FrameDecoder(), data)
     assert (out, others, error) == (core._route_answer(data, body), [], None)
 
 

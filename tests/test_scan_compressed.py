@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 import rmq
 import rmq.bodies
 from rmq.errors import BodyError
-from rmq.fallback.routes import RouteTable as RefRouteTable
-from support import NOW_A, NOW_B, general_body
+from support import NOW_A, NOW_B, general_body, load_fallback, route_table
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -88,7 +87,7 @@ def check(data, fast=None):
     except BodyError as e:
         decoded = e
     for base in (None, BASE):
-        tables = [core.RouteTable(), core.RouteTable(), RefRouteTable()]
+        tables = [route_table(core)(), route_table(core)(), route_table(load_fallback())()]
         if base is not None:
             for rt in tables:
                 register(rt, base, now_ms=1)
@@ -249,7 +248,7 @@ def test_million_topics_without_python_objects():
     raw = raw_body(lines(n, b"TopicTest_%07d 8 8 6 SINGLE_TAG {}"))
     data = zlib.compress(raw, 6)
     assert core._scan_compressed_body(zlib.compress(raw_body(lines(3)))) is not None
-    rt = core.RouteTable()
+    rt = route_table(core)()
     tracemalloc.start()
     try:
         result = rt.register_broker("c", "10.0.0.1:10911", "b", 0, "ha", body=data,

@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 
 from rmq import bodies
 from rmq.errors import ProtocolError
-from support import load_compiled, load_fallback
+from support import load_compiled, load_fallback, route_table
 
 
 def table(impl):
     """A table with T1..T3 on two brokers (T3 on broker-b only)."""
-    rt = impl.RouteTable()
+    rt = route_table(impl)()
     for name, addr, topics in (("broker-a", "10.0.0.1:10911", ["T1", "T2", "Tü"]),
                                ("broker-b", "10.0.0.2:10911", ["T1", "T3"])):
         b = bodies.register_broker_body([bodies.topic_config(t, 4, 4, 6) for t in topics],
@@ -70,7 +70,7 @@ def test_hits_are_answered_in_the_request_form(impl, rt, STANDARD, LEGACY, stype
             route_request(impl, "Tü", version=400, opaque=6, stype=stype),
             route_request(impl, "Tü", version=401, opaque=7, stype=stype)]
     data = b"".join(impl.encode_frame(r) for r in reqs)
-    out, others, error = impl.FrameDecoder().serve_routes(data, rt)
+    out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
     assert error is None and others == []
     got = answers_of(impl, out)
     assert [(c.opaque, c.body) for c in got] == [
@@ -86,20 +86,20 @@ def test_hits_are_answered_in_the_request_form(impl, rt, STANDARD, LEGACY, stype
 def test_answers_equal_the_generic_response(impl, rt, STANDARD, stype):
     for opaque in (77, -5, 2**31 - 1):
         req = route_request(impl, "T1", opaque=opaque, stype=stype)
-        out, others, _ = impl.FrameDecoder().serve_routes(impl.encode_frame(req), rt)
+        out, others, _ = rt.serve_routes(impl.FrameDecoder(), impl.encode_frame(req))
         assert out == impl.encode_frame(req.response(0, body=STANDARD["T1"]))
 
 
 def test_answers_follow_the_table(impl, rt, STANDARD):
     data = impl.encode_frame(route_request(impl, "T3", opaque=1))
     before = STANDARD["T3"]
-    assert answers_of(impl, impl.FrameDecoder().serve_routes(data, rt)[0])[0].body == before
+    assert answers_of(impl, rt.serve_routes(impl.FrameDecoder(), data)[0])[0].body == before
     rt.wipe_write_perm("broker-b")
-    after = answers_of(impl, impl.FrameDecoder().serve_routes(data, rt)[0])[0].body
+    after = answers_of(impl, rt.serve_routes(impl.FrameDecoder(), data)[0])[0].body
     assert after != before and after == STANDARD["T3"]
     assert b'"perm":4' in after
     rt.delete_topic("T3")
-    out, others, _ = impl.FrameDecoder().serve_routes(data, rt)
+    out, others, _ = rt.serve_routes(impl.FrameDecoder(), data)
     assert out == b"" and [c.opaque for c in others] == [1]
 
 
@@ -110,7 +110,7 @@ def test_misses_oneway_responses_and_other_codes_are_handed_back(impl, rt):
             impl.RemotingCommand(106, opaque=4),
             impl.RemotingCommand(105, opaque=5)]                  # no topic
     data = b"".join(impl.encode_frame(r) for r in reqs)
-    out, others, error = impl.FrameDecoder().serve_routes(data, rt)
+    out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
     assert out == b"" and error is None
     assert [c.opaque for c in others] == [1, 2, 3, 4, 5]
 
@@ -119,11 +119,11 @@ def test_error_keeps_what_came_before(impl, rt):
     good = impl.encode_frame(route_request(impl, "T1", opaque=9))
     bad = b"\x00\x00\x00\x08\x07\x00\x00\x00xxxx"               # serialize type 7
     d = impl.FrameDecoder()
-    out, others, error = d.serve_routes(good + bad, rt)
+    out, others, error = rt.serve_routes(d, good + bad)
     assert isinstance(error, ProtocolError)
     assert [c.opaque for c in answers_of(impl, out)] == [9]
     # The stream is over: later bytes are not decoded, the error is returned again.
-    out, others, error = d.serve_routes(good, rt)
+    out, others, error = rt.serve_routes(d, good)
     assert (out, others) == (b"", []) and isinstance(error, ProtocolError)
 
 
@@ -153,7 +153,7 @@ def test_compiled_and_python_agree_under_any_chunking(topics, versions, others_a
         out = b""
         others = []
         for lo, hi in zip(bounds, bounds[1:]):
-            o, rest, error = d.serve_routes(data[lo:hi], rt)
+            o, rest, error = rt.serve_routes(d, data[lo:hi])
             assert error is None
             out += o
             others += [x.opaque for x in rest]
@@ -165,11 +165,11 @@ def test_answers_stop_at_the_limit(impl, rt, STANDARD):
     reqs = [route_request(impl, "T1", opaque=i) for i in range(10)]
     one = len(impl.encode_frame(reqs[0].response(0, body=STANDARD["T1"])))
     data = b"".join(impl.encode_frame(r) for r in reqs)
-    out, others, error = impl.FrameDecoder().serve_routes(data, rt, 3 * one - 1)
+    out, others, error = rt.serve_routes(impl.FrameDecoder(), data, 3 * one - 1)
     assert error is None
     assert [c.opaque for c in answers_of(impl, out)] == [0, 1, 2]
     assert [c.opaque for c in others] == list(range(3, 10))
-    out, others, _ = impl.FrameDecoder().serve_routes(data, rt, 0)
+    out, others, _ = rt.serve_routes(impl.FrameDecoder(), data, 0)
     assert out == b"" and len(others) == 10
 
 
@@ -180,6 +180,6 @@ def test_a_route_query_behind_a_change_waits_for_it(impl, rt):
             impl.RemotingCommand(216, opaque=2, ext_fields={"topic": "T1"}),
             route_request(impl, "T1", opaque=3)]
     data = b"".join(impl.encode_frame(r) for r in reqs)
-    out, others, error = impl.FrameDecoder().serve_routes(data, rt)
+    out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
     assert [c.opaque for c in answers_of(impl, out)] == [1]
     assert [c.opaque for c in others] == [2, 3]

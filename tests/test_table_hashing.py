@@ -20,7 +20,7 @@ import pytest
 
 import rmq
 from rmq import bodies
-from rmq.fallback import routes as ref
+from support import load_fallback, route_table
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the keyed C hash tables exist only in the compiled core")
@@ -123,7 +123,7 @@ def test_the_hash_is_keyed_per_process():
 def test_a_forked_child_keeps_the_key_and_its_tables():
     """The child inherits the key, as CPython's hash secret: the tables it
     inherits were hashed with it."""
-    rt = core.RouteTable()
+    rt = route_table(core)()
     names = [f"T{i}" for i in range(3000)]                      # past the first growth
     _register(rt, "broker-a", names)
     before = {t: rt.route_body(t) for t in names[::97]}
@@ -188,9 +188,9 @@ def _register(rt, broker, topics, addr="10.0.0.1:10911"):
 
 def test_names_crafted_against_fnv1a_do_not_share_a_chain():
     names = fnv1a_flood(400)
-    rt = core.RouteTable()
+    rt = route_table(core)()
     _register(rt, "broker-a", names)
-    stats = rt._hash_stats()
+    stats = rt._tt._hash_stats()
     assert stats["topics"] == 400 and stats["buckets"] == INITIAL_BUCKETS
     # FNV-1a chained all 400 in one bucket; 400 random names in 1024 buckets
     # chain a handful (P(some chain > 12) is below 1e-11).
@@ -213,13 +213,13 @@ def test_crafted_keys_still_scan_and_duplicates_are_still_found():
 
 
 def test_a_large_broker_gives_back_its_buckets():
-    rt = core.RouteTable()
+    rt = route_table(core)()
     _register(rt, "broker-small", ["Kept1", "Kept2"], addr="10.0.0.2:10911")
     _register(rt, "broker-large", [f"T{i:05d}" for i in range(20_000)])
-    assert rt._hash_stats()["buckets"] >= 32768
+    assert rt._tt._hash_stats()["buckets"] >= 32768
     rt.unregister_broker("DefaultCluster", "10.0.0.1:10911", "broker-large", 0)
-    assert rt._hash_stats()["topics"] == 2
-    assert rt._hash_stats()["buckets"] == INITIAL_BUCKETS
+    assert rt._tt._hash_stats()["topics"] == 2
+    assert rt._tt._hash_stats()["buckets"] == INITIAL_BUCKETS
     assert sorted(rt.all_topics()) == ["Kept1", "Kept2"]
     assert rt.topic_route("Kept1")["brokerDatas"][0]["brokerName"] == "broker-small"
 
@@ -232,7 +232,7 @@ def test_java_order_of_many_brokers_agrees_with_the_reference(brokers):
     """rt_java_order (insertion sort up to 16, heapsort past) orders a topic's brokers as Java's HashMap
     iterates them, past its resizes: answers and first flags equal the
     reference's."""
-    tables = (core.RouteTable(), ref.RouteTable())
+    tables = (route_table(core)(), route_table(load_fallback())())
     for rt in tables:
         for i in reversed(range(brokers)):
             topics = [bodies.topic_config("Shared", 4, 4, topic_sys_flag=i % 4),

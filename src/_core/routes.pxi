@@ -1,28 +1,31 @@
-# The compiled route tables: rmq.fallback.routes.RouteTable (Java's RouteInfoManager)
-# with its topic table, its cached route answers and the registration's topic
-# loop in C (routetable.c), behind a writer-preferring read/write lock.
+# The compiled topic-table storage of the route tables: topicQueueTable, the cached
+# route answers and the registration's topic loop in C (routetable.c), behind a
+# writer-preferring read/write lock. The twin of rmq.fallback.routes.TopicTable;
+# the rules (RouteInfoManager's) are rmq.namesrv.routeinfo's, which composes this
+# storage through the interface its module doc lists. Nothing here imports the
+# reference or the NameServer.
 #
-# The cold tables (clusters, brokers, live brokers, filter servers, mappings: a
-# handful of entries) and every rule about them stay in the reference class, so
-# the two implementations cannot drift; this subclass overrides its "primitive"
-# methods. Heavy work runs with the GIL released: reading a registration body
+# Heavy work runs with the GIL released: reading a registration body
 # (rb_scan_register_body), applying its topics (rt_apply under the write lock),
 # and building and serving route answers (rt_route under the read lock).
 #
 # Two writer-preferring read/write locks, both waited for with the GIL released:
-# - the table lock (_TableLock): RouteInfoManager's lock, over all the tables.
-#   Every mutating method holds it for writing, every reader of the cold tables
-#   (cluster info, topic lists, routes built by the reference code) for reading,
-#   so no reader sees half a registration even though the writer thread gives up
-#   the GIL between bytecodes. A registration body is read before it is taken.
+# - the table lock (_TableLock, ``TopicTable.lock``): RouteInfoManager's lock, over
+#   all the tables. The rules hold it for writing in every mutator and for reading
+#   in every reader of the cold tables, so no reader sees half a registration even
+#   though the writer thread gives up the GIL between bytecodes. A registration
+#   body is read before it is taken.
 # - the topic table's own lock in C, held only inside ``with nogil`` blocks for
-#   one operation, never across Python code (except allocating answer bytes): the
-#   route queries answered in C take only this one, so they never wait for a
-#   registration's Python half. The order is always table lock, then topic lock.
+#   one operation, never across Python code: what a reader needs is copied out as
+#   C data under it and turned into Python objects after. The route queries
+#   answered in C take only this one, so they never wait for a registration's
+#   Python half. The order is always table lock, then topic lock.
 
 from cpython.pythread cimport PyThread_get_thread_ident
+from libc.stdlib cimport calloc
 
-from rmq.fallback import routes as _ref
+from rmq.javaorder import java_spread_hash as _java_spread_hash
+from rmq.protocol import RequestCode as _RequestCode
 
 cdef extern from "routetable.h" nogil:
     ctypedef struct rt_blob:
@@ -102,20 +105,6 @@ cdef inline bytes _utf8(str s):
 
 cdef inline str _unutf8(const char* p, size_t n):
     return p[:n].decode("utf-8", "surrogatepass")
-
-
-@cython.final
-cdef class _TopicTable:
-    """Owns the C tables."""
-    cdef rt_table* t
-
-    def __cinit__(self):
-        self.t = rt_new()
-        if self.t == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        rt_free(self.t)
 
 
 cdef enum:
@@ -229,7 +218,7 @@ cdef _Configs _configs_from_scan(object data, rb_body* body):
 
 
 cdef _Configs _configs_from_dict(dict table):
-    """From the checked topicConfigTable of rmq.fallback.routes._checked_body."""
+    """From a checked topicConfigTable (rmq.namesrv.routeinfo._checked_body)."""
     cdef _Configs c = _Configs.__new__(_Configs)
     cdef size_t i = 0
     cdef list keep = []
@@ -276,423 +265,397 @@ cdef bytes _qd_prefix(str name, bint legacy):
         wb_free(&b)
 
 
-class _CoreBodies:
-    decode_register_broker_body = staticmethod(decode_register_broker_body)
-    encode_topic_route_data = staticmethod(encode_topic_route_data)
+
+cdef int GET_ROUTEINFO_BY_TOPIC = _RequestCode.GET_ROUTEINFO_BY_TOPIC
 
 
-def _writes(method):
-    """Run a mutating method as the only writer (the table lock held for writing)."""
-    def locked(self, *args, **kwargs):
-        lock = self._lock
-        lock.acquire_write()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release_write()
-    locked.__name__ = method.__name__
-    locked.__doc__ = method.__doc__
-    return locked
+ctypedef struct _found:
+    # A topic a reader asked for, copied out under the topic lock.
+    uint64_t seq
+    size_t off, len             # its name in the names buffer
+    int32_t flag                # topicSysFlag of its first QueueData (Java's order)
+    bint has_flag
 
 
-def _reads(method):
-    """Run a reader of the cold tables with the table lock held for reading."""
-    def locked(self, *args, **kwargs):
-        lock = self._lock
-        lock.acquire_read()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release_read()
-    locked.__name__ = method.__name__
-    locked.__doc__ = method.__doc__
-    return locked
+cdef inline bint _wanted(const rt_topic* e, int form, const uint8_t* members,
+                         int32_t nmembers) noexcept nogil:
+    cdef int32_t k, b
+    if form >= 0:
+        return e.body[form] != NULL
+    if members == NULL or not e.nqd:
+        return True
+    for k in range(e.nqd):
+        b = e.qds[k].broker
+        if 0 <= b < nmembers and members[b]:
+            return True
+    return False
 
 
-class _ReadBody:
-    """A registration body already read (outside the table lock)."""
-    __slots__ = ("parts",)
+cdef int _copy_topics(rt_table* t, int form, bint want_flags, const uint8_t* members,
+                      int32_t nmembers, _found** found, char** names,
+                      size_t* count) noexcept nogil:
+    """Copy the wanted topics (``form`` >= 0: those with a cached answer in that
+    form; else those on a broker in ``members``, NULL: all) into C arrays; the read
+    lock held. -1: out of memory."""
+    cdef size_t i, n = 0, total = 0
+    cdef rt_topic* e
+    cdef int32_t small[64]
+    cdef int32_t* order
+    for i in range(t.mask + 1):
+        e = t.buckets[i]
+        while e != NULL:
+            if _wanted(e, form, members, nmembers):
+                n += 1
+                total += e.len
+            e = e.next
+    found[0] = <_found*>malloc(max(n, 1) * sizeof(_found))
+    names[0] = <char*>malloc(max(total, 1))
+    if found[0] == NULL or names[0] == NULL:
+        return -1
+    n = total = 0
+    for i in range(t.mask + 1):
+        e = t.buckets[i]
+        while e != NULL:
+            if _wanted(e, form, members, nmembers):
+                found[0][n].seq, found[0][n].off, found[0][n].len = e.seq, total, e.len
+                memcpy(names[0] + total, e.name, e.len)
+                total += e.len
+                found[0][n].has_flag = want_flags and e.nqd > 0
+                if found[0][n].has_flag:
+                    order = &small[0] if e.nqd <= 64 else <int32_t*>malloc(
+                        e.nqd * sizeof(int32_t))
+                    if order == NULL:
+                        return -1
+                    rt_java_order(t, e, order)
+                    found[0][n].flag = e.qds[order[0]].sysflag
+                    if order != &small[0]:
+                        free(order)
+                n += 1
+            e = e.next
+    count[0] = n
+    return 0
 
-    def __init__(self, parts):
-        self.parts = parts
 
-
-cdef object _route_in_c(_TopicTable tt, bytes name, int form, int* status,
+cdef object _route_in_c(TopicTable tt, bytes name, int form, int* status,
                         uint64_t* version):
     """The answer rt_route gives (cached, or built in C under the read lock), or
-    None with ``status`` saying why (RT_PYTHON: the Python half must build it)."""
+    None with ``status`` saying why (RT_PYTHON: the rules must build it). The
+    answer is copied out under the lock, its bytes object made after."""
     cdef const char* p = PyBytes_AS_STRING(name)
-    cdef size_t n = len(name)
+    cdef size_t n = len(name), blen = 0
     cdef const rt_blob* blob
+    cdef char* copy = NULL
     status[0] = RT_OK
     with nogil:
         rt_rdlock(tt.t)
         blob = rt_route(tt.t, p, n, form, status)
         version[0] = tt.t.version
-    try:
         if blob != NULL:
-            return PyBytes_FromStringAndSize(blob.data, blob.len)
-    finally:
-        with nogil:
-            rt_rdunlock(tt.t)
+            blen = blob.len
+            copy = <char*>malloc(max(blen, 1))
+            if copy != NULL:
+                memcpy(copy, blob.data, blen)
+        rt_rdunlock(tt.t)
+    if blob != NULL:
+        if copy == NULL:
+            raise MemoryError()
+        try:
+            return PyBytes_FromStringAndSize(copy, blen)
+        finally:
+            free(copy)
     if status[0] == RT_NOMEM:
         raise MemoryError()
     return None
 
 
-class RouteTable(_ref.RouteTable):
-    __doc__ = _ref.RouteTable.__doc__.split("\n\n")[0] + """
+@cython.final
+cdef class TopicTable:
+    """The route tables' topic-table storage in C (see rmq.namesrv.routeinfo):
+    topicQueueTable and the route answers behind a writer-preferring read/write
+    lock; registrations are read and applied, and routes built and served, with the
+    GIL released. Safe to use from several threads."""
 
-    Compiled: the topic table and the route answers live in C behind a
-    writer-preferring read/write lock; registrations are read and applied, and
-    routes built, with the GIL released. Safe to use from several threads.
-    """
+    cdef rt_table* t
+    cdef readonly _TableLock lock
+    cdef dict index                 # brokerName -> its slot in the C table
+    cdef list slot_names            # slot -> brokerName, None: a free slot
+    cdef object broker_state
 
-    _bodies = _CoreBodies
     concurrent = True
 
-    def __init__(self, **kwargs):
-        self._tt = _TopicTable()
-        self._lock = _TableLock()
-        self._index = {}            # brokerName -> its slot in the C table
-        self._slot_names = []       # slot -> brokerName, None: a free slot
-        super().__init__(**kwargs)
+    def __cinit__(self, broker_state=None):
+        self.t = rt_new()
+        if self.t == NULL:
+            raise MemoryError()
+        self.lock = _TableLock()
+        self.index = {}
+        self.slot_names = []
+        self.broker_state = broker_state
 
-    # ------------------------------------------------------------ writers
+    def __dealloc__(self):
+        rt_free(self.t)
 
-    _register_broker = _writes(_ref.RouteTable.register_broker)
-
-    def register_broker(self, *args, body, now_ms, **kwargs):
-        # The body is read (2 ms for 10,000 topics, the GIL released) before the
-        # table lock is taken: readers wait only for the apply.
-        return self._register_broker(*args, body=_ReadBody(self._read_body(body, now_ms)),
-                                     now_ms=now_ms, **kwargs)
-
-    register_broker.__doc__ = _ref.RouteTable.register_broker.__doc__
-    unregister_broker = _writes(_ref.RouteTable.unregister_broker)
-    scan_not_active = _writes(_ref.RouteTable.scan_not_active)
-    connection_closed = _writes(_ref.RouteTable.connection_closed)
-    heartbeat = _writes(_ref.RouteTable.heartbeat)
-    query_data_version = _writes(_ref.RouteTable.query_data_version)
-    register_topic = _writes(_ref.RouteTable.register_topic)
-    delete_topic = _writes(_ref.RouteTable.delete_topic)
-    wipe_write_perm = _writes(_ref.RouteTable.wipe_write_perm)
-    add_write_perm = _writes(_ref.RouteTable.add_write_perm)
-    forget_route = _writes(_ref.RouteTable.forget_route)
-
-    # ------------------------------------------------------------ readers
-
-    live_brokers = _reads(_ref.RouteTable.live_brokers)
-    topic_route = _reads(_ref.RouteTable.topic_route)
-    cluster_info = _reads(_ref.RouteTable.cluster_info)
-    broker_member_group = _reads(_ref.RouteTable.broker_member_group)
-    all_topics = _reads(_ref.RouteTable.all_topics)
-    topics_by_cluster = _reads(_ref.RouteTable.topics_by_cluster)
-    system_topics = _reads(_ref.RouteTable.system_topics)
-    unit_topics = _reads(_ref.RouteTable.unit_topics)
-    has_unit_sub_topics = _reads(_ref.RouteTable.has_unit_sub_topics)
-    has_unit_sub_ununit_topics = _reads(_ref.RouteTable.has_unit_sub_ununit_topics)
-    _build_route_body = _reads(_ref.RouteTable._build_route_body)
-
-    @property
-    def support_acting_master(self):
-        return self._support_acting_master
-
-    @support_acting_master.setter
-    def support_acting_master(self, value):
-        self._lock.acquire_write()
-        try:
-            _ref.RouteTable.support_acting_master.fset(self, value)
-        finally:
-            self._lock.release_write()
-
-    @property
-    def order_topic_conf(self):
-        return self._order_topic_conf
-
-    @order_topic_conf.setter
-    def order_topic_conf(self, get):
-        self._lock.acquire_write()
-        try:
-            self._order_topic_conf = get
-            self._touch_all()
-        finally:
-            self._lock.release_write()
-
-    # ------------------------------------------------------------ route cache
+    # ------------------------------------------------------------ route answers
 
     @property
     def version(self):
-        return (<_TopicTable>self._tt).t.version
+        return self.t.version
 
-    def cached_route_body(self, topic, legacy=False):
-        """The answer built in C (cached, or built now under the topic table's read
-        lock), or None: never runs the Python half (topics with mappings or an
-        orderTopicConf), so any thread may ask while the table thread changes things."""
+    @property
+    def python_routes(self):
+        """Whether some answers need the rules (mappings, an orderTopicConf)."""
+        return bool(self.t.python_routes)
+
+    @python_routes.setter
+    def python_routes(self, value):
+        cdef int v = bool(value)
+        with nogil:
+            rt_wrlock(self.t)
+            self.t.python_routes = v
+            rt_wrunlock(self.t)
+
+    def encode_topic_route_data(self, route, legacy=False):
+        return encode_topic_route_data(route, legacy)
+
+    def route(self, str topic, bint legacy):
+        """(the answer, None) built in C (cached, or built now under the read lock),
+        (None, version) when the rules must build it, (None, None): no route."""
         cdef int status
         cdef uint64_t version
-        return _route_in_c(self._tt, _utf8(topic), 1 if legacy else 0, &status, &version)
+        body = _route_in_c(self, _utf8(topic), legacy, &status, &version)
+        if body is None and status == RT_PYTHON:
+            return None, version
+        return body, None
 
-    def route_body(self, topic, legacy=False):
-        cdef _TopicTable tt = self._tt
+    def store_route(self, str topic, bint legacy, bytes body, uint64_t version):
         cdef bytes name = _utf8(topic)
-        cdef int status, form = 1 if legacy else 0
-        cdef uint64_t version
-        body = _route_in_c(tt, name, form, &status, &version)
-        if body is not None or status != RT_PYTHON:
-            return body
-        body = self._build_route_body(topic, legacy)
         cdef const char* p = PyBytes_AS_STRING(name)
-        cdef size_t n = len(name)
-        cdef const char* bp
-        cdef size_t bn
-        if body is not None:
-            bp, bn = PyBytes_AS_STRING(body), len(body)
-            with nogil:
-                rt_rdlock(tt.t)
-                rt_store(tt.t, p, n, form, bp, bn, version)
-                rt_rdunlock(tt.t)
-        return body
-
-    def cached_topics(self, legacy=False):
-        cdef _TopicTable tt = self._tt
-        cdef rt_topic* e
-        cdef size_t i
-        cdef int form = 1 if legacy else 0
-        cdef list found = []
+        cdef size_t n = len(name), bn = len(body)
+        cdef const char* bp = PyBytes_AS_STRING(body)
+        cdef int form = legacy
         with nogil:
-            rt_rdlock(tt.t)
-        try:
-            for i in range(tt.t.mask + 1):
-                e = tt.t.buckets[i]
-                while e != NULL:
-                    if e.body[form] != NULL:
-                        found.append(_unutf8(e.name, e.len))
-                    e = e.next
-        finally:
-            with nogil:
-                rt_rdunlock(tt.t)
-        return set(found)
+            rt_rdlock(self.t)
+            rt_store(self.t, p, n, form, bp, bn, version)
+            rt_rdunlock(self.t)
 
-    # ------------------------------------------------------------ primitives
+    def cached_topics(self, bint legacy):
+        return {t for _, t, _ in self._entries(1 if legacy else 0, False, None)}
 
-    def _set_python_routes(self):
-        (<_TopicTable>self._tt).t.python_routes = bool(
-            self._mappings or self._order_topic_conf is not None)
-
-    def _touch(self, topics):
-        cdef _TopicTable tt = self._tt
+    def touch(self, topics):
+        """The routes of ``topics`` may have changed (all dropped under one hold)."""
         if not topics:
             return
-        names = [_utf8(t) for t in topics]
-        with nogil:
-            rt_wrlock(tt.t)
+        cdef list names = [_utf8(t) for t in topics]
+        cdef size_t k, m = len(names)
+        cdef const char** ps = <const char**>malloc(m * sizeof(char*))
+        cdef size_t* ns = <size_t*>malloc(m * sizeof(size_t))
         try:
-            for name in names:
-                rt_forget(tt.t, PyBytes_AS_STRING(name), len(name))
-            self._set_python_routes()
-        finally:
+            if ps == NULL or ns == NULL:
+                raise MemoryError()
+            for k in range(m):
+                ps[k], ns[k] = PyBytes_AS_STRING(names[k]), len(names[k])
             with nogil:
-                rt_wrunlock(tt.t)
+                rt_wrlock(self.t)
+                for k in range(m):
+                    rt_forget(self.t, ps[k], ns[k])
+                rt_wrunlock(self.t)
+        finally:
+            free(ps)
+            free(ns)
 
-    def _touch_all(self):
-        cdef _TopicTable tt = self._tt
+    def touch_all(self):
         with nogil:
-            rt_wrlock(tt.t)
-            rt_forget(tt.t, NULL, 0)
-        try:
-            self._set_python_routes()
-        finally:
-            with nogil:
-                rt_wrunlock(tt.t)
+            rt_wrlock(self.t)
+            rt_forget(self.t, NULL, 0)
+            rt_wrunlock(self.t)
 
-    def _broker(self, str name):
-        """The broker's slot in the C table (a new one gets its data at once)."""
-        b = self._index.get(name)
-        return self._push_broker(name) if b is None else b
-
-    def _touch_broker(self, broker_name):
+    def broker_changed(self, str broker_name):
         # A broker without a slot has no QueueData: only a registered one needs one.
-        b = self._index.get(broker_name)
+        b = self.index.get(broker_name)
         if b is not None:
             self._push_broker(broker_name, b)
-        elif broker_name in self._brokers:
+        elif self.broker_state(broker_name)[0] is not None:
             self._push_broker(broker_name)
+
+    # ------------------------------------------------------------ broker slots
+
+    cdef int32_t _broker(self, str name) except? -1:
+        """The broker's slot in the C table (a new one gets its data at once)."""
+        b = self.index.get(name)
+        return self._push_broker(name) if b is None else b
 
     def _push_broker(self, str broker_name, b=None):
         """Push the broker's encoded BrokerData (or its absence) to its slot (b
         None: to a new one), which drops the answers of the broker's topics; an
         unregistered broker without QueueData gives its slot back. The slot, or
         None when given back."""
-        cdef _TopicTable tt = self._tt
         cdef int32_t bi = -1 if b is None else b
         cdef int rc = 0, released = 0, python_only = 0
         cdef const char* sp = NULL
         cdef const char* lp = NULL
         cdef size_t sn = 0, ln = 0
-        bd = self._brokers.get(broker_name)
+        d, needs_rules = self.broker_state(broker_name)
         std = legacy = None
-        if bd is not None:
-            d = bd.to_dict()
+        if d is not None:
             std = _broker_data_json(d, False)
             legacy = _broker_data_json(d, True)
             sp, sn = PyBytes_AS_STRING(std), len(std)
             lp, ln = PyBytes_AS_STRING(legacy), len(legacy)
-            # Routes with filter servers or an acting-master rewrite are built by
-            # the reference code (rare: filter servers are gone from 5.x).
-            python_only = bool(
-                (bd.addrs and _ref.MASTER_ID not in bd.addrs and bd.enable_acting_master)
-                or any((bd.cluster, a) in self._filters for a in bd.addrs.values()))
+            python_only = bool(needs_rules)
         cdef bytes qs = _qd_prefix(broker_name, False)
         cdef bytes ql = _qd_prefix(broker_name, True)
         cdef const char* qsp = PyBytes_AS_STRING(qs)
         cdef const char* qlp = PyBytes_AS_STRING(ql)
         cdef size_t qsn = len(qs), qln = len(ql)
-        cdef uint32_t jhash = _ref._java_spread_hash(broker_name)
+        cdef uint32_t jhash = _java_spread_hash(broker_name)
         cdef bint new = b is None
         with nogil:
-            rt_wrlock(tt.t)
+            rt_wrlock(self.t)
             if new:
-                bi = rt_new_broker(tt.t)
+                bi = rt_new_broker(self.t)
             if bi == RT_NOMEM:
                 rc = RT_NOMEM
             else:
-                rc = rt_set_broker(tt.t, bi, sp, sn, lp, ln, qsp, qsn, qlp, qln, jhash,
+                rc = rt_set_broker(self.t, bi, sp, sn, lp, ln, qsp, qsn, qlp, qln, jhash,
                                    python_only)
                 # A new slot is given back at once when its data did not fit; an
                 # old one once its broker is gone (a new one may get QueueData
                 # next: register_topic's broker).
                 if (rc == RT_NOMEM) if new else (rc == 0):
-                    released = rt_release_broker(tt.t, bi)
-            rt_wrunlock(tt.t)
+                    released = rt_release_broker(self.t, bi)
+            rt_wrunlock(self.t)
         if rc == RT_NOMEM:
             raise MemoryError()
         if new:
-            self._index[broker_name] = bi
-            if bi == len(self._slot_names):
-                self._slot_names.append(broker_name)
+            self.index[broker_name] = bi
+            if bi == len(self.slot_names):
+                self.slot_names.append(broker_name)
             else:
-                self._slot_names[bi] = broker_name
+                self.slot_names[bi] = broker_name
         elif released:
             self._forget_slot(broker_name, bi)
             return None
         return bi
 
-    def _forget_slot(self, broker_name, b):
-        del self._index[broker_name]
-        self._slot_names[b] = None
+    cdef _forget_slot(self, str broker_name, int32_t b):
+        del self.index[broker_name]
+        self.slot_names[b] = None
 
     def _broker_slots(self):
         """(slots in use, slots ever used) of the C table, and the broker names
         holding a slot: for tests."""
-        cdef _TopicTable tt = self._tt
         cdef int32_t used, total
         with nogil:
-            rt_rdlock(tt.t)
-            used, total = tt.t.nbrokers - tt.t.nfree, tt.t.nbrokers
-            rt_rdunlock(tt.t)
-        return used, total, set(self._index)
+            rt_rdlock(self.t)
+            used, total = self.t.nbrokers - self.t.nfree, self.t.nbrokers
+            rt_rdunlock(self.t)
+        return used, total, set(self.index)
 
     def _hash_stats(self):
         """{"topics", "buckets", "max_chain"} of the C topic table: for tests."""
-        cdef _TopicTable tt = self._tt
         cdef rt_topic* e
         cdef size_t i, chain, longest = 0, count, buckets
         with nogil:
-            rt_rdlock(tt.t)
-            count, buckets = tt.t.count, tt.t.mask + 1
+            rt_rdlock(self.t)
+            count, buckets = self.t.count, self.t.mask + 1
             for i in range(buckets):
                 chain = 0
-                e = tt.t.buckets[i]
+                e = self.t.buckets[i]
                 while e != NULL:
                     chain += 1
                     e = e.next
                 if chain > longest:
                     longest = chain
-            rt_rdunlock(tt.t)
+            rt_rdunlock(self.t)
         return {"topics": count, "buckets": buckets, "max_chain": longest}
 
-    def _qmap(self, topic):
-        cdef _TopicTable tt = self._tt
-        cdef bytes name = _utf8(topic)
-        cdef rt_topic* e
-        cdef int32_t i
-        cdef list qds = []
-        with nogil:
-            rt_rdlock(tt.t)
-        try:
-            e = rt_find(tt.t, PyBytes_AS_STRING(name), len(name))
-            if e == NULL:
-                return None
-            for i in range(e.nqd):
-                qds.append((e.qds[i].broker, e.qds[i].perm, e.qds[i].read, e.qds[i].write,
-                            e.qds[i].sysflag))
-        finally:
-            with nogil:
-                rt_rdunlock(tt.t)
-        names = self._slot_names
-        return {names[b]: _ref._queue_data(names[b], read, write, perm, flag)
-                for b, perm, read, write, flag in qds}
+    # ------------------------------------------------------------ queue data
 
-    def _entries(self, want_flags=False, members=None):
-        """(seq, topic, first flag) of every topic (optionally only those with
-        queue data on a broker index in ``members``), in insertion order."""
-        cdef _TopicTable tt = self._tt
+    def qmap(self, str topic):
+        """{brokerName: QueueData dict} of a topic in insertion order, or None."""
+        cdef bytes name = _utf8(topic)
+        cdef const char* p = PyBytes_AS_STRING(name)
+        cdef size_t n = len(name)
         cdef rt_topic* e
-        cdef size_t i
-        cdef int32_t k, small[64]
-        cdef int32_t* order
-        cdef list out = []
+        cdef rt_qd* qds = NULL
+        cdef int32_t i, nqd = -1
         with nogil:
-            rt_rdlock(tt.t)
+            rt_rdlock(self.t)
+            e = rt_find(self.t, p, n)
+            if e != NULL:
+                nqd = e.nqd
+                qds = <rt_qd*>malloc(max(nqd, 1) * sizeof(rt_qd))
+                if qds != NULL:
+                    memcpy(qds, e.qds, nqd * sizeof(rt_qd))
+            rt_rdunlock(self.t)
+        if nqd < 0:
+            return None
+        if qds == NULL:
+            raise MemoryError()
+        names = self.slot_names
         try:
-            for i in range(tt.t.mask + 1):
-                e = tt.t.buckets[i]
-                while e != NULL:
-                    if e.nqd and members is not None:
-                        for k in range(e.nqd):
-                            if e.qds[k].broker in members:
-                                break
-                        else:
-                            e = e.next
-                            continue
-                    flag = None
-                    if want_flags and e.nqd:
-                        if e.nqd <= 64:
-                            order = &small[0]
-                        else:
-                            order = <int32_t*>malloc(e.nqd * sizeof(int32_t))
-                        if order == NULL:
-                            raise MemoryError()
-                        rt_java_order(tt.t, e, order)
-                        flag = e.qds[order[0]].sysflag
-                        if order != &small[0]:
-                            free(order)
-                    out.append((e.seq, _unutf8(e.name, e.len), flag))
-                    e = e.next
+            return {names[qds[i].broker]: {
+                        "brokerName": names[qds[i].broker], "perm": qds[i].perm,
+                        "readQueueNums": qds[i].read, "topicSysFlag": qds[i].sysflag,
+                        "writeQueueNums": qds[i].write}
+                    for i in range(nqd)}
         finally:
+            free(qds)
+
+    cdef list _entries(self, int form, bint want_flags, object members):
+        """(seq, topic, first flag or None) of every topic (``form`` >= 0: with a
+        cached answer in that form; ``members``: a set of broker slots, only the
+        topics with queue data on one of them), in insertion order."""
+        cdef _found* found = NULL
+        cdef char* names = NULL
+        cdef uint8_t* member = NULL
+        cdef size_t i, count = 0
+        cdef int32_t nm = len(self.slot_names)
+        cdef int rc
+        try:
+            if members is not None:
+                member = <uint8_t*>calloc(max(nm, 1), 1)
+                if member == NULL:
+                    raise MemoryError()
+                for b in members:
+                    member[<int32_t>b] = 1
             with nogil:
-                rt_rdunlock(tt.t)
+                rt_rdlock(self.t)
+                rc = _copy_topics(self.t, form, want_flags, member, nm, &found, &names, &count)
+                rt_rdunlock(self.t)
+            if rc < 0:
+                raise MemoryError()
+            out = [(found[i].seq, _unutf8(names + found[i].off, found[i].len),
+                    found[i].flag if found[i].has_flag else None) for i in range(count)]
+        finally:
+            free(found)
+            free(names)
+            free(member)
         out.sort()
         return out
 
-    def _topic_names(self):
-        return [t for _, t, _ in self._entries()]
+    def topic_names(self):
+        """Every topic with queue data, in insertion order."""
+        return [t for _, t, _ in self._entries(-1, False, None)]
 
-    def _first_flags(self):
-        return [(t, flag) for _, t, flag in self._entries(True) if flag is not None]
+    def first_flags(self):
+        """(topic, topicSysFlag of its first QueueData in Java's order) per topic."""
+        return [(t, flag) for _, t, flag in self._entries(-1, True, None) if flag is not None]
 
-    def _topics_of_brokers(self, names):
-        members = {self._index[n] for n in names if n in self._index}
-        return [t for _, t, _ in self._entries(False, members)] if members else []
+    def topics_of_brokers(self, names):
+        """Topics with queue data on any of the broker ``names``, in insertion order."""
+        members = {self.index[n] for n in names if n in self.index}
+        return [t for _, t, _ in self._entries(-1, False, members)] if members else []
 
-    def _read_body(self, body, now_ms):
+    # ------------------------------------------------------------ registration
+
+    def read_body(self, body, now_ms):
+        """(dataVersion, topic configs, mappings, filter servers) of a body read in C,
+        or the decoded body for the rules to check."""
         cdef rb_body scanned
         cdef int rc
         cdef const char* dp
         cdef size_t dn
-        if isinstance(body, _ReadBody):
-            return body.parts
         if isinstance(body, (bytes, bytearray, memoryview)):
             data = bytes(body)
             dp, dn = PyBytes_AS_STRING(data), len(data)
@@ -721,12 +684,14 @@ class RouteTable(_ref.RouteTable):
                 return dv, configs, {}, []
             if body is None:
                 body = decode_register_broker_body(data)
-        dv, table, mappings, filters = _ref.RouteTable._read_body(self, body, now_ms)
-        return dv, _configs_from_dict(table), mappings, filters
+        return body
 
-    def _apply_topic_configs(self, broker_name, _Configs configs, *, force, readonly,
-                             delete_missing):
-        cdef _TopicTable tt = self._tt
+    @staticmethod
+    def topic_configs(dict table):
+        return _configs_from_dict(table)
+
+    def apply_topic_configs(self, str broker_name, _Configs configs, *, force, readonly,
+                            delete_missing):
         cdef int32_t b = self._broker(broker_name)
         cdef int rc = 0, taken = 0, f = bool(force), ro = bool(readonly)
         cdef int dm = bool(delete_missing)
@@ -740,16 +705,16 @@ class RouteTable(_ref.RouteTable):
                 # Compare under the read lock (route queries go on); take the write
                 # lock only for what changes: a periodic re-registration with a new
                 # DataVersion and the same topics never blocks a query.
-                rt_rdlock(tt.t)
-                differ = rt_apply_diff(tt.t, b, configs.recs, configs.n, f, ro, only, &taken)
-                rt_rdunlock(tt.t)
+                rt_rdlock(self.t)
+                differ = rt_apply_diff(self.t, b, configs.recs, configs.n, f, ro, only, &taken)
+                rt_rdunlock(self.t)
                 if dm:
                     # Not only the records found different: Java deletes by key, then
                     # creates by topicName, so a record keyed otherwise than its name
                     # brings back a topic the deletion removed.
-                    rt_wrlock(tt.t)
-                    rc = rt_apply(tt.t, b, configs.recs, configs.n, f, ro, dm, NULL)
-                    rt_wrunlock(tt.t)
+                    rt_wrlock(self.t)
+                    rc = rt_apply(self.t, b, configs.recs, configs.n, f, ro, dm, NULL)
+                    rt_wrunlock(self.t)
                     if rc == 1:
                         taken = 1
                 elif differ:
@@ -758,9 +723,9 @@ class RouteTable(_ref.RouteTable):
                     k = 0
                     while k < configs.n and rc != RT_NOMEM:
                         m = min(APPLY_SLICE, configs.n - k)
-                        rt_wrlock(tt.t)
-                        step = rt_apply(tt.t, b, configs.recs + k, m, f, ro, 0, only + k)
-                        rt_wrunlock(tt.t)
+                        rt_wrlock(self.t)
+                        step = rt_apply(self.t, b, configs.recs + k, m, f, ro, 0, only + k)
+                        rt_wrunlock(self.t)
                         if step != 0:
                             rc = step
                         k += m
@@ -770,8 +735,7 @@ class RouteTable(_ref.RouteTable):
             raise MemoryError()
         return bool(taken)
 
-    def _put_queue_data(self, topic, qd):
-        cdef _TopicTable tt = self._tt
+    def put_queue_data(self, str topic, dict qd):
         cdef bytes name = _utf8(topic)
         cdef rt_qd q
         cdef int rc
@@ -781,70 +745,146 @@ class RouteTable(_ref.RouteTable):
         cdef const char* np = PyBytes_AS_STRING(name)
         cdef size_t nn = len(name)
         with nogil:
-            rt_wrlock(tt.t)
-            rc = rt_put(tt.t, np, nn, &q)
-            rt_wrunlock(tt.t)
+            rt_wrlock(self.t)
+            rc = rt_put(self.t, np, nn, &q)
+            rt_wrunlock(self.t)
         if rc == RT_NOMEM:
             raise MemoryError()
         return rc == 1
 
-    def _remove_queue_data(self, topic, broker_name):
-        cdef _TopicTable tt = self._tt
+    def remove_queue_data(self, str topic, str broker_name):
         cdef bytes name = _utf8(topic)
         cdef int rc, released
-        b = self._index.get(broker_name)
+        b = self.index.get(broker_name)
         if b is None:
             return False
         cdef int32_t bi = b
         cdef const char* np = PyBytes_AS_STRING(name)
         cdef size_t nn = len(name)
         with nogil:
-            rt_wrlock(tt.t)
-            rc = rt_remove(tt.t, np, nn, bi)
-            released = rt_release_broker(tt.t, bi)
-            rt_wrunlock(tt.t)
+            rt_wrlock(self.t)
+            rc = rt_remove(self.t, np, nn, bi)
+            released = rt_release_broker(self.t, bi)
+            rt_wrunlock(self.t)
         if released:
             self._forget_slot(broker_name, bi)
         return rc == 1
 
-    def _remove_topic_by_broker_name(self, broker_name):
-        cdef _TopicTable tt = self._tt
+    def remove_broker(self, str broker_name):
         cdef size_t n
         cdef int released
-        b = self._index.get(broker_name)
+        b = self.index.get(broker_name)
         if b is None:
             return
         cdef int32_t bi = b
         with nogil:
-            rt_wrlock(tt.t)
-            n = rt_remove_broker(tt.t, bi)
-            released = rt_release_broker(tt.t, bi)
-            rt_wrunlock(tt.t)
+            rt_wrlock(self.t)
+            n = rt_remove_broker(self.t, bi)
+            released = rt_release_broker(self.t, bi)
+            rt_wrunlock(self.t)
             if n >= TRIM_AFTER_QUEUE_DATAS:
                 rt_trim()
         if released:
             self._forget_slot(broker_name, bi)
 
-    def _operate_write_perm(self, broker_name, wipe):
-        cdef _TopicTable tt = self._tt
+    def write_perm(self, str broker_name, wipe):
         cdef size_t n
         cdef int w = bool(wipe)
-        b = self._index.get(broker_name)
+        b = self.index.get(broker_name)
         if b is None:
             return 0
         cdef int32_t bi = b
         with nogil:
-            rt_wrlock(tt.t)
-            n = rt_write_perm(tt.t, bi, w)
-            rt_wrunlock(tt.t)
+            rt_wrlock(self.t)
+            n = rt_write_perm(self.t, bi, w)
+            rt_wrunlock(self.t)
         return n
 
+    # ------------------------------------------------------------ serving
+
+    def serve_routes(self, FrameDecoder decoder, data, route_body, Py_ssize_t limit=-1):
+        """rmq.namesrv.routeinfo.RouteTable.serve_routes: complete frames the decoder
+        holds nothing of are answered from the C answers first (serve_cached_routes,
+        the GIL released); the decoder decodes the rest, whose route queries before
+        the first other request are answered with ``route_body``."""
+        cdef list cmds = [], others = []
+        cdef WBuf b
+        cdef Py_buffer view
+        cdef Py_ssize_t pos = 0
+        cdef bint in_order = False
+        error = None
+        wb_init(&b, 64 * 1024)      # a read's worth of answers: no regrowth per read
+        try:
+            if decoder.error is None:
+                PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+                try:
+                    if decoder.len:     # first complete the frame a previous read began
+                        try:
+                            pos = decoder.take(<const uint8_t*>view.buf, view.len, cmds)
+                        except ProtocolError as e:
+                            decoder.error = e
+                            decoder.reset()
+                            error = e
+                        in_order = _answer_routes(cmds, route_body, &b, limit, others, False)
+                        cmds = []
+                    if error is None and not in_order and decoder.len == 0:
+                        pos += serve_cached_routes(<const uint8_t*>view.buf + pos,
+                                                   view.len - pos, decoder.max_frame_length,
+                                                   self, &b, limit)
+                finally:
+                    PyBuffer_Release(&view)
+            if error is None:
+                try:
+                    cmds = decoder._feed(data if pos == 0 else memoryview(data)[pos:])
+                except ProtocolError as e:
+                    cmds, error = list(getattr(e, "decoded", ())), e
+                _answer_routes(cmds, route_body, &b, limit, others, in_order)
+            return wb_bytes(&b) if b.len else EMPTY, others, error
+        finally:
+            wb_free(&b)
+
+
+cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list others,
+                         bint in_order) except -1:
+    """Answer the route queries of ``cmds`` before the first other request;
+    hand the rest to ``others``. Returns whether another request was met."""
+    cdef RemotingCommand cmd, resp
+    cdef bint std
+    for cmd in cmds:
+        body = None
+        if in_order:
+            others.append(cmd)
+            continue
+        if cmd.code != GET_ROUTEINFO_BY_TOPIC:
+            in_order = True     # it may change routes: the rest waits for it
+        elif (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
+                and cmd.ext_fields is not None and (limit < 0 or b.len < limit):
+            topic = dget(cmd.ext_fields, "topic", None)
+            if PyUnicode_Check(topic):
+                std = cmd.version >= V4_9_4 or _is_true(
+                    dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
+                body = route_body(topic, not std)
+        if body is None:
+            # Answered by the caller: the later ones wait too, to keep the order.
+            in_order = True
+            others.append(cmd)
+            continue
+        resp = RemotingCommand.__new__(RemotingCommand)
+        resp.code = 0
+        resp.language = LANG_JAVA
+        resp.version = CURRENT_VERSION
+        resp.opaque = cmd.opaque
+        resp.flag = FLAG_RESPONSE
+        resp.body = body
+        resp.serialize_type = cmd.serialize_type
+        encode_into(b, resp)
+    return in_order
 
 
 # ---------------------------------------------------------------- serving
 
 cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_frame,
-                                    _TopicTable tt, WBuf* b, Py_ssize_t limit) except -1:
+                                    TopicTable tt, WBuf* b, Py_ssize_t limit) except -1:
     """Answer the complete GET_ROUTEINFO_BY_TOPIC frames at the start of p[:n] from
     the table (cached, or built in C), the GIL released and the read lock held for
     the whole run; stop at the first frame that needs Python (another request, a
@@ -881,3 +921,4 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
         if need == 0:
             return pos
         wb_grow(b, need)
+

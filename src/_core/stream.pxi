@@ -14,6 +14,9 @@ cdef class FrameDecoder:
     Only an incomplete frame is ever copied: complete frames are decoded
     straight from the caller's buffer. After an error the stream is unusable
     (the server closes the connection) and every later ``feed`` raises again.
+    It only splits and decodes: the route tables' storage (routes.pxi) answers
+    route queries with it through its cdef surface (``len``, ``take``, ``_feed``,
+    ``error``, ``reset``).
     """
 
     cdef uint8_t* buf
@@ -21,7 +24,6 @@ cdef class FrameDecoder:
     cdef Py_ssize_t cap
     cdef readonly Py_ssize_t max_frame_length
     cdef object error
-    cdef WBuf out                   # serve_routes' answers, kept between calls
 
     def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
         if max_frame_length < 8:
@@ -30,13 +32,9 @@ cdef class FrameDecoder:
         self.buf = NULL
         self.len = 0
         self.cap = 0
-        self.out.data = NULL
-        self.out.len = 0
-        self.out.cap = 0
 
     def __dealloc__(self):
         free(self.buf)
-        free(self.out.data)
 
     @property
     def buffered(self):
@@ -90,101 +88,6 @@ cdef class FrameDecoder:
             self.reset()
             PyList_Append(out, cmd)
         return used
-
-    def serve_routes(self, data, table, Py_ssize_t limit=-1):
-        """Feed bytes and answer route queries from the route table.
-
-        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) are answered here
-        with ``table.route_body(topic, legacy)`` in the form the request asks for
-        (standard from version 401 or with acceptStandardJsonOnly=true). With the
-        compiled RouteTable, frames are recognised and answered from its cached
-        answers in C, the GIL released, without building a command. Returns
-        ``(answers, others, error)``: the answer frames as one bytes object, the
-        other commands for the caller to handle (including route queries without
-        an answer: the caller answers 17), and the ProtocolError that ended the
-        stream (None while it is healthy). Once the answers reach ``limit`` bytes
-        (the room left in the connection's output buffer; -1: no limit), later
-        route queries are handed back unanswered. Only route queries before the
-        first other request of the batch (or the first route query not answered
-        here) are answered here: one behind a change (a registration, a
-        deletion...) must see that change, so it is handed back too and answered
-        in order.
-        """
-        cdef list cmds = [], others = []
-        cdef WBuf* b = &self.out
-        cdef Py_buffer view
-        cdef Py_ssize_t pos = 0
-        cdef bint in_order = False
-        cdef _TopicTable tt = getattr(table, "_tt", None)
-        error = None
-        if b.data == NULL:
-            wb_init(b, 64 * 1024)   # a read's worth of answers: no regrowth per read
-        b.len = 0
-        try:
-            if self.error is None:
-                PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-                try:
-                    if self.len:        # first complete the frame a previous read began
-                        try:
-                            pos = self.take(<const uint8_t*>view.buf, view.len, cmds)
-                        except ProtocolError as e:
-                            self.error = e
-                            self.reset()
-                            error = e
-                        in_order = self.answer_routes(cmds, table, b, limit, others, False)
-                        cmds = []
-                    if tt is not None and error is None and not in_order and self.len == 0:
-                        pos += serve_cached_routes(<const uint8_t*>view.buf + pos, view.len - pos,
-                                                   self.max_frame_length, tt, b, limit)
-                finally:
-                    PyBuffer_Release(&view)
-            if error is None:
-                try:
-                    cmds = self._feed(data if pos == 0 else memoryview(data)[pos:])
-                except ProtocolError as e:
-                    cmds, error = list(getattr(e, "decoded", ())), e
-                self.answer_routes(cmds, table, b, limit, others, in_order)
-            return wb_bytes(b) if b.len else EMPTY, others, error
-        finally:
-            if b.cap > KEEP_BUFFER:     # an unusual burst: do not keep it per connection
-                wb_free(b)
-                b.cap = 0
-
-    cdef bint answer_routes(self, list cmds, table, WBuf* b, Py_ssize_t limit, list others,
-                            bint in_order) except -1:
-        """Answer the route queries of ``cmds`` before the first other request;
-        hand the rest to ``others``. Returns whether another request was met."""
-        cdef RemotingCommand cmd, resp
-        cdef bint std
-        for cmd in cmds:
-            body = None
-            if in_order:
-                others.append(cmd)
-                continue
-            if cmd.code != 105:
-                in_order = True     # it may change routes: the rest waits for it
-            elif (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
-                    and cmd.ext_fields is not None and (limit < 0 or b.len < limit):
-                topic = dget(cmd.ext_fields, "topic", None)
-                if PyUnicode_Check(topic):
-                    std = cmd.version >= V4_9_4 or _is_true(
-                        dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
-                    body = table.route_body(topic, not std)
-            if body is None:
-                # Answered by the caller: the later ones wait too, to keep the order.
-                in_order = True
-                others.append(cmd)
-                continue
-            resp = RemotingCommand.__new__(RemotingCommand)
-            resp.code = 0
-            resp.language = LANG_JAVA
-            resp.version = CURRENT_VERSION
-            resp.opaque = cmd.opaque
-            resp.flag = FLAG_RESPONSE
-            resp.body = body
-            resp.serialize_type = cmd.serialize_type
-            encode_into(b, resp)
-        return in_order
 
     def feed(self, data):
         """Add bytes from the stream; returns the commands completed by them."""

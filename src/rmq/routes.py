@@ -1,11 +1,5 @@
-"""The NameServer's route tables (Java's RouteInfoManager).
+"""The NameServer's route tables: a compatibility name for rmq.namesrv.routeinfo."""
 
-The pure-Python reference is ``rmq.fallback.routes``; the compiled core's
-``RouteTable`` is a subclass of it with the topic table and the route answers in C.
-"""
-
-from rmq._impl import core
-
-RouteTable = core.RouteTable
+from rmq.namesrv.routeinfo import RouteTable
 
 __all__ = ["RouteTable"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
 from rmq.fallback.bodies import nesting_exceeds
@@ -24,15 +24,10 @@ from rmq.protocol import (
     LANGUAGES,
     MAX_JSON_DEPTH,
     SERIALIZE_TYPES,
-    V4_9_4,
 )
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
-
-    class _RouteSource(Protocol):
-        """What FrameDecoder.serve_routes answers from (a RouteTable)."""
-        def route_body(self, topic: str, legacy: bool = False) -> bytes | None: ...
 
 __all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder"]
 
@@ -471,48 +466,6 @@ class FrameDecoder(_FrameStream):
     @staticmethod
     def _frame(buf: bytearray, pos: int, length: int) -> RemotingCommand:
         return _decode_payload(memoryview(bytes(buf[pos + 4:pos + 4 + length])), length)
-
-    def serve_routes(self, data: Buffer, table: _RouteSource, limit: int = -1
-                     ) -> tuple[bytes, list[RemotingCommand], ProtocolError | None]:
-        """Feed bytes and answer route queries from the route table.
-
-        GET_ROUTEINFO_BY_TOPIC requests (code 105, not oneway) are answered here
-        with ``table.route_body(topic, legacy)`` in the form the request asks for
-        (standard from version 401 or with acceptStandardJsonOnly=true). Returns
-        ``(answers, others, error)``: the answer frames as one bytes object, the
-        other commands for the caller to handle (including route queries without
-        an answer), and the ProtocolError that ended the stream (or None). Once the
-        answers reach ``limit`` bytes (-1: no limit), later route queries are
-        handed back unanswered. Only route queries before the first other request
-        (or the first route query not answered here) of the batch are answered
-        here: one behind a change must see it, and answers keep the requests' order.
-        """
-        try:
-            cmds, error = self.feed(data), None
-        except ProtocolError as e:
-            cmds, error = list(e.decoded), e
-        answers: list[bytes] = []
-        others: list[RemotingCommand] = []
-        size = 0
-        for i, cmd in enumerate(cmds):
-            if cmd.code != 105:         # it may change routes: the rest waits for it
-                others.extend(cmds[i:])
-                break
-            body = None
-            if not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields \
-                    and not 0 <= limit <= size:
-                topic = cmd.ext_fields.get("topic")
-                if isinstance(topic, str):
-                    accept = cmd.ext_fields.get("acceptStandardJsonOnly")
-                    std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
-                    body = table.route_body(topic, not std)
-            if body is None:        # answered by the caller: the rest waits, in order
-                others.extend(cmds[i:])
-                break
-            else:
-                answers.append(encode_frame(cmd.response(0, body=body)))
-                size += len(answers[-1])
-        return b"".join(answers), others, error
 
 
 class FrameSplitter(_FrameStream):

@@ -19,7 +19,7 @@ from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
 from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R, parse_java_int
-from rmq.routes import RouteTable
+from rmq.namesrv.routeinfo import RouteTable
 
 log = logging.getLogger("rmq.namesrv")
 
@@ -129,7 +129,7 @@ class NameServer:
         self.answers_built = 0      # list answers built (misses), for tests and stats
         # Route answers are cached in the table, built on first demand and dropped
         # exactly when a change may alter them; the network layer answers route
-        # queries inside the core (FrameDecoder.serve_routes).
+        # queries inside the core (RouteTable.serve_routes).
         self._sync_order_topic_conf()
         self._handlers = {
             RC.PUT_KV_CONFIG: self.put_kv_config,

@@ -65,6 +65,7 @@ import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
+from rmq.errors import ProtocolError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
@@ -129,7 +130,7 @@ class Connection(asyncio.Protocol):
         backed_up = self.pending or self.writing_paused or self.busy
         room = 0 if backed_up else max(
             self.server.max_output - self.transport.get_write_buffer_size(), 0)
-        answers, cmds, error = self.decoder.serve_routes(data, self.server.served_routes, room)
+        answers, cmds, error = self.server.served_routes(self.decoder, data, room)
         if answers:
             self._send((answers,))
         if backed_up:
@@ -322,22 +323,12 @@ def _lower_writer_priority():
         pass    # elsewhere the table thread runs at the loop's priority
 
 
-class _CachedAnswers:
-    """What FrameDecoder.serve_routes sees of tables that allow no reader beside the
-    table thread (the reference's): the route answers cached so far, never a build."""
-
-    __slots__ = ("route_body",)
-
-    def __init__(self, routes):
-        self.route_body = routes.cached_route_body
-
-
-class _NoAnswers:
-    """What FrameDecoder.serve_routes sees of the tables behind a _Gate."""
-
-    @staticmethod
-    def route_body(topic, legacy=False):
-        return None
+def _decode_only(decoder, data, limit):
+    """served_routes behind a _Gate: no route query is answered in the core."""
+    try:
+        return b"", decoder.feed(data), None
+    except ProtocolError as e:
+        return b"", list(e.decoded), e
 
 
 _PASS = object()     # the gate lets the request through
@@ -348,14 +339,13 @@ class _Gate:
     layer answers some requests itself: route queries before ``needWaitForService``'s
     delay is over, every request of a client above V5_3_1 during a graceful shutdown.
 
-    Its ``routes`` have no answers, so the core answers no route query itself and
+    While it stands, the core answers no route query itself (``_decode_only``) and
     hands them all to :meth:`handle`; anything else is the NameServer's.
     """
 
     def __init__(self, app, namesrv):
         self._app = app
         self._ns = namesrv
-        self.routes = _NoAnswers()
         self._told = set()          # connections told to go away (logged once each)
 
     def __getattr__(self, name):
@@ -454,8 +444,10 @@ class NameServerApp:
         self.writer = concurrent.futures.ThreadPoolExecutor(
             1, "rmq-tables", initializer=_lower_writer_priority)
         routes = namesrv.routes
-        # What FrameDecoder.serve_routes answers route queries from, on the loop.
-        self._served_routes = routes if routes.concurrent else _CachedAnswers(routes)
+        # What answers route queries on the loop: tables without concurrent readers
+        # (the reference's) only from the answers they cached, never a build.
+        self._served_routes = (routes.serve_routes if routes.concurrent
+                               else functools.partial(routes.serve_routes, build=False))
         self.served_routes = self._served_routes
         # While the table thread runs Python code, the loop thread waits for the GIL
         # up to the switch interval (5 ms by default) each time it comes back from the
@@ -603,7 +595,7 @@ class NameServerApp:
     def _use_gate(self):
         if self.namesrv is self._namesrv:
             self.namesrv = _Gate(self, self._namesrv)
-            self.served_routes = self.namesrv.routes
+            self.served_routes = _decode_only
 
     def _drop_gate(self):
         if not self.going_away and self.ready():

@@ -1,0 +1,846 @@
+"""RouteInfoManager's rules: the NameServer's route tables, written once for both cores.
+
+Data in, data out: no I/O, no clock, no logging. Every method that depends on time
+takes ``now_ms``; connections are opaque hashable tokens (``conn``).
+
+Behaviour follows Apache RocketMQ 5.x ``namesrv/.../routeinfo/RouteInfoManager.java``
+(5.3.3) unless the 4.9.8 vectors show something observable that differs; the
+places where this module departs from Java on purpose are marked "Deviation".
+
+Tables (Java's names)::
+
+    topicQueueTable        topic -> {brokerName -> QueueData}      (the storage's)
+    brokerAddrTable        brokerName -> BrokerData {cluster, brokerName, brokerAddrs{id: addr},
+                                                     zoneName, enableActingMaster}
+    clusterAddrTable       cluster -> {brokerName}
+    brokerLiveTable        (cluster, brokerAddr) -> BrokerLiveInfo
+    filterServerTable      (cluster, brokerAddr) -> [filter server addr]
+    topicQueueMappingInfoTable  topic -> {brokerName -> TopicQueueMappingInfo}
+
+Ordering: Java keeps these tables in ``HashMap``/``HashSet`` and its answers list them
+in hash-bucket order. The lists this module returns reproduce that order (see
+``java_hash_order``), so the 206/224/304 answers match the 4.9.8 vectors element for
+element. It is not a protocol contract; it only makes answers comparable byte for byte.
+
+The topic table and the cached route answers live in a storage object, composed,
+chosen from the selected core: ``rmq._core.TopicTable`` (in C, behind a
+writer-preferring read/write lock, safe from several threads) or
+``rmq.fallback.routes.TopicTable`` (dicts, one thread). Its interface, which both
+implement and nothing else uses:
+
+- ``concurrent``: whether other threads may read while one writes;
+  ``lock``: the tables' lock, ``acquire_write/release_write/acquire_read/release_read``
+  (reentrant; the pure storage's does nothing). Every mutator below holds it for
+  writing, every reader of the cold tables for reading;
+- ``TopicTable(broker_state)``: ``broker_state(name)`` gives ``(BrokerData dict or
+  None, whether its routes need the rules)``, for a storage that encodes brokers;
+- queue data: ``qmap(topic)``, ``topic_names()``, ``first_flags()``,
+  ``topics_of_brokers(names)``, ``put_queue_data(topic, qd)``,
+  ``remove_queue_data(topic, name)``, ``remove_broker(name)``,
+  ``write_perm(name, wipe)``;
+- registration: ``read_body(body, now_ms)`` (parts, or the decoded dict to check),
+  ``topic_configs(checked table)``, ``apply_topic_configs(name, configs, *, force,
+  readonly, delete_missing)``, ``decode_register_broker_body``,
+  ``encode_topic_route_data``;
+- route answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None and a
+  version: the rules must build it, then ``store_route(topic, legacy, body, version)``),
+  ``touch(topics)``, ``touch_all()``, ``broker_changed(name)``, ``python_routes``
+  (some answers need the rules), ``version``, ``cached_topics(legacy)``;
+- ``serve_routes(decoder, data, route_body, limit)``: see :meth:`RouteTable.serve_routes`.
+"""
+
+import copy
+
+from rmq._impl import core
+from rmq.errors import BodyError
+from rmq.javaorder import java_hash_order
+
+__all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
+           "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
+           "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME", "SYNC_BROKER_MEMBER_GROUP_PREFIX"]
+
+# PermName
+PERM_PRIORITY = 1 << 3
+PERM_READ = 1 << 2
+PERM_WRITE = 1 << 1
+PERM_INHERIT = 1 << 0
+# TopicSysFlag
+FLAG_UNIT = 1 << 0
+FLAG_UNIT_SUB = 1 << 1
+# MixAll.MASTER_ID
+MASTER_ID = 0
+# RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
+# TopicValidator.SYNC_BROKER_MEMBER_GROUP_PREFIX (SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_")
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+
+#: Initial capacities of Java's tables (4.9.8: ``new HashMap<>(1024)`` etc.).
+_TOPIC_TABLE_CAPACITY = 1024
+_BROKER_TABLE_CAPACITY = 128
+_CLUSTER_TABLE_CAPACITY = 32
+
+REASON_EXPIRED = "expired"
+REASON_CONNECTION_CLOSED = "connection closed"
+
+
+
+def _topic_list_order(topics):
+    """A TopicList (``HashSet``, capacity 16) filled from ``topicQueueTable``
+    (``HashMap(1024)``) iteration: Java's 206/224/311-313 order."""
+    return java_hash_order(java_hash_order(topics, _TOPIC_TABLE_CAPACITY))
+
+
+# ---------------------------------------------------------------- records
+
+def _data_version(dv, now_ms=0):
+    """A DataVersion dict normalized as Java decodes it: missing counter/stateVersion
+    are 0, a missing timestamp is the decode time (``System.currentTimeMillis()``)."""
+    dv = dv or {}
+    return {"counter": int(dv.get("counter") or 0),
+            "stateVersion": int(dv.get("stateVersion") or 0),
+            "timestamp": int(dv["timestamp"]) if dv.get("timestamp") is not None else now_ms}
+
+
+_MAX_MAPPING_DEPTH = 16
+
+
+def _nests_deeper(value, limit):
+    """Whether dicts and lists nest more than ``limit`` levels deep in ``value``."""
+    level, depth = [value], 0
+    while depth <= limit:
+        level = [v for v in level if isinstance(v, (dict, list))]
+        if not level:
+            return False
+        depth += 1
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    return True
+
+
+def _int32(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
+        raise BodyError(f"{what} is not an int32: {v!r:.80}")
+    return v
+
+
+def _checked_body(body, now_ms):
+    """(wrapper, dataVersion, topicConfigTable, mappings, filterServerList) of a
+    RegisterBrokerBody dict, every field checked; BodyError on a bad shape."""
+    if not isinstance(body, dict):
+        raise BodyError(f"RegisterBrokerBody is not an object: {body!r:.80}")
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    if not isinstance(wrapper, dict):
+        raise BodyError(f"topicConfigSerializeWrapper is not an object: {wrapper!r:.80}")
+    raw_dv = wrapper.get("dataVersion") or {}
+    if not isinstance(raw_dv, dict):
+        raise BodyError(f"dataVersion is not an object: {raw_dv!r:.80}")
+    for k in ("counter", "stateVersion", "timestamp"):
+        if raw_dv.get(k) is not None and (isinstance(raw_dv[k], bool)
+                                          or not isinstance(raw_dv[k], int)):
+            raise BodyError(f"dataVersion.{k} is not an integer: {raw_dv[k]!r}")
+    dv = _data_version(raw_dv, now_ms)
+    table = wrapper.get("topicConfigTable") or {}
+    if not isinstance(table, dict):
+        raise BodyError(f"topicConfigTable is not an object: {table!r:.80}")
+    checked = {}
+    for key, tc in table.items():
+        if not isinstance(tc, dict):
+            raise BodyError(f"topic config {key!r} is not an object: {tc!r:.80}")
+        name = tc.get("topicName", key)
+        if not isinstance(name, str):
+            raise BodyError(f"topic config {key!r}: topicName is not a string: {name!r}")
+        checked[key] = {
+            "topicName": name,
+            "perm": _int32(tc.get("perm", PERM_READ | PERM_WRITE), f"{key}.perm"),
+            "readQueueNums": _int32(tc.get("readQueueNums", 16), f"{key}.readQueueNums"),
+            "writeQueueNums": _int32(tc.get("writeQueueNums", 16), f"{key}.writeQueueNums"),
+            "topicSysFlag": _int32(tc.get("topicSysFlag", 0), f"{key}.topicSysFlag"),
+        }
+    mappings = wrapper.get("topicQueueMappingInfoMap") or {}
+    if not isinstance(mappings, dict):
+        raise BodyError(f"topicQueueMappingInfoMap is not an object: {mappings!r:.80}")
+    for topic, info in mappings.items():
+        if not isinstance(topic, str):
+            raise BodyError(f"topic queue mapping topic is not a string: {topic!r:.80}")
+        # Java puts it in a map by bname: null fails the registration (NPE).
+        if not isinstance(info, dict) or not isinstance(info.get("bname"), str):
+            raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
+                            f"{info!r:.80}")
+        # TopicQueueMappingInfo nests two levels (currIdMap); route answers deep-copy it.
+        if _nests_deeper(info, _MAX_MAPPING_DEPTH):
+            raise BodyError(f"topic queue mapping of {topic!r} nests deeper than "
+                            f"{_MAX_MAPPING_DEPTH}")
+    filter_servers = body.get("filterServerList") or []
+    if not isinstance(filter_servers, list) or not all(isinstance(f, str) for f in filter_servers):
+        raise BodyError(f"filterServerList is not a list of addresses: {filter_servers!r:.80}")
+    return wrapper, dv, checked, mappings, filter_servers
+
+
+def _queue_data(broker_name, read, write, perm, sys_flag):
+    """A QueueData dict, fields in Java's (alphabetical) order."""
+    return {"brokerName": broker_name, "perm": perm, "readQueueNums": read,
+            "topicSysFlag": sys_flag, "writeQueueNums": write}
+
+
+class _BrokerData:
+    """BrokerData. ``enable_acting_master`` is None for a broker that did not send the
+    header (pre-5.x): Java's ``isOldVersionBroker``; it is then not serialized."""
+
+    __slots__ = ("cluster", "broker_name", "addrs", "zone_name", "enable_acting_master")
+
+    def __init__(self, cluster, broker_name):
+        self.cluster = cluster
+        self.broker_name = broker_name
+        self.addrs = {}                 # broker id -> addr
+        self.zone_name = None
+        self.enable_acting_master = None
+
+    @property
+    def acting_master_enabled(self):
+        return bool(self.enable_acting_master)
+
+    def to_dict(self):
+        """BrokerData as Java serializes it (alphabetical, nulls omitted). 5.x always
+        writes ``enableActingMaster``; 4.9.x never does: it is written here when the
+        broker declared it (5.x brokers), so 4.9 brokers get 4.9.8's exact answer."""
+        d = {"brokerAddrs": dict(sorted(self.addrs.items())),
+             "brokerName": self.broker_name, "cluster": self.cluster}
+        if self.enable_acting_master is not None:
+            d["enableActingMaster"] = bool(self.enable_acting_master)
+        if self.zone_name is not None:
+            d["zoneName"] = self.zone_name
+        return d
+
+
+class _LiveInfo:
+    """BrokerLiveInfo."""
+
+    __slots__ = ("last_update", "timeout_ms", "data_version", "conn", "ha_server_addr")
+
+    def __init__(self, last_update, timeout_ms, data_version, conn, ha_server_addr):
+        self.last_update = last_update
+        self.timeout_ms = timeout_ms
+        self.data_version = data_version
+        self.conn = conn
+        self.ha_server_addr = ha_server_addr
+
+
+def _writes(method):
+    """Run a mutator as the only writer (the table lock held for writing)."""
+    def locked(self, *args, **kwargs):
+        lock = self._lock
+        lock.acquire_write()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release_write()
+    locked.__name__ = method.__name__
+    locked.__doc__ = method.__doc__
+    return locked
+
+
+def _reads(method):
+    """Run a reader of the cold tables with the table lock held for reading."""
+    def locked(self, *args, **kwargs):
+        lock = self._lock
+        lock.acquire_read()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release_read()
+    locked.__name__ = method.__name__
+    locked.__doc__ = method.__doc__
+    return locked
+
+
+_EMPTY_BODY = {"filterServerList": [], "topicConfigSerializeWrapper": {
+    "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0}, "topicConfigTable": {}}}
+
+
+# ---------------------------------------------------------------- the tables
+
+class RouteTable:
+    """The NameServer's route tables. Thread-safe when the storage is
+    (``concurrent``: the compiled core's); else call from one thread (the server's
+    table thread), as Java serializes writers behind one lock.
+
+    ``support_acting_master`` (NamesrvConfig.supportActingMaster) and
+    ``delete_topic_with_broker_registration`` may be changed at run time; changing
+    the first invalidates every cached route. ``storage``: the topic-table class
+    (default: the selected core's ``TopicTable``).
+    """
+
+    #: The topic-table storage class (see the module doc).
+    storage = None
+
+    def __init__(self, *, support_acting_master=False,
+                 delete_topic_with_broker_registration=False, storage=None):
+        self._tt = (storage or self.storage or core.TopicTable)(self._broker_state)
+        self._lock = self._tt.lock
+        self._order_topic_conf = None
+        self._brokers = {}          # brokerName -> _BrokerData
+        self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
+        self._live = {}             # (cluster, addr) -> _LiveInfo
+        self._filters = {}          # (cluster, addr) -> [filter server]
+        self._mappings = {}         # topic -> {bname -> TopicQueueMappingInfo dict}
+        self._support_acting_master = bool(support_acting_master)
+        self.delete_topic_with_broker_registration = bool(delete_topic_with_broker_registration)
+
+    @property
+    def concurrent(self):
+        """Whether the table may be used from several threads at once."""
+        return self._tt.concurrent
+
+    # ------------------------------------------------------------ route cache
+
+    @property
+    def version(self):
+        """Incremented on every change that may alter some topic's route."""
+        return self._tt.version
+
+    def route_body(self, topic, legacy=False):
+        """The encoded GET_ROUTEINFO_BY_TOPIC answer of ``topic`` in the standard or
+        the legacy form, built on first demand and cached until its route changes;
+        None when the topic has no route (Java answers 17)."""
+        body, version = self._tt.route(topic, bool(legacy))
+        if body is None and version is not None:
+            body = self._build_route_body(topic, legacy)
+            if body is not None:
+                self._tt.store_route(topic, bool(legacy), body, version)
+        return body
+
+    def cached_route_body(self, topic, legacy=False):
+        """The answer of ``topic`` the storage has without these rules (cached, or
+        built in C) or None; never runs Python rules, so any thread may ask while
+        another changes the tables."""
+        return self._tt.route(topic, bool(legacy))[0]
+
+    @_reads
+    def _build_route_body(self, topic, legacy):
+        route = self.topic_route(topic)
+        if route is None:
+            return None
+        if self._order_topic_conf is not None:
+            route["orderTopicConf"] = self._order_topic_conf(topic)
+        return self._tt.encode_topic_route_data(route, legacy=bool(legacy))
+
+    def serve_routes(self, decoder, data, limit=-1, *, build=True):
+        """Feed ``data`` to ``decoder`` (the core's FrameDecoder) and answer the route
+        queries it completes.
+
+        GET_ROUTEINFO_BY_TOPIC requests (not oneway) are answered with
+        ``route_body(topic, legacy)`` in the form the request asks for (standard
+        from version 401 or with acceptStandardJsonOnly=true); the compiled storage
+        answers complete frames from its answers in C, the GIL released, without
+        building a command. ``build`` False: only answers the storage has without
+        the rules (``cached_route_body``: a table that allows no reader beside its
+        writer thread). Returns ``(answers, others, error)``: the answer frames as
+        one bytes object, the other commands for the caller to handle (including
+        route queries without an answer: the caller answers 17), and the
+        ProtocolError that ended the stream (None while it is healthy). Once the
+        answers reach ``limit`` bytes (the room left in the connection's output
+        buffer; -1: no limit), later route queries are handed back unanswered. Only
+        route queries before the first other request of the batch (or the first
+        route query not answered here) are answered here: one behind a change (a
+        registration, a deletion...) must see that change, so it is handed back
+        too and answered in order.
+        """
+        return self._tt.serve_routes(
+            decoder, data, self.route_body if build else self.cached_route_body, limit)
+
+    @_writes
+    def forget_route(self, topic=None):
+        """Drop the cached answers of ``topic`` (None: of every topic), e.g. when
+        something outside the tables that an answer carries (orderTopicConf) changed."""
+        if topic is None:
+            self._tt.touch_all()
+        else:
+            self._tt.touch((topic,))
+
+    def cached_topics(self, legacy=False):
+        """The topics whose answer (in that form) is cached: for tests and admin."""
+        return self._tt.cached_topics(bool(legacy))
+
+    @property
+    def order_topic_conf(self):
+        """None, or a function topic -> its ORDER_TOPIC_CONFIG value: with
+        orderMessageEnable, route answers carry it as ``orderTopicConf``."""
+        return self._order_topic_conf
+
+    @order_topic_conf.setter
+    @_writes
+    def order_topic_conf(self, get):
+        self._order_topic_conf = get
+        self._tt.python_routes = bool(self._mappings or get is not None)
+        self._tt.touch_all()
+
+    @property
+    def support_acting_master(self):
+        return self._support_acting_master
+
+    @support_acting_master.setter
+    @_writes
+    def support_acting_master(self, value):
+        value = bool(value)
+        if value != self._support_acting_master:
+            self._support_acting_master = value
+            self._tt.touch_all()
+
+    def _broker_state(self, broker_name):
+        """(BrokerData dict or None, whether its routes need these rules: filter
+        servers, or an acting-master rewrite; rare, filter servers are gone from
+        5.x): what a storage that encodes brokers needs of one."""
+        bd = self._brokers.get(broker_name)
+        if bd is None:
+            return None, False
+        return bd.to_dict(), bool(
+            (bd.addrs and MASTER_ID not in bd.addrs and bd.enable_acting_master)
+            or any((bd.cluster, a) in self._filters for a in bd.addrs.values()))
+
+    def _read_body(self, body, now_ms):
+        """(dataVersion, topic configs, mappings, filter servers) of a registration
+        body (bytes, a decoded dict or None), checked in full: BodyError."""
+        read = self._tt.read_body(_EMPTY_BODY if body is None else body, now_ms)
+        if isinstance(read, tuple):
+            return read
+        dv, table, mappings, filters = _checked_body(read, now_ms)[1:]
+        return dv, self._tt.topic_configs(table), mappings, filters
+
+    # ------------------------------------------------------------ registration
+
+    def register_broker(self, cluster, broker_addr, broker_name, broker_id, ha_server_addr, *,
+                        body, conn=None, now_ms, timeout_ms=DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+                        zone_name=None, enable_acting_master=None):
+        """REGISTER_BROKER (RouteInfoManager.registerBroker, 5.x).
+
+        ``body``: the RegisterBrokerBody, raw (bytes: JSON or compressed) or decoded
+        (a dict); None: no body, as Java's empty RegisterBrokerBody.
+        ``enable_acting_master``: the header's value, None when the broker did not send it (pre-5.x broker: never a prime slave, and its
+        BrokerData carries no ``enableActingMaster``). ``timeout_ms`` None: 120 s.
+
+        Returns ``{"masterAddr", "haServerAddr", "changed", "first", "ignored",
+        "failed", "topics"}`` (``topics``: how many topic configs the body has): masterAddr/haServerAddr are set for a slave whose master is
+        registered and alive (None for the master itself, as in the 4.9.8 vector);
+        ``first`` when the broker (brokerName, or this broker id) was new; ``changed``
+        when topic configs were applied; ``ignored`` when Java ignores the registration
+        (an address conflicting with a registered one of higher stateVersion: Java
+        answers SUCCESS with no addresses); ``failed`` when Java returns null (a
+        single-topic registration from an unregistered broker: Java answers
+        SYSTEM_ERROR "register broker failed").
+        """
+        # Decode and check everything before any table changes (as Java decodes the
+        # whole body first): a bad body is refused, never half applied. It is read
+        # before the table lock is taken: readers wait only for the apply.
+        parts = self._read_body(body, now_ms)
+        return self._register(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
+                              parts, conn, now_ms, timeout_ms, zone_name, enable_acting_master)
+
+    @_writes
+    def _register(self, cluster, broker_addr, broker_name, broker_id, ha_server_addr, parts,
+                  conn, now_ms, timeout_ms, zone_name, enable_acting_master):
+        result = {"masterAddr": None, "haServerAddr": None, "changed": False,
+                  "first": False, "ignored": False, "failed": False}
+        broker_id = int(broker_id)
+        dv, tc_table, mappings, filter_servers = parts
+        result["topics"] = len(tc_table)
+
+        # init or update the cluster info
+        names = self._clusters.setdefault(cluster, {})
+        added_to_cluster = broker_name not in names
+        names[broker_name] = None
+
+        register_first = False
+        bd = self._brokers.get(broker_name)
+        if bd is None:
+            register_first = True
+            bd = self._brokers[broker_name] = _BrokerData(cluster, broker_name)
+        created = register_first
+
+        old_version_broker = enable_acting_master is None
+        declared = None if old_version_broker else bool(enable_acting_master)
+        if bd.enable_acting_master != declared or bd.zone_name != zone_name:
+            bd.enable_acting_master = declared
+            bd.zone_name = zone_name
+            self._tt.broker_changed(broker_name)
+
+        addrs = bd.addrs
+        # Switch slave to master: the same ip:port has only one record (any other id goes)
+        stale_ids = [i for i, a in addrs.items() if a == broker_addr and i != broker_id]
+        for i in stale_ids:
+            del addrs[i]
+        if stale_ids:
+            self._tt.broker_changed(broker_name)
+
+        # Another address at this id with a higher stateVersion wins: ignore this one.
+        old_broker_addr = addrs.get(broker_id)
+        if old_broker_addr is not None and old_broker_addr != broker_addr:
+            old_info = self._live.get((cluster, old_broker_addr))
+            if old_info is not None and old_info.data_version["stateVersion"] > dv["stateVersion"]:
+                self._live.pop((cluster, broker_addr), None)
+                result["ignored"] = True
+                return result
+
+        # A single-topic (incremental) registration before the broker's first one.
+        if broker_id not in addrs and len(tc_table) == 1:
+            # Deviation: Java leaves a BrokerData with no address behind when it had
+            # just created it; undo that creation instead.
+            if created and not addrs:
+                del self._brokers[broker_name]
+                self._tt.broker_changed(broker_name)
+                if added_to_cluster:
+                    self._discard_from_cluster(cluster, broker_name)
+            result["failed"] = True
+            return result
+
+        old_addr = addrs.get(broker_id)
+        if old_addr != broker_addr:
+            addrs[broker_id] = broker_addr
+            self._tt.broker_changed(broker_name)
+        register_first = register_first or not old_addr
+        result["first"] = register_first
+
+        is_master = broker_id == MASTER_ID
+        is_prime_slave = (not old_version_broker and not is_master
+                          and broker_id == min(addrs))
+        if is_master or is_prime_slave:
+            prev = self._live.get((cluster, broker_addr))
+            dv_changed = prev is None or prev.data_version != dv
+
+            result["changed"] = self._tt.apply_topic_configs(
+                broker_name, tc_table, force=register_first or dv_changed,
+                # the acting master is read-only
+                readonly=is_prime_slave and bd.acting_master_enabled,
+                # topics the broker no longer reports (static topics not supported)
+                delete_missing=self.delete_topic_with_broker_registration and not mappings)
+
+            if dv_changed or register_first:
+                for topic, info in mappings.items():
+                    by_broker = self._mappings.setdefault(topic, {})
+                    bname = info.get("bname")
+                    if by_broker.get(bname) != info:
+                        by_broker[bname] = copy.deepcopy(info)
+                        self._tt.python_routes = True
+                        self._tt.touch((topic,))
+
+        key = (cluster, broker_addr)
+        self._live[key] = _LiveInfo(
+            now_ms, DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
+            dv, conn, ha_server_addr)
+
+        if filter_servers is not None:
+            if not filter_servers:
+                if self._filters.pop(key, None) is not None:
+                    self._touch_addr(cluster, broker_addr)
+            elif self._filters.get(key) != list(filter_servers):
+                self._filters[key] = list(filter_servers)
+                self._touch_addr(cluster, broker_addr)
+
+        if not is_master:
+            master_addr = addrs.get(MASTER_ID)
+            if master_addr is not None:
+                master_info = self._live.get((cluster, master_addr))
+                if master_info is not None:
+                    result["haServerAddr"] = master_info.ha_server_addr
+                    result["masterAddr"] = master_addr
+        return result
+
+    def _discard_from_cluster(self, cluster, broker_name):
+        names = self._clusters.get(cluster)
+        if names is not None:
+            names.pop(broker_name, None)
+            if not names:
+                del self._clusters[cluster]
+
+    def _drop_live(self, cluster, broker_addr):
+        """Forget a (cluster, addr) live entry and its filter servers."""
+        key = (cluster, broker_addr)
+        info = self._live.pop(key, None)
+        if self._filters.pop(key, None) is not None:
+            self._touch_addr(cluster, broker_addr)
+        return info
+
+    def _touch_addr(self, cluster, broker_addr):
+        # Filter servers are kept per (cluster, address): every broker of the cluster
+        # listing that address carries them in its routes.
+        for bd in self._brokers.values():
+            if bd.cluster == cluster and broker_addr in bd.addrs.values():
+                self._tt.broker_changed(bd.broker_name)
+
+    @_writes
+    def unregister_broker(self, cluster, broker_addr, broker_name, broker_id):
+        """UNREGISTER_BROKER (RouteInfoManager.unRegisterBroker, 5.x): drops the live
+        entry and the address (by value, whatever id it has), then the brokerName when
+        it has no address left (with its topics' queue data and, when empty, the
+        cluster). When addresses remain, the master is gone and the broker enables
+        acting master, its queue data lose the write permission.
+        Returns True when a live entry or an address was removed."""
+        removed_live = self._drop_live(cluster, broker_addr) is not None
+        removed_addr = False
+        bd = self._brokers.get(broker_name)
+        if bd is not None:
+            ids = [i for i, a in bd.addrs.items() if a == broker_addr]
+            for i in ids:
+                del bd.addrs[i]
+            if ids:
+                removed_addr = True
+                self._tt.broker_changed(broker_name)
+            if not bd.addrs:
+                del self._brokers[broker_name]
+                self._tt.broker_changed(broker_name)
+                self._discard_from_cluster(cluster, broker_name)
+                self._tt.remove_broker(broker_name)
+            elif bd.acting_master_enabled and min(bd.addrs) > MASTER_ID:
+                # Master has been unregistered: wipe the write perm
+                self._tt.write_perm(broker_name, True)
+        return removed_live or removed_addr
+
+    # ------------------------------------------------------------ liveness
+
+    def _find_broker(self, cluster, broker_addr):
+        """setupUnRegisterRequest: (brokerName, brokerId) holding ``broker_addr`` among
+        the BrokerData of ``cluster``, or (None, None)."""
+        for bd in self._brokers.values():
+            if bd.cluster != cluster:
+                continue
+            for i, a in bd.addrs.items():
+                if a == broker_addr:
+                    return bd.broker_name, i
+        return None, None
+
+    def _drop(self, keys, reason):
+        dropped = []
+        for cluster, addr in keys:
+            info = self._live.get((cluster, addr))
+            if info is None:
+                continue
+            name, broker_id = self._find_broker(cluster, addr)
+            if name is not None:
+                self.unregister_broker(cluster, addr, name, broker_id)
+            else:
+                # Deviation: Java 5.x leaves such an entry (its address was replaced
+                # by another one at the same id) in brokerLiveTable forever.
+                self._drop_live(cluster, addr)
+            dropped.append({"cluster": cluster, "brokerName": name, "brokerAddr": addr,
+                            "brokerId": broker_id, "reason": reason, "conn": info.conn})
+        return dropped
+
+    @_writes
+    def scan_not_active(self, now_ms):
+        """scanNotActiveBroker: drops every broker whose last registration/heartbeat is
+        older than its own timeout (``last + timeout < now``, strictly). Returns
+        ``[{"cluster", "brokerName", "brokerAddr", "brokerId", "reason", "conn"}]``;
+        Java also closes each dropped broker's connection (``conn``)."""
+        expired = [k for k, info in self._live.items()
+                   if info.last_update + info.timeout_ms < now_ms]
+        return self._drop(expired, REASON_EXPIRED)
+
+    @_writes
+    def connection_closed(self, conn):
+        """BrokerHousekeepingService.onChannelClose: drops at once the brokers whose
+        last registration came over ``conn`` (same shape as ``scan_not_active``).
+        Deviation: Java drops only the first such broker; all of them go here."""
+        keys = [k for k, info in self._live.items() if info.conn is not None and info.conn == conn]
+        return self._drop(keys, REASON_CONNECTION_CLOSED)
+
+    @_writes
+    def heartbeat(self, cluster, broker_addr, *, now_ms):
+        """BROKER_HEARTBEAT (904): refreshes the broker's lastUpdateTimestamp."""
+        info = self._live.get((cluster, broker_addr))
+        if info is not None:
+            info.last_update = now_ms
+
+    @_writes
+    def query_data_version(self, cluster, broker_addr, broker_name, broker_id, data_version, *,
+                           now_ms):
+        """QUERY_DATA_VERSION (322, 5.x DefaultRequestProcessor.queryBrokerTopicConfig):
+        ``(changed, stored DataVersion or None)``; refreshes liveness (5.x always;
+        4.9.x only when unchanged)."""
+        info = self._live.get((cluster, broker_addr))
+        changed = info is None or info.data_version != _data_version(data_version, now_ms)
+        if info is None:
+            return changed, None
+        info.last_update = now_ms
+        return changed, dict(info.data_version)
+
+    @_reads
+    def live_brokers(self):
+        """The live table, for logs and admin."""
+        return [{"brokerAddr": addr, "cluster": cluster, "lastUpdateTimestamp": info.last_update,
+                 "timeoutMillis": info.timeout_ms, "haServerAddr": info.ha_server_addr,
+                 "dataVersion": dict(info.data_version)}
+                for (cluster, addr), info in self._live.items()]
+
+    # ------------------------------------------------------------ routes
+
+    @_reads
+    def topic_route(self, topic):
+        """GET_ROUTEINFO_BY_TOPIC (pickupTopicRouteData): a TopicRouteData dict, or
+        None when the topic has no queue data or none of its brokers is registered
+        (Java answers 17). ``orderTopicConf`` is left to the caller."""
+        qmap = self._tt.qmap(topic)
+        if not qmap:
+            return None
+        names = java_hash_order(qmap)
+        broker_datas = []
+        filter_table = {}
+        for name in names:
+            bd = self._brokers.get(name)
+            if bd is None:
+                continue
+            clone = bd.to_dict()
+            broker_datas.append(clone)
+            if self._filters:
+                for addr in clone["brokerAddrs"].values():
+                    servers = self._filters.get((bd.cluster, addr))
+                    if servers is not None:         # Java puts null, which JSON omits
+                        filter_table[addr] = list(servers)
+        if not broker_datas:
+            return None
+        route = {"brokerDatas": broker_datas, "filterServerTable": filter_table,
+                 "queueDatas": [dict(qmap[name]) for name in names]}
+        mapping = self._mappings.get(topic)
+        if mapping is not None:
+            route["topicQueueMappingByBroker"] = copy.deepcopy(mapping)
+        if self._support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+            self._rewrite_acting_master(route)
+        return route
+
+    @staticmethod
+    def _rewrite_acting_master(route):
+        """With supportActingMaster: a broker with slaves but no master, that enables
+        acting master and whose queues are not writeable, shows its smallest-id
+        slave as id 0."""
+        if not any(bd["brokerAddrs"] and MASTER_ID not in bd["brokerAddrs"]
+                   for bd in route["brokerDatas"]):
+            return
+        for bd in route["brokerDatas"]:
+            addrs = bd["brokerAddrs"]
+            if not addrs or MASTER_ID in addrs or not bd.get("enableActingMaster"):
+                continue
+            for qd in route["queueDatas"]:
+                if qd["brokerName"] == bd["brokerName"]:
+                    if not qd["perm"] & PERM_WRITE:
+                        acting = addrs.pop(min(addrs))
+                        bd["brokerAddrs"] = {MASTER_ID: acting, **addrs}
+                    break
+
+    @_writes
+    def register_topic(self, topic, queue_datas):
+        """REGISTER_TOPIC_IN_NAMESRV (217, 5.x registerTopic): sets the queue data of
+        the given brokers. A queue data naming an unregistered broker stops it: for
+        a new topic nothing is applied; for an existing one the queue datas before it
+        stay applied (as Java)."""
+        if not queue_datas:
+            return
+        qds = []
+        for q in queue_datas:       # all checked before anything is applied
+            if not isinstance(q, dict):
+                raise BodyError(f"QueueData is not an object: {q!r:.80}")
+            if not isinstance(q.get("brokerName"), str):
+                raise BodyError(f"QueueData.brokerName is not a string: "
+                                f"{q.get('brokerName')!r:.80}")
+            flag = q.get("topicSysFlag", q.get("topicSynFlag"))
+            qds.append(_queue_data(q.get("brokerName"),
+                                   _int32(q.get("readQueueNums") or 0, "readQueueNums"),
+                                   _int32(q.get("writeQueueNums") or 0, "writeQueueNums"),
+                                   _int32(q.get("perm") or 0, "perm"),
+                                   _int32(flag or 0, "topicSysFlag")))
+        exists = self._tt.qmap(topic) is not None
+        for qd in qds:
+            if qd["brokerName"] not in self._brokers:
+                return
+            if exists:
+                self._tt.put_queue_data(topic, qd)
+        if not exists:
+            for qd in qds:
+                self._tt.put_queue_data(topic, qd)
+
+    @_writes
+    def delete_topic(self, topic, cluster=None):
+        """DELETE_TOPIC_IN_NAMESRV (216): the whole topic, or (with ``cluster``) its
+        queue data on that cluster's brokers (nothing when the cluster is unknown)."""
+        if cluster:
+            names = self._clusters.get(cluster)
+            if not names or self._tt.qmap(topic) is None:
+                return
+            for name in list(names):
+                self._tt.remove_queue_data(topic, name)
+        else:
+            for name in list(self._tt.qmap(topic) or ()):
+                self._tt.remove_queue_data(topic, name)
+
+    @_writes
+    def wipe_write_perm(self, broker_name):
+        """WIPE_WRITE_PERM_OF_BROKER (205): clears PERM_WRITE on every queue data of the
+        broker; returns how many (all of them, changed or not)."""
+        return self._tt.write_perm(broker_name, True)
+
+    @_writes
+    def add_write_perm(self, broker_name):
+        """ADD_WRITE_PERM_OF_BROKER (327): sets perm to PERM_READ|PERM_WRITE (6) on every
+        queue data of the broker (other bits dropped, as Java); returns the count."""
+        return self._tt.write_perm(broker_name, False)
+
+    # ------------------------------------------------------------ lists
+
+    @_reads
+    def cluster_info(self):
+        """GET_BROKER_CLUSTER_INFO (106): (brokerAddrTable {name: BrokerData dict},
+        clusterAddrTable {cluster: [names]}), in Java's iteration order."""
+        brokers = {name: self._brokers[name].to_dict()
+                   for name in java_hash_order(self._brokers, _BROKER_TABLE_CAPACITY)}
+        clusters = {c: java_hash_order(self._clusters[c])
+                    for c in java_hash_order(self._clusters, _CLUSTER_TABLE_CAPACITY)}
+        return brokers, clusters
+
+    @_reads
+    def broker_member_group(self, cluster, broker_name):
+        """GET_BROKER_MEMBER_GROUP (901): the brokerName's addresses (empty when unknown)."""
+        bd = self._brokers.get(broker_name)
+        return {"cluster": cluster, "brokerName": broker_name,
+                "brokerAddrs": dict(sorted(bd.addrs.items())) if bd is not None else {}}
+
+    @_reads
+    def all_topics(self):
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)."""
+        return _topic_list_order(self._tt.topic_names())
+
+    @_reads
+    def topics_by_cluster(self, cluster):
+        """GET_TOPICS_BY_CLUSTER (224): topics with queue data on a broker of the
+        cluster (empty for an unknown cluster)."""
+        return _topic_list_order(self._tt.topics_of_brokers(self._clusters.get(cluster, ())))
+
+    @_reads
+    def system_topics(self):
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): cluster names and broker names, and the
+        address of one broker (the first registered one in Java's table order)."""
+        seen = {}
+        for cluster, names in self._clusters.items():
+            seen[cluster] = None
+            seen.update(dict.fromkeys(names))
+        broker_addr = None
+        for name in java_hash_order(self._brokers, _BROKER_TABLE_CAPACITY):
+            addrs = self._brokers[name].addrs
+            if addrs:
+                broker_addr = addrs[min(addrs)]
+                break
+        return java_hash_order(seen), broker_addr
+
+    def _topics_by_flag(self, test):
+        return _topic_list_order(t for t, flag in self._tt.first_flags() if test(flag))
+
+    @_reads
+    def unit_topics(self):
+        """GET_UNIT_TOPIC_LIST (311): topics with FLAG_UNIT."""
+        return self._topics_by_flag(lambda f: f & FLAG_UNIT == FLAG_UNIT)
+
+    @_reads
+    def has_unit_sub_topics(self):
+        """GET_HAS_UNIT_SUB_TOPIC_LIST (312): topics with FLAG_UNIT_SUB."""
+        return self._topics_by_flag(lambda f: f & FLAG_UNIT_SUB == FLAG_UNIT_SUB)
+
+    @_reads
+    def has_unit_sub_ununit_topics(self):
+        """GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST (313): FLAG_UNIT_SUB without FLAG_UNIT."""
+        return self._topics_by_flag(
+            lambda f: f & FLAG_UNIT != FLAG_UNIT and f & FLAG_UNIT_SUB == FLAG_UNIT_SUB)
