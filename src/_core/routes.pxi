@@ -1,25 +1,15 @@
-# The compiled topic-table storage of the route tables: topicQueueTable, the cached
-# route answers and the registration's topic loop in C (routetable.c), behind a
-# writer-preferring read/write lock. The twin of rmq.fallback.routes.TopicTable;
-# the rules (RouteInfoManager's) are rmq.namesrv.routeinfo's, which composes this
-# storage through the interface its module doc lists. Nothing here imports the
-# reference or the NameServer.
-#
-# Heavy work runs with the GIL released: reading a registration body
-# (rb_scan_register_body), applying its topics (rt_apply under the write lock),
-# and building and serving route answers (rt_route under the read lock).
-#
-# Two writer-preferring read/write locks, both waited for with the GIL released:
-# - the table lock (_TableLock, ``TopicTable.lock``): RouteInfoManager's lock, over
-#   all the tables. The rules hold it for writing in every mutator and for reading
-#   in every reader of the cold tables, so no reader sees half a registration even
-#   though the writer thread gives up the GIL between bytecodes. A registration
-#   body is read before it is taken.
-# - the topic table's own lock in C, held only inside ``with nogil`` blocks for
-#   one operation, never across Python code: what a reader needs is copied out as
-#   C data under it and turned into Python objects after. The route queries
-#   answered in C take only this one, so they never wait for a registration's
-#   Python half. The order is always table lock, then topic lock.
+# The compiled topic-table storage of the route tables, the twin of
+# rmq.fallback.routes.TopicTable (the rules are rmq.namesrv.routeinfo's, which lists
+# the interface): topicQueueTable, the cached route answers and the registration's
+# topic loop in C (routetable.c), run with the GIL released. Two writer-preferring
+# read/write locks, both waited for with the GIL released, always taken in this order:
+# - the table lock (_TableLock, ``TopicTable.lock``): RouteInfoManager's, held by the
+#   rules (write: mutators; read: readers of the cold tables), so no reader sees half
+#   a registration though the writer gives up the GIL between bytecodes;
+# - the topic table's own lock in C, held inside ``with nogil`` blocks for one
+#   operation, never across Python code: readers copy C data out under it and build
+#   Python objects after. Route queries answered in C take only this one, so they
+#   never wait for a registration's Python half.
 
 from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdlib cimport calloc
@@ -269,8 +259,7 @@ cdef bytes _qd_prefix(str name, bint legacy):
 cdef int GET_ROUTEINFO_BY_TOPIC = _RequestCode.GET_ROUTEINFO_BY_TOPIC
 
 
-ctypedef struct _found:
-    # A topic a reader asked for, copied out under the topic lock.
+ctypedef struct _found:         # a topic a reader asked for, copied out under the lock
     uint64_t seq
     size_t off, len             # its name in the names buffer
     int32_t flag                # topicSysFlag of its first QueueData (Java's order)
@@ -294,9 +283,8 @@ cdef inline bint _wanted(const rt_topic* e, int form, const uint8_t* members,
 cdef int _copy_topics(rt_table* t, int form, bint want_flags, const uint8_t* members,
                       int32_t nmembers, _found** found, char** names,
                       size_t* count) noexcept nogil:
-    """Copy the wanted topics (``form`` >= 0: those with a cached answer in that
-    form; else those on a broker in ``members``, NULL: all) into C arrays; the read
-    lock held. -1: out of memory."""
+    """Copy the topics with a cached answer in ``form`` (>= 0), else those on a broker
+    in ``members`` (NULL: all), into C arrays, the read lock held; -1: no memory."""
     cdef size_t i, n = 0, total = 0
     cdef rt_topic* e
     cdef int32_t small[64]
@@ -336,38 +324,6 @@ cdef int _copy_topics(rt_table* t, int form, bint want_flags, const uint8_t* mem
     return 0
 
 
-cdef object _route_in_c(TopicTable tt, bytes name, int form, int* status,
-                        uint64_t* version):
-    """The answer rt_route gives (cached, or built in C under the read lock), or
-    None with ``status`` saying why (RT_PYTHON: the rules must build it). The
-    answer is copied out under the lock, its bytes object made after."""
-    cdef const char* p = PyBytes_AS_STRING(name)
-    cdef size_t n = len(name), blen = 0
-    cdef const rt_blob* blob
-    cdef char* copy = NULL
-    status[0] = RT_OK
-    with nogil:
-        rt_rdlock(tt.t)
-        blob = rt_route(tt.t, p, n, form, status)
-        version[0] = tt.t.version
-        if blob != NULL:
-            blen = blob.len
-            copy = <char*>malloc(max(blen, 1))
-            if copy != NULL:
-                memcpy(copy, blob.data, blen)
-        rt_rdunlock(tt.t)
-    if blob != NULL:
-        if copy == NULL:
-            raise MemoryError()
-        try:
-            return PyBytes_FromStringAndSize(copy, blen)
-        finally:
-            free(copy)
-    if status[0] == RT_NOMEM:
-        raise MemoryError()
-    return None
-
-
 @cython.final
 cdef class TopicTable:
     """The route tables' topic-table storage in C (see rmq.namesrv.routeinfo):
@@ -383,13 +339,15 @@ cdef class TopicTable:
 
     concurrent = True
 
-    def __cinit__(self, broker_state=None):
+    def __cinit__(self, *args, **kwargs):
         self.t = rt_new()
         if self.t == NULL:
             raise MemoryError()
         self.lock = _TableLock()
         self.index = {}
         self.slot_names = []
+
+    def __init__(self, broker_state=None):
         self.broker_state = broker_state
 
     def __dealloc__(self):
@@ -418,14 +376,36 @@ cdef class TopicTable:
         return encode_topic_route_data(route, legacy)
 
     def route(self, str topic, bint legacy):
-        """(the answer, None) built in C (cached, or built now under the read lock),
-        (None, version) when the rules must build it, (None, None): no route."""
-        cdef int status
+        """(the answer, None) built in C (cached, or built now under the read lock;
+        copied out under it, its bytes made after), (None, version) when the rules
+        must build it, (None, None): no route."""
+        cdef bytes name = _utf8(topic)
+        cdef const char* p = PyBytes_AS_STRING(name)
+        cdef size_t n = len(name), blen = 0
+        cdef const rt_blob* blob
+        cdef char* copy = NULL
+        cdef int status = RT_OK
         cdef uint64_t version
-        body = _route_in_c(self, _utf8(topic), legacy, &status, &version)
-        if body is None and status == RT_PYTHON:
-            return None, version
-        return body, None
+        with nogil:
+            rt_rdlock(self.t)
+            blob = rt_route(self.t, p, n, legacy, &status)
+            version = self.t.version
+            if blob != NULL:
+                blen = blob.len
+                copy = <char*>malloc(max(blen, 1))
+                if copy != NULL:
+                    memcpy(copy, blob.data, blen)
+            rt_rdunlock(self.t)
+        if blob != NULL:
+            try:
+                if copy == NULL:
+                    raise MemoryError()
+                return PyBytes_FromStringAndSize(copy, blen), None
+            finally:
+                free(copy)
+        if status == RT_NOMEM:
+            raise MemoryError()
+        return None, (version if status == RT_PYTHON else None)
 
     def store_route(self, str topic, bint legacy, bytes body, uint64_t version):
         cdef bytes name = _utf8(topic)
@@ -442,26 +422,17 @@ cdef class TopicTable:
         return {t for _, t, _ in self._entries(1 if legacy else 0, False, None)}
 
     def touch(self, topics):
-        """The routes of ``topics`` may have changed (all dropped under one hold)."""
-        if not topics:
-            return
-        cdef list names = [_utf8(t) for t in topics]
-        cdef size_t k, m = len(names)
-        cdef const char** ps = <const char**>malloc(m * sizeof(char*))
-        cdef size_t* ns = <size_t*>malloc(m * sizeof(size_t))
-        try:
-            if ps == NULL or ns == NULL:
-                raise MemoryError()
-            for k in range(m):
-                ps[k], ns[k] = PyBytes_AS_STRING(names[k]), len(names[k])
+        """The routes of ``topics`` may have changed (each answer stands alone)."""
+        cdef bytes name
+        cdef const char* p
+        cdef size_t n
+        for topic in topics or ():
+            name = _utf8(topic)
+            p, n = PyBytes_AS_STRING(name), len(name)
             with nogil:
                 rt_wrlock(self.t)
-                for k in range(m):
-                    rt_forget(self.t, ps[k], ns[k])
+                rt_forget(self.t, p, n)
                 rt_wrunlock(self.t)
-        finally:
-            free(ps)
-            free(ns)
 
     def touch_all(self):
         with nogil:
@@ -649,9 +620,9 @@ cdef class TopicTable:
 
     # ------------------------------------------------------------ registration
 
-    def read_body(self, body, now_ms):
-        """(dataVersion, topic configs, mappings, filter servers) of a body read in C,
-        or the decoded body for the rules to check."""
+    def read_body(self, body, now_ms, check):
+        """(dataVersion, topic configs, mappings, filter servers) of a body: scanned
+        in C, else decoded and checked by ``check`` (the rules')."""
         cdef rb_body scanned
         cdef int rc
         cdef const char* dp
@@ -684,11 +655,8 @@ cdef class TopicTable:
                 return dv, configs, {}, []
             if body is None:
                 body = decode_register_broker_body(data)
-        return body
-
-    @staticmethod
-    def topic_configs(dict table):
-        return _configs_from_dict(table)
+        dv, table, mappings, filters = check(body, now_ms)[1:]
+        return dv, _configs_from_dict(table), mappings, filters
 
     def apply_topic_configs(self, str broker_name, _Configs configs, *, force, readonly,
                             delete_missing):
@@ -848,7 +816,7 @@ cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list 
                          bint in_order) except -1:
     """Answer the route queries of ``cmds`` before the first other request;
     hand the rest to ``others``. Returns whether another request was met."""
-    cdef RemotingCommand cmd, resp
+    cdef RemotingCommand cmd
     cdef bint std
     for cmd in cmds:
         body = None
@@ -869,15 +837,7 @@ cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list 
             in_order = True
             others.append(cmd)
             continue
-        resp = RemotingCommand.__new__(RemotingCommand)
-        resp.code = 0
-        resp.language = LANG_JAVA
-        resp.version = CURRENT_VERSION
-        resp.opaque = cmd.opaque
-        resp.flag = FLAG_RESPONSE
-        resp.body = body
-        resp.serialize_type = cmd.serialize_type
-        encode_into(b, resp)
+        encode_into(b, cmd.response(0, None, None, body))
     return in_order
 
 

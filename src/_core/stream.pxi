@@ -14,9 +14,8 @@ cdef class FrameDecoder:
     Only an incomplete frame is ever copied: complete frames are decoded
     straight from the caller's buffer. After an error the stream is unusable
     (the server closes the connection) and every later ``feed`` raises again.
-    It only splits and decodes: the route tables' storage (routes.pxi) answers
-    route queries with it through its cdef surface (``len``, ``take``, ``_feed``,
-    ``error``, ``reset``).
+    It only splits and decodes: TopicTable.serve_routes (routes.pxi) answers route
+    queries through its cdef surface (``len``, ``take``, ``_feed``, ``error``).
     """
 
     cdef uint8_t* buf

@@ -1,20 +1,14 @@
-"""Java ``HashMap``/``HashSet`` iteration order of string keys.
+"""Java ``HashMap``/``HashSet`` iteration order of string keys: neutral ground that the
+route tables' rules (rmq.namesrv.routeinfo) and both topic-table storages import."""
 
-Neutral ground: the NameServer's rules (rmq.namesrv.routeinfo) order their answers
-with it and both topic-table storages (rmq._core, rmq.fallback.routes) hash broker
-names with it; neither implementation imports the other.
-"""
-
+from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["java_spread_hash", "java_hash_order", "DEFAULT_CAPACITY"]
-
-#: A HashMap's initial capacity when Java gives none.
-DEFAULT_CAPACITY = 16
+__all__ = ["java_spread_hash", "java_hash_order"]
 
 
 @lru_cache(maxsize=1 << 16)
-def java_spread_hash(s):
+def java_spread_hash(s: str) -> int:
     """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
     (over UTF-16 code units), as an unsigned 32-bit int."""
     h = 0
@@ -24,17 +18,17 @@ def java_spread_hash(s):
     return h ^ (h >> 16)
 
 
-def _capacity(n, initial):
+def _capacity(n: int, initial: int) -> int:
     cap = initial
     while n > cap * 0.75:           # HashMap resizes when size exceeds 0.75 * capacity
         cap <<= 1
     return cap
 
 
-def java_hash_order(keys, initial_capacity=DEFAULT_CAPACITY):
+def java_hash_order(keys: Iterable[str], initial_capacity: int = 16) -> list[str]:
     """``keys`` (strings, in insertion order) in the iteration order of a Java
     ``HashMap``/``HashSet`` of that initial capacity filled in that order: by bucket,
     then by insertion within a bucket (resizes keep that relative order)."""
-    keys = list(keys)
-    mask = _capacity(len(keys), initial_capacity) - 1
-    return sorted(keys, key=lambda k: java_spread_hash(k) & mask)
+    ordered = list(keys)
+    mask = _capacity(len(ordered), initial_capacity) - 1
+    return sorted(ordered, key=lambda k: java_spread_hash(k) & mask)

@@ -1,16 +1,10 @@
-"""Pure-Python topic-table storage of the NameServer's route tables: the twin of the
-compiled core's ``rmq._core.TopicTable`` (src/_core/routes.pxi).
-
-The rules (registration, liveness, routes, lists) are ``rmq.namesrv.routeinfo``'s,
-shared by both storages; this module keeps ``topicQueueTable`` (topic ->
-{brokerName -> QueueData}), an index brokerName -> {topic} so that everything keyed
-by a broker touches only that broker's topics, and each topic's encoded
-GET_ROUTEINFO_BY_TOPIC answer (standard and legacy form), dropped exactly when a
-change may alter it; every such change bumps ``version``. The storage interface is
-listed in rmq.namesrv.routeinfo's module doc.
-
-Not thread-safe: one thread (the server's table thread) uses it; its lock does
-nothing and ``concurrent`` is False.
+"""Pure-Python topic-table storage of the route tables, the twin of
+``rmq._core.TopicTable`` (src/_core/routes.pxi); the rules are
+rmq.namesrv.routeinfo's, which lists the interface. It keeps topicQueueTable
+(topic -> {brokerName -> QueueData}), an index brokerName -> {topic} (what is keyed
+by a broker touches only its topics) and each topic's encoded answers (standard,
+legacy), dropped when a change may alter them; each change bumps ``version``.
+One thread uses it: its lock does nothing and ``concurrent`` is False.
 """
 
 from rmq.fallback import bodies as _bodies
@@ -28,17 +22,9 @@ _GET_ROUTEINFO_BY_TOPIC = RequestCode.GET_ROUTEINFO_BY_TOPIC
 
 class _NoLock:
     """The lock of a table used by one thread."""
-
     def acquire_write(self):
         pass
-
     release_write = acquire_read = release_read = acquire_write
-
-
-def _queue_data(broker_name, read, write, perm, sys_flag):
-    """A QueueData dict, fields in Java's (alphabetical) order."""
-    return {"brokerName": broker_name, "perm": perm, "readQueueNums": read,
-            "topicSysFlag": sys_flag, "writeQueueNums": write}
 
 
 class TopicTable:
@@ -46,8 +32,6 @@ class TopicTable:
 
     concurrent = False
     lock = _NoLock()
-    decode_register_broker_body = staticmethod(_bodies.decode_register_broker_body)
-    encode_topic_route_data = staticmethod(_bodies.encode_topic_route_data)
     #: Whether some answers need the rules: always built by them here.
     python_routes = True
 
@@ -62,6 +46,9 @@ class TopicTable:
     @property
     def version(self):
         return self._version
+
+    def encode_topic_route_data(self, route, legacy=False):
+        return _bodies.encode_topic_route_data(route, legacy)
 
     def route(self, topic, legacy):
         """(the cached answer, None), or (None, version): the rules build it."""
@@ -164,15 +151,11 @@ class TopicTable:
 
     # ------------------------------------------------------------ registration
 
-    def read_body(self, body, now_ms):
-        """The decoded body, for the rules to check."""
+    def read_body(self, body, now_ms, check):
+        """(dataVersion, topic configs, mappings, filter servers): ``check``'s."""
         if isinstance(body, (bytes, bytearray, memoryview)):
-            return self.decode_register_broker_body(bytes(body))
-        return body
-
-    @staticmethod
-    def topic_configs(table):
-        return table
+            body = _bodies.decode_register_broker_body(bytes(body))
+        return check(body, now_ms)[1:]
 
     def apply_topic_configs(self, broker_name, configs, *, force, readonly, delete_missing):
         """Registration's topic loop: write a topic's queue data when ``force`` or
@@ -190,16 +173,17 @@ class TopicTable:
                 perm = int(tc.get("perm", _PERM_READ | _PERM_WRITE))
                 if readonly:
                     perm &= ~_PERM_WRITE
-                self.put_queue_data(topic, _queue_data(
-                    broker_name, int(tc.get("readQueueNums", 16)),
-                    int(tc.get("writeQueueNums", 16)), perm, int(tc.get("topicSysFlag", 0))))
+                self.put_queue_data(topic, {   # QueueData, in Java's (alphabetical) order
+                    "brokerName": broker_name, "perm": perm,
+                    "readQueueNums": int(tc.get("readQueueNums", 16)),
+                    "topicSysFlag": int(tc.get("topicSysFlag", 0)),
+                    "writeQueueNums": int(tc.get("writeQueueNums", 16))})
                 written = True
         return written
 
     # ------------------------------------------------------------ serving
 
-    @staticmethod
-    def serve_routes(decoder, data, route_body, limit=-1):
+    def serve_routes(self, decoder, data, route_body, limit=-1):
         """rmq.namesrv.routeinfo.RouteTable.serve_routes over ``route_body``."""
         try:
             cmds, error = decoder.feed(data), None

@@ -22,31 +22,23 @@ in hash-bucket order. The lists this module returns reproduce that order (see
 ``java_hash_order``), so the 206/224/304 answers match the 4.9.8 vectors element for
 element. It is not a protocol contract; it only makes answers comparable byte for byte.
 
-The topic table and the cached route answers live in a storage object, composed,
-chosen from the selected core: ``rmq._core.TopicTable`` (in C, behind a
-writer-preferring read/write lock, safe from several threads) or
-``rmq.fallback.routes.TopicTable`` (dicts, one thread). Its interface, which both
-implement and nothing else uses:
+The topic table and the cached route answers live in a storage composed in, the
+selected core's ``TopicTable``: ``rmq._core``'s (C, a writer-preferring read/write
+lock, safe from several threads) or ``rmq.fallback.routes``' (dicts, one thread).
+Its interface, which both implement and only this module uses:
 
-- ``concurrent``: whether other threads may read while one writes;
-  ``lock``: the tables' lock, ``acquire_write/release_write/acquire_read/release_read``
-  (reentrant; the pure storage's does nothing). Every mutator below holds it for
-  writing, every reader of the cold tables for reading;
-- ``TopicTable(broker_state)``: ``broker_state(name)`` gives ``(BrokerData dict or
-  None, whether its routes need the rules)``, for a storage that encodes brokers;
-- queue data: ``qmap(topic)``, ``topic_names()``, ``first_flags()``,
-  ``topics_of_brokers(names)``, ``put_queue_data(topic, qd)``,
-  ``remove_queue_data(topic, name)``, ``remove_broker(name)``,
-  ``write_perm(name, wipe)``;
-- registration: ``read_body(body, now_ms)`` (parts, or the decoded dict to check),
-  ``topic_configs(checked table)``, ``apply_topic_configs(name, configs, *, force,
-  readonly, delete_missing)``, ``decode_register_broker_body``,
-  ``encode_topic_route_data``;
-- route answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None and a
-  version: the rules must build it, then ``store_route(topic, legacy, body, version)``),
-  ``touch(topics)``, ``touch_all()``, ``broker_changed(name)``, ``python_routes``
-  (some answers need the rules), ``version``, ``cached_topics(legacy)``;
-- ``serve_routes(decoder, data, route_body, limit)``: see :meth:`RouteTable.serve_routes`.
+- ``concurrent``; ``lock`` (``acquire_write/release_write/acquire_read/release_read``,
+  reentrant; the pure one does nothing): mutators hold it for writing, readers of
+  the cold tables for reading. ``TopicTable(broker_state)``: ``broker_state(name)``
+  is ``(BrokerData dict or None, whether its routes need the rules)``;
+- queue data: ``qmap``, ``topic_names``, ``first_flags``, ``topics_of_brokers``,
+  ``put_queue_data``, ``remove_queue_data``, ``remove_broker``, ``write_perm``;
+- registration: ``read_body(body, now_ms, check)`` (the parts; ``check``: the rules'
+  checks of a decoded body), ``apply_topic_configs``;
+- answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None with a
+  version: the rules build it, then ``store_route``), ``touch``, ``touch_all``,
+  ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
+  ``encode_topic_route_data``, ``serve_routes`` (see :meth:`RouteTable.serve_routes`).
 """
 
 import copy
@@ -106,14 +98,11 @@ _MAX_MAPPING_DEPTH = 16
 
 def _nests_deeper(value, limit):
     """Whether dicts and lists nest more than ``limit`` levels deep in ``value``."""
-    level, depth = [value], 0
-    while depth <= limit:
-        level = [v for v in level if isinstance(v, (dict, list))]
-        if not level:
-            return False
-        depth += 1
-        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
-    return True
+    level = [value]
+    for _ in range(limit):
+        level = [c for v in level if isinstance(v, (dict, list))
+                 for c in (v.values() if isinstance(v, dict) else v)]
+    return any(isinstance(v, (dict, list)) for v in level)
 
 
 def _int32(v, what):
@@ -224,32 +213,22 @@ class _LiveInfo:
         self.ha_server_addr = ha_server_addr
 
 
-def _writes(method):
-    """Run a mutator as the only writer (the table lock held for writing)."""
-    def locked(self, *args, **kwargs):
-        lock = self._lock
-        lock.acquire_write()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release_write()
-    locked.__name__ = method.__name__
-    locked.__doc__ = method.__doc__
-    return locked
+def _holding(acquire, release):
+    def wrap(method):
+        def locked(self, *args, **kwargs):
+            getattr(self._lock, acquire)()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                getattr(self._lock, release)()
+        locked.__name__, locked.__doc__ = method.__name__, method.__doc__
+        return locked
+    return wrap
 
 
-def _reads(method):
-    """Run a reader of the cold tables with the table lock held for reading."""
-    def locked(self, *args, **kwargs):
-        lock = self._lock
-        lock.acquire_read()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release_read()
-    locked.__name__ = method.__name__
-    locked.__doc__ = method.__doc__
-    return locked
+#: Run a mutator as the only writer / a reader of the cold tables under the table lock.
+_writes = _holding("acquire_write", "release_write")
+_reads = _holding("acquire_read", "release_read")
 
 
 _EMPTY_BODY = {"filterServerList": [], "topicConfigSerializeWrapper": {
@@ -269,13 +248,13 @@ class RouteTable:
     (default: the selected core's ``TopicTable``).
     """
 
-    #: The topic-table storage class (see the module doc).
-    storage = None
+    storage = None      # the topic-table storage class (see the module doc)
 
     def __init__(self, *, support_acting_master=False,
                  delete_topic_with_broker_registration=False, storage=None):
         self._tt = (storage or self.storage or core.TopicTable)(self._broker_state)
         self._lock = self._tt.lock
+        self.concurrent = self._tt.concurrent   # whether several threads may use it
         self._order_topic_conf = None
         self._brokers = {}          # brokerName -> _BrokerData
         self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
@@ -284,11 +263,6 @@ class RouteTable:
         self._mappings = {}         # topic -> {bname -> TopicQueueMappingInfo dict}
         self._support_acting_master = bool(support_acting_master)
         self.delete_topic_with_broker_registration = bool(delete_topic_with_broker_registration)
-
-    @property
-    def concurrent(self):
-        """Whether the table may be used from several threads at once."""
-        return self._tt.concurrent
 
     # ------------------------------------------------------------ route cache
 
@@ -309,9 +283,8 @@ class RouteTable:
         return body
 
     def cached_route_body(self, topic, legacy=False):
-        """The answer of ``topic`` the storage has without these rules (cached, or
-        built in C) or None; never runs Python rules, so any thread may ask while
-        another changes the tables."""
+        """The answer of ``topic`` the storage has without these rules (cached, or built
+        in C) or None: any thread may ask while another changes the tables."""
         return self._tt.route(topic, bool(legacy))[0]
 
     @_reads
@@ -324,25 +297,18 @@ class RouteTable:
         return self._tt.encode_topic_route_data(route, legacy=bool(legacy))
 
     def serve_routes(self, decoder, data, limit=-1, *, build=True):
-        """Feed ``data`` to ``decoder`` (the core's FrameDecoder) and answer the route
-        queries it completes.
-
-        GET_ROUTEINFO_BY_TOPIC requests (not oneway) are answered with
-        ``route_body(topic, legacy)`` in the form the request asks for (standard
-        from version 401 or with acceptStandardJsonOnly=true); the compiled storage
-        answers complete frames from its answers in C, the GIL released, without
-        building a command. ``build`` False: only answers the storage has without
-        the rules (``cached_route_body``: a table that allows no reader beside its
-        writer thread). Returns ``(answers, others, error)``: the answer frames as
-        one bytes object, the other commands for the caller to handle (including
-        route queries without an answer: the caller answers 17), and the
-        ProtocolError that ended the stream (None while it is healthy). Once the
-        answers reach ``limit`` bytes (the room left in the connection's output
-        buffer; -1: no limit), later route queries are handed back unanswered. Only
-        route queries before the first other request of the batch (or the first
-        route query not answered here) are answered here: one behind a change (a
-        registration, a deletion...) must see that change, so it is handed back
-        too and answered in order.
+        """Feed ``data`` to ``decoder`` (the core's FrameDecoder) and answer the
+        GET_ROUTEINFO_BY_TOPIC requests (not oneway) it completes with ``route_body``
+        (``build`` False: ``cached_route_body``, for tables without concurrent
+        readers), in the form asked (standard from version 401 or with
+        acceptStandardJsonOnly=true); the compiled storage answers complete frames
+        in C, the GIL released. Returns ``(answers, others, error)``: the answer
+        frames as one bytes object, the other commands (route queries without an
+        answer included: the caller answers 17), and the ProtocolError that ended
+        the stream (or None). Once the answers reach ``limit`` bytes (-1: none),
+        later queries are handed back. Only queries before the first other request
+        (or unanswered query) of the batch are answered here: one behind a change
+        must see it, and answers keep the requests' order.
         """
         return self._tt.serve_routes(
             decoder, data, self.route_body if build else self.cached_route_body, limit)
@@ -387,8 +353,7 @@ class RouteTable:
 
     def _broker_state(self, broker_name):
         """(BrokerData dict or None, whether its routes need these rules: filter
-        servers, or an acting-master rewrite; rare, filter servers are gone from
-        5.x): what a storage that encodes brokers needs of one."""
+        servers or an acting-master rewrite, rare): what a storage needs of it."""
         bd = self._brokers.get(broker_name)
         if bd is None:
             return None, False
@@ -399,11 +364,7 @@ class RouteTable:
     def _read_body(self, body, now_ms):
         """(dataVersion, topic configs, mappings, filter servers) of a registration
         body (bytes, a decoded dict or None), checked in full: BodyError."""
-        read = self._tt.read_body(_EMPTY_BODY if body is None else body, now_ms)
-        if isinstance(read, tuple):
-            return read
-        dv, table, mappings, filters = _checked_body(read, now_ms)[1:]
-        return dv, self._tt.topic_configs(table), mappings, filters
+        return self._tt.read_body(_EMPTY_BODY if body is None else body, now_ms, _checked_body)
 
     # ------------------------------------------------------------ registration
 

@@ -65,7 +65,6 @@ import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
-from rmq.errors import ProtocolError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
@@ -323,14 +322,6 @@ def _lower_writer_priority():
         pass    # elsewhere the table thread runs at the loop's priority
 
 
-def _decode_only(decoder, data, limit):
-    """served_routes behind a _Gate: no route query is answered in the core."""
-    try:
-        return b"", decoder.feed(data), None
-    except ProtocolError as e:
-        return b"", list(e.decoded), e
-
-
 _PASS = object()     # the gate lets the request through
 
 
@@ -339,8 +330,8 @@ class _Gate:
     layer answers some requests itself: route queries before ``needWaitForService``'s
     delay is over, every request of a client above V5_3_1 during a graceful shutdown.
 
-    While it stands, the core answers no route query itself (``_decode_only``) and
-    hands them all to :meth:`handle`; anything else is the NameServer's.
+    While it stands, the core answers no route query itself (no room for answers)
+    and hands them all to :meth:`handle`; anything else is the NameServer's.
     """
 
     def __init__(self, app, namesrv):
@@ -595,7 +586,7 @@ class NameServerApp:
     def _use_gate(self):
         if self.namesrv is self._namesrv:
             self.namesrv = _Gate(self, self._namesrv)
-            self.served_routes = _decode_only
+            self.served_routes = lambda decoder, data, room: self._served_routes(decoder, data, 0)
 
     def _drop_gate(self):
         if not self.going_away and self.ready():
