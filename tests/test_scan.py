@@ -358,7 +358,7 @@ def check_answer(data, body=BODY):
     assert answer == core.encode_frame(request.response(0, body=body))
     topic = request.ext_fields["topic"]
     out, others, error = core.TopicTable().serve_routes(
-        core.FrameDecoder(), data, _OneRoute(topic, body).route_body)
+        _OneRoute(topic, body).route_body, core.FrameDecoder(), data, -1)
     assert (out, others, error) == (answer, [], None)
     # And from a real table, answered in C from its encoded route.
     rt = route_table(core)()

@@ -412,10 +412,9 @@ cdef class TopicTable:
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name), bn = len(body)
         cdef const char* bp = PyBytes_AS_STRING(body)
-        cdef int form = legacy
         with nogil:
             rt_rdlock(self.t)
-            rt_store(self.t, p, n, form, bp, bn, version)
+            rt_store(self.t, p, n, legacy, bp, bn, version)
             rt_rdunlock(self.t)
 
     def cached_topics(self, bint legacy):
@@ -770,7 +769,7 @@ cdef class TopicTable:
 
     # ------------------------------------------------------------ serving
 
-    def serve_routes(self, FrameDecoder decoder, data, route_body, Py_ssize_t limit=-1):
+    def serve_routes(self, route_body, FrameDecoder decoder, data, Py_ssize_t limit):
         """rmq.namesrv.routeinfo.RouteTable.serve_routes: complete frames the decoder
         holds nothing of are answered from the C answers first (serve_cached_routes,
         the GIL released); the decoder decodes the rest, whose route queries before

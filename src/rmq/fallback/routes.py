@@ -32,8 +32,7 @@ class TopicTable:
 
     concurrent = False
     lock = _NoLock()
-    #: Whether some answers need the rules: always built by them here.
-    python_routes = True
+    python_routes = True    # answers are always built by the rules here
 
     def __init__(self, broker_state=None):
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
@@ -138,8 +137,7 @@ class TopicTable:
             self.remove_queue_data(topic, broker_name)
 
     def write_perm(self, broker_name, wipe):
-        """Clear PERM_WRITE on (``wipe``), or set PERM_READ|PERM_WRITE as the perm of,
-        every queue data of the broker; returns how many (changed or not)."""
+        """Wipe PERM_WRITE of (or set perm 6 on) the broker's queue data: how many."""
         count = 0
         for topic in list(self._broker_topics.get(broker_name, ())):
             qd = self._topics[topic][broker_name]
@@ -183,7 +181,7 @@ class TopicTable:
 
     # ------------------------------------------------------------ serving
 
-    def serve_routes(self, decoder, data, route_body, limit=-1):
+    def serve_routes(self, route_body, decoder, data, limit):
         """rmq.namesrv.routeinfo.RouteTable.serve_routes over ``route_body``."""
         try:
             cmds, error = decoder.feed(data), None

@@ -38,10 +38,11 @@ Its interface, which both implement and only this module uses:
 - answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None with a
   version: the rules build it, then ``store_route``), ``touch``, ``touch_all``,
   ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
-  ``encode_topic_route_data``, ``serve_routes`` (see :meth:`RouteTable.serve_routes`).
+  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``.
 """
 
 import copy
+import functools
 
 from rmq._impl import core
 from rmq.errors import BodyError
@@ -297,21 +298,21 @@ class RouteTable:
         return self._tt.encode_topic_route_data(route, legacy=bool(legacy))
 
     def serve_routes(self, decoder, data, limit=-1, *, build=True):
-        """Feed ``data`` to ``decoder`` (the core's FrameDecoder) and answer the
-        GET_ROUTEINFO_BY_TOPIC requests (not oneway) it completes with ``route_body``
-        (``build`` False: ``cached_route_body``, for tables without concurrent
-        readers), in the form asked (standard from version 401 or with
-        acceptStandardJsonOnly=true); the compiled storage answers complete frames
-        in C, the GIL released. Returns ``(answers, others, error)``: the answer
-        frames as one bytes object, the other commands (route queries without an
-        answer included: the caller answers 17), and the ProtocolError that ended
-        the stream (or None). Once the answers reach ``limit`` bytes (-1: none),
-        later queries are handed back. Only queries before the first other request
-        (or unanswered query) of the batch are answered here: one behind a change
-        must see it, and answers keep the requests' order.
-        """
-        return self._tt.serve_routes(
-            decoder, data, self.route_body if build else self.cached_route_body, limit)
+        """Feed ``data`` to ``decoder`` (the core's FrameDecoder); answer the
+        GET_ROUTEINFO_BY_TOPIC requests (not oneway) with ``route_body`` (``build``
+        False: ``cached_route_body``) in the form asked (standard from version 401 or
+        with acceptStandardJsonOnly=true), complete frames in C with the compiled
+        storage. ``(answers, others, error)``: the answer frames as one bytes, the
+        other commands (unanswered queries too: the caller answers 17), the
+        ProtocolError that ended the stream or None. Past ``limit`` bytes of answers
+        (-1: none) or after another request (it may change routes), queries are
+        handed back, so that answers keep the requests' order."""
+        return self.route_server(build)(decoder, data, limit)
+
+    def route_server(self, build=True):
+        """``serve_routes`` as a function ``(decoder, data, limit)``, bound once."""
+        return functools.partial(self._tt.serve_routes,
+                                 self.route_body if build else self.cached_route_body)
 
     @_writes
     def forget_route(self, topic=None):

@@ -437,8 +437,7 @@ class NameServerApp:
         routes = namesrv.routes
         # What answers route queries on the loop: tables without concurrent readers
         # (the reference's) only from the answers they cached, never a build.
-        self._served_routes = (routes.serve_routes if routes.concurrent
-                               else functools.partial(routes.serve_routes, build=False))
+        self._served_routes = routes.route_server(build=routes.concurrent)
         self.served_routes = self._served_routes
         # While the table thread runs Python code, the loop thread waits for the GIL
         # up to the switch interval (5 ms by default) each time it comes back from the
