@@ -376,12 +376,14 @@ class RouteTable:
 
         ``body``: the RegisterBrokerBody, raw (bytes: JSON or compressed) or decoded
         (a dict); None: no body, as Java's empty RegisterBrokerBody.
-        ``enable_acting_master``: the header's value, None when the broker did not send it (pre-5.x broker: never a prime slave, and its
-        BrokerData carries no ``enableActingMaster``). ``timeout_ms`` None: 120 s.
+        ``enable_acting_master``: the header's value, None when the broker did not
+        send it (pre-5.x broker: never a prime slave, and its BrokerData carries no
+        ``enableActingMaster``). ``timeout_ms`` None: 120 s.
 
         Returns ``{"masterAddr", "haServerAddr", "changed", "first", "ignored",
-        "failed", "topics"}`` (``topics``: how many topic configs the body has): masterAddr/haServerAddr are set for a slave whose master is
-        registered and alive (None for the master itself, as in the 4.9.8 vector);
+        "failed", "topics"}`` (``topics``: how many topic configs the body has):
+        masterAddr/haServerAddr are set for a slave whose master is registered and
+        alive (None for the master itself, as in the 4.9.8 vector);
         ``first`` when the broker (brokerName, or this broker id) was new; ``changed``
         when topic configs were applied; ``ignored`` when Java ignores the registration
         (an address conflicting with a registered one of higher stateVersion: Java
