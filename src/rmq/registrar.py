@@ -9,11 +9,8 @@ on a period, asking QUERY_DATA_VERSION (322) first when ``force_register`` is of
 sends the 5.x light heartbeat (BROKER_HEARTBEAT, 904) when asked; splits a large
 table over several requests; and unregisters (104) everywhere on stop.
 
-:class:`TopicTable` encodes the bodies once per DataVersion, for every NameServer and
-period (the encoding and CRC are what a registration costs the broker);
-:class:`RegisterResult` and ``_data_changed`` read the answers; :class:`NameServers`
-asks them all at once; :class:`BrokerRegistrar` builds the requests, merges the
-answers and runs the periodic tasks (``_repeat``).
+One piece per concern: TopicTable (bodies), RegisterResult and _data_changed (answers),
+NameServers (connections), BrokerRegistrar (requests, merged results, periodic tasks).
 """
 
 from __future__ import annotations
@@ -89,8 +86,7 @@ class TopicTable:
                                  f"topicName, got {tc!r}")
         self.topics = dict(topics)
         self._json: bytes | None = None         # the table's JSON, made when first needed
-        # (key, [(body, crc32)]) for the current table
-        self._encoded: tuple[tuple[Any, ...], list[tuple[bytes, int]]] | None = None
+        self._encoded: tuple[tuple[Any, ...], list[tuple[bytes, int]]] | None = None  # key, chunks
         if data_version is not None:
             self.data_version = dict(data_version)
         else:
@@ -113,26 +109,23 @@ class TopicTable:
         if not split:
             if self._encoded is not None and self._encoded[0] == key:
                 return self._encoded[1]
-            body = self._encode(self.topics, compressed)
+            body = self._encode(None, compressed)
             if len(body) <= max_body:
                 self._encoded = (key, [(body, body_crc32(body))])
                 return self._encoded[1]
             log.info("broker %s: %d topics do not fit in one frame: registering them in "
                      "parts of %d", self.broker_name, len(self.topics), split_size)
         configs = list(self.topics.values())
-        full = len(configs) - len(configs) % split_size
-        parts = [configs[i:i + split_size] for i in range(0, full, split_size)]
-        parts.append(configs[full:])
-        out: list[tuple[bytes, int]] = []
-        for part in parts:
+        full = len(configs) - len(configs) % split_size     # the rest, maybe none, goes last
+        out: list[bytes] = []
+        for i in range(0, full + 1, split_size):
             self.next_version()
-            body = self._encode(part, compressed)
-            out.append((body, body_crc32(body)))
-        return out
+            out.append(self._encode(configs[i:i + split_size], compressed))
+        return [(body, body_crc32(body)) for body in out]
 
-    def _encode(self, configs: dict[str, Any] | list[Any], compressed: bool) -> bytes:
-        """RegisterBrokerBody of ``configs`` (the table, or a list of its configs)."""
-        if isinstance(configs, dict) and not compressed:
+    def _encode(self, part: list[Any] | None, compressed: bool) -> bytes:
+        """RegisterBrokerBody of ``part`` of the table's configs (None: the whole table)."""
+        if part is None and not compressed:
             # What encode_register_broker_body writes, with the table's JSON kept
             # until the table changes: a new DataVersion alone (broker-sim --bump)
             # costs a join (tests/test_broker.py checks the bytes).
@@ -142,9 +135,8 @@ class TopicTable:
                              b',"topicConfigSerializeWrapper":{"dataVersion":',
                              bodies.json_dumps(self.data_version), b',"topicConfigTable":',
                              self._json, b"}}"))
-        if isinstance(configs, dict):
-            configs = list(configs.values())
-        body = bodies.register_broker_body(configs, self.data_version, self.filter_servers)
+        body = bodies.register_broker_body(list(self.topics.values()) if part is None else part,
+                                           self.data_version, self.filter_servers)
         return bodies.encode_register_broker_body(body, compressed=compressed)
 
 
@@ -177,28 +169,33 @@ def _data_changed(resp: RemotingCommand, data_version: Mapping[str, Any]) -> boo
 
 
 class NameServers:
-    """The NameServers of a namesrvAddr list and the connections to them (a client
-    made when first needed and closed by :meth:`close`, unless one was given)."""
+    """The NameServers of a namesrvAddr list and the connections to them."""
 
-    def __init__(self, namesrv_addr: str, client: RemotingClient | None,
-                 max_frame_length: int) -> None:
+    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int) -> None:
         self.addrs = split_addresses(namesrv_addr)
         self._client = client
         self._own_client = client is None
-        self._max_frame_length = max_frame_length
+        self._max_frame = max_frame
 
-    def client(self) -> RemotingClient:
-        if self._client is None:
-            self._client = RemotingClient(max_frame_length=self._max_frame_length)
-        return self._client
+    async def ask(self, request: Callable[[], RemotingCommand], timeout: float, failed: str, *,
+                  read: Callable[[str, RemotingCommand], _T] | None = None,
+                  call_timeout: float | None = None, level: int = logging.WARNING,
+                  addrs: Iterable[str] | None = None
+                  ) -> tuple[dict[str, _T | None], dict[str, BaseException]]:
+        """``request()`` to every NameServer (or ``addrs``) at once, each in ``call_timeout``,
+        all in ``timeout``: ({addr: read(addr, answer), None when oneway}, {addr: exception,
+        logged as "``failed`` addr failed: e"}). Nothing outlives it, even cancelled."""
+        async def one(addr: str) -> _T | None:
+            if self._client is None:    # made when first needed; closed by close() unless given
+                self._client = RemotingClient(max_frame_length=self._max_frame)
+            cmd = request()
+            if cmd.is_oneway:
+                await self._client.invoke_oneway(addr, cmd, call_timeout or timeout)
+                return None
+            resp = await self._client.invoke(addr, cmd, call_timeout or timeout)
+            return None if read is None else read(addr, resp)
 
-    async def each(self, call: Callable[[str], Coroutine[Any, Any, _T]], timeout: float,
-                   failed: str, level: int = logging.WARNING, addrs: Iterable[str] | None = None
-                   ) -> tuple[dict[str, _T], dict[str, BaseException]]:
-        """Run ``call(addr)`` for every NameServer (or those of ``addrs``) at once, within
-        ``timeout`` overall; returns ({addr: result}, {addr: exception}), the exceptions
-        logged ("``failed`` addr failed: e"). Nothing outlives it, not even when cancelled."""
-        tasks = {addr: asyncio.ensure_future(call(addr))
+        tasks = {addr: asyncio.ensure_future(one(addr))
                  for addr in (self.addrs if addrs is None else addrs)}
         if not tasks:
             return {}, {}
@@ -209,7 +206,7 @@ class NameServers:
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        results: dict[str, _T] = {}
+        results: dict[str, _T | None] = {}
         errors: dict[str, BaseException] = {}
         for addr, t in tasks.items():
             e = (RemotingError(f"no answer within {timeout:g} s", addr) if t.cancelled()
@@ -309,9 +306,8 @@ class BrokerRegistrar:
 
     def update_topics(self, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
                       data_version: Mapping[str, Any] | None = None) -> None:
-        """Replace the topic table (change it only through here: its encoding is
-        kept until then). Without ``data_version`` the DataVersion moves on
-        (counter + 1, timestamp now) as Java's nextVersion does."""
+        """Replace the topic table (only through here: its encoding is kept until then).
+        Without ``data_version`` the DataVersion moves on, as Java's nextVersion."""
         self._table.update(topics, data_version)
 
     def _next_version(self) -> None:        # broker-sim's --bump
@@ -333,14 +329,6 @@ class BrokerRegistrar:
             ext["heartbeatTimeoutMillis"] = str(int(self.heartbeat_timeout_ms))
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
                                        version=self.version)
-
-    async def _register_one(self, addr: str, body: bytes, crc: int, compressed: bool,
-                            oneway: bool, timeout: float) -> RegisterResult | None:
-        cmd, client = self._register_command(body, crc, compressed, oneway), self._namesrvs.client()
-        if oneway:
-            await client.invoke_oneway(addr, cmd, timeout)
-            return None
-        return RegisterResult.from_answer(addr, await client.invoke(addr, cmd, timeout))
 
     async def register_broker_all(self, *, oneway: bool | None = None, compressed: bool | None = None,
                                   addrs: Sequence[str] | None = None) -> list[RegisterResult]:
@@ -366,17 +354,17 @@ class BrokerRegistrar:
             pending = [a for a in addrs or self.namesrv_addrs if a not in errors]
             if not pending:
                 break
-            got, failed = await self._namesrvs.each(
-                lambda addr: self._register_one(addr, body, crc, compressed, oneway, timeout),
-                timeout, f"register broker {self.broker_name} to name server", addrs=pending)
+            got, failed = await self._namesrvs.ask(
+                lambda: self._register_command(body, crc, compressed, oneway), timeout,
+                f"register broker {self.broker_name} to name server",
+                read=RegisterResult.from_answer, addrs=pending)
             errors.update(failed)       # pending leaves out those that failed before
             results.update(got)
         return self._merge(results, errors, oneway)
 
     def _merge(self, results: dict[str, RegisterResult | None], errors: dict[str, BaseException],
                oneway: bool) -> list[RegisterResult]:
-        """A round's results: none for a NameServer that failed any part; RegistrationError
-        when none is left."""
+        """A round's results, none for a NameServer that failed a part (none left: raise)."""
         for addr in errors:
             results.pop(addr, None)
         if not results:
@@ -404,42 +392,34 @@ class BrokerRegistrar:
         another code does not (Java adds nothing for it)."""
         dv = self._table.data_version
         dv_body = bodies.encode_data_version(dv)
-        deadline = asyncio.get_running_loop().time() + self.register_timeout
-
-        async def query(addr: str) -> bool:
-            cmd = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
-                                          dv_body, version=self.version)
-            remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
-            return _data_changed(await self._namesrvs.client().invoke(addr, cmd, remaining), dv)
-
-        results, errors = await self._namesrvs.each(query, self.register_timeout,
-                                                    "query data version from name server")
+        results, errors = await self._namesrvs.ask(
+            lambda: RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
+                                            dv_body, version=self.version),
+            self.register_timeout, "query data version from name server",
+            read=lambda addr, resp: _data_changed(resp, dv))
         return [a for a in self.namesrv_addrs if a in errors or results.get(a)]
 
     async def heartbeat_all(self) -> None:
         """BROKER_HEARTBEAT (904), oneway, to every NameServer (5.x light heartbeat)."""
-        async def beat(addr: str) -> None:
-            cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
-                "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
-                "clusterName": self.cluster}, oneway=True, version=self.version)
-            await self._namesrvs.client().invoke_oneway(addr, cmd, HEARTBEAT_TIMEOUT)
-        await self._namesrvs.each(beat, self.register_timeout, "heartbeat to name server",
-                                  logging.DEBUG)
+        await self._namesrvs.ask(lambda: RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
+            "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
+            "clusterName": self.cluster}, oneway=True, version=self.version),
+            self.register_timeout, "heartbeat to name server", call_timeout=HEARTBEAT_TIMEOUT,
+            level=logging.DEBUG)
 
     async def unregister_broker_all(self) -> dict[str, BaseException | None]:
         """UNREGISTER_BROKER (104) to every NameServer at once; failures are logged.
         Returns {addr: None or the exception}."""
-        async def unregister(addr: str) -> None:
-            cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
-                                          version=self.version)
-            resp = await self._namesrvs.client().invoke(addr, cmd, UNREGISTER_TIMEOUT)
+        def unregistered(addr: str, resp: RemotingCommand) -> None:
             if resp.code != ResponseCode.SUCCESS:
                 raise ResponseError(resp.code, resp.remark, addr, RequestCode.UNREGISTER_BROKER)
             log.info("unregister broker %s from name server %s OK", self.broker_name, addr)
 
-        _, errors = await self._namesrvs.each(
-            unregister, self.register_timeout,
-            f"unregister broker {self.broker_name} from name server")
+        _, errors = await self._namesrvs.ask(
+            lambda: RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
+                                            version=self.version),
+            self.register_timeout, f"unregister broker {self.broker_name} from name server",
+            read=unregistered, call_timeout=UNREGISTER_TIMEOUT)
         return {addr: errors.get(addr) for addr in self.namesrv_addrs}
 
     # ------------------------------------------------------------ the periodic tasks
@@ -455,10 +435,9 @@ class BrokerRegistrar:
         except BaseException:
             await self.stop(unregister=False)       # closes the client it made
             raise
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._periodically()))
+        self._tasks.append(asyncio.create_task(self._periodically()))
         if self.light_heartbeat:
-            self._tasks.append(loop.create_task(_repeat(
+            self._tasks.append(asyncio.create_task(_repeat(
                 self.heartbeat_all, min(1.0, self.heartbeat_interval), self.heartbeat_interval,
                 lambda e: log.debug("heartbeat round failed: %s", e), fixed_rate=False)))
         return results
