@@ -66,8 +66,9 @@ class RegistrationError(RmqError):
 
 class TopicTable:
     """The topic table ({name: TopicConfig dict}) and its DataVersion (Java's
-    TopicConfigSerializeWrapper), and the RegisterBrokerBody bodies made of them.
-    Change it only through :meth:`update`: the encoding is kept until then."""
+    TopicConfigSerializeWrapper), and the RegisterBrokerBody bodies made of them, kept
+    until :meth:`update` or a new DataVersion: encoding the table is most of what a
+    registration costs the broker, and no NameServer or period changes the bytes."""
 
     def __init__(self, broker_name: str, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
                  data_version: Mapping[str, Any] | None, filter_servers: list[str]) -> None:
