@@ -114,8 +114,9 @@ class TopicTable:
             if len(body) <= max_body:
                 self._encoded = (key, [(body, body_crc32(body))])
                 return self._encoded[1]
-            log.info("broker %s: %d topics do not fit in one frame: registering them in "
-                     "parts of %d", self.broker_name, len(self.topics), split_size)
+            log.info("broker %s: %d topics do not fit in one %d-byte frame: registering them "
+                     "in parts of %d", self.broker_name, len(self.topics), max_body + _HEADER_ROOM,
+                     split_size)
         configs = list(self.topics.values())
         full = len(configs) - len(configs) % split_size     # the rest, maybe none, goes last
         out: list[bytes] = []
@@ -361,13 +362,12 @@ class BrokerRegistrar:
                 read=RegisterResult.from_answer, addrs=pending)
             errors.update(failed)       # pending leaves out those that failed before
             results.update(got)
-        return self._merge(results, errors, oneway)
+        # a NameServer that failed any part counts as failed
+        return self._merge({a: r for a, r in results.items() if a not in errors}, errors, oneway)
 
     def _merge(self, results: dict[str, RegisterResult | None], errors: dict[str, BaseException],
                oneway: bool) -> list[RegisterResult]:
-        """A round's results, none for a NameServer that failed a part (none left: raise)."""
-        for addr in errors:
-            results.pop(addr, None)
+        """A round's results logged and kept (none at all: RegistrationError)."""
         if not results:
             hint = (" (a NameServer refuses a broker's first registration when its table has "
                     "exactly one topic: add the broker's system topics, "
