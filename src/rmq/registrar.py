@@ -312,9 +312,6 @@ class BrokerRegistrar:
         Without ``data_version`` the DataVersion moves on, as Java's nextVersion."""
         self._table.update(topics, data_version)
 
-    def _next_version(self) -> None:        # broker-sim's --bump
-        self._table.next_version()
-
     # ------------------------------------------------------------ requests
 
     def _identity(self) -> dict[str, str]:
