@@ -1,6 +1,7 @@
 """Trace records read straight into analysis rows: rmq._core.TraceRows against its
 reference rmq.fallback.trace.TraceRows, and rmq.trace.segment_rows (the compiled
-reader, handing over to the reference at a record it leaves to it)."""
+reader, handing over to rmq.rows' reading at a record it leaves to it). The row layout
+is rmq.rows' for both."""
 
 import mmap
 import struct
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 import rmq
 from rmq import trace
 from rmq.errors import TraceError
-from rmq.fallback.trace import TRACE_ROW_FIELDS
+from rmq.rows import TRACE_ROW_FIELDS
 from rmq.trace import IN, OUT, SegmentWriter
 from support import VECTORS, command_kwargs, vector_bytes
 
