@@ -73,12 +73,10 @@ def _len(frame: Any) -> int | None:
 
 
 class RecordRows:
-    """Rows of the records of ``data`` (a bytes-like segment) from byte ``start``,
-    each frame decoded by ``_decode`` (a subclass names its ``decode_frame``).
-
-    A segment (rmq.trace) is a msgpack header map followed by one array per frame,
-    ``[time_ns, conn, peer, direction, frame]``. ``record`` numbers start at
-    ``first_record``. After the iteration: ``offset`` is the end of the last complete
+    """Rows of the records (``[time_ns, conn, peer, direction, frame]`` arrays, see
+    rmq.trace) of ``data`` (a bytes-like segment) from byte ``start``, each frame
+    decoded by ``_decode`` (a subclass names its ``decode_frame``). ``record`` numbers
+    start at ``first_record``. After the iteration: ``offset`` is the end of the last complete
     record, ``records`` the next record's number, and ``stopped`` "end" (all of the
     data read) or "cut" (the data ends inside a record, a crash while writing:
     ``len(data) - offset`` bytes are left over). A record that is not a 5-array

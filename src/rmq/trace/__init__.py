@@ -17,11 +17,8 @@ Segments are size-bounded and written by one thread fed through a bounded queue
 them; when the queue is full the frame is dropped and counted, never waited for.
 A segment cut by a crash reads back up to its last complete record.
 
-This package is the trace pipeline, which the NameServer needs only to record: this
-module (recording and reading segments), :mod:`~rmq.trace.pcap` (captures),
-:mod:`~rmq.trace.synth`, :mod:`~rmq.trace.analyze` (the Spark job, pyspark optional)
-and :mod:`~rmq.trace.report` (matplotlib optional); the rows analysis reads are
-:mod:`rmq.rows`' (shared with the compiled core, which must not import this package).
+The rest of the pipeline (the NameServer needs only the recorder): :mod:`.pcap`,
+:mod:`.synth`, :mod:`.analyze` (pyspark), :mod:`.report` (matplotlib); rows: rmq.rows.
 """
 
 from __future__ import annotations

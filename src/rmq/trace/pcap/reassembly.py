@@ -114,12 +114,7 @@ def _address(ip: bytes, port: int) -> str:
 class TcpReassembler:
     """Follows the TCP connections of a capture, segment by segment (:meth:`segment`),
     and hands each complete frame to ``emit``; :meth:`finish` at the end of the file.
-
-    ``server_ports``: connections with neither port in it are ignored; ``None``
-    follows every port (then only a SYN tells the client). ``max_frame_length`` as
-    FrameDecoder's (the prefix counts): a length prefix below 4, or one making a longer
-    frame, abandons that direction. ``max_reorder_bytes``: the out-of-order data one
-    direction may hold before its gap is declared lost."""
+    The options are PcapReader's."""
 
     def __init__(self, stats: PcapStats, emit: Emit, server_ports: Iterable[int] | None,
                  max_frame_length: int, max_reorder_bytes: int) -> None:
