@@ -3,14 +3,11 @@
 
 import zlib as _zlib
 
-# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
-# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
-# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
-# inflated bytes are the peak a bomb can cost before it is refused.
-DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
-MAX_INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 1024 * 1024
-INFLATE_CHUNK = 1024 * 1024
+# The inflate bounds (and why) and the compressed encoder live in rmq._wire, shared
+# with the pure-Python twin.
+from rmq._wire import (DEFAULT_MAX_INFLATED, INFLATE_CHUNK, MAX_INFLATE_RATIO, MIN_INFLATE_LIMIT,
+                       encode_compressed_body as _encode_compressed_body,
+                       inflate_limit as _inflate_limit)
 
 
 def json_loads(data):
@@ -38,11 +35,11 @@ cdef int wb_scalar_or_container(WBuf* b, object o, bint legacy, int depth) excep
     if depth > MAX_DEPTH:
         raise BodyError("cannot encode body: nesting too deep (or a reference cycle)")
     if o is None:
-        return wb_put(b, b"null", 4)
+        return wb_lit(b, b"null")
     if o is True:
-        return wb_put(b, b"true", 4)
+        return wb_lit(b, b"true")
     if o is False:
-        return wb_put(b, b"false", 5)
+        return wb_lit(b, b"false")
     if PyUnicode_Check(o):
         return wb_str(b, o, not legacy)
     if PyLong_Check(o):
@@ -85,11 +82,11 @@ cdef int wb_key(WBuf* b, object k, bint legacy) except -1:
         return wb_str(b, int.__repr__(k), True)
     if not legacy:              # what json.dumps does with other scalar keys
         if k is True:
-            return wb_put(b, b'"true"', 6)
+            return wb_lit(b, b'"true"')
         if k is False:
-            return wb_put(b, b'"false"', 7)
+            return wb_lit(b, b'"false"')
         if k is None:
-            return wb_put(b, b'"null"', 6)
+            return wb_lit(b, b'"null"')
         if PyFloat_Check(k):
             if not isfinite(PyFloat_AS_DOUBLE(k)):
                 raise BodyError(f"cannot encode body: out of range float key {k!r}")
@@ -127,18 +124,16 @@ def json_dumps(obj, bint legacy=False):
 
 # ---------------------------------------------------------------- RegisterBrokerBody
 
-cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
-    return n >= 2 and (p[0] & 0x0F) == 8 and ((<unsigned>p[0] << 8) | p[1]) % 31 == 0
-
-
 cdef bytes inflate(data, Py_ssize_t max_inflated):
+    # Compiled, not shared with the twin's: _PyBytes_Resize grows one bytes object in
+    # place, which Python code cannot do (tests/test_scan_compressed.py bounds the peak).
     # In chunks, so that a bomb is refused having cost at most the limit (one call
     # with the limit as max_length would hold the inflated bytes twice), copied
     # into one bytes object grown in place: the peak is about the inflated size,
     # not twice it (a list of chunks and their join).
     cdef Py_ssize_t total = 0, cap, k
     cdef PyObject* buf = NULL       # owned; _PyBytes_Resize needs its address
-    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
+    max_inflated = _inflate_limit(len(data), max_inflated)
     d = _zlib.decompressobj()
     pending = data
     # Real tables compress 15-20 times: room for that first, then grow by half.
@@ -345,38 +340,9 @@ def decode_register_broker_body(data, Py_ssize_t max_inflated=DEFAULT_MAX_INFLAT
     return body
 
 
-cdef int wb_be32_chunk(WBuf* b, bytes s) except -1:
-    wb_be32(b, <int32_t>len(s))
-    return wb_put(b, PyBytes_AS_STRING(s), len(s))
-
-
 def encode_register_broker_body(body, bint compressed=False):
     """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
-    cdef WBuf b
-    if not compressed:
-        return json_dumps(body)
-    wrapper = body.get("topicConfigSerializeWrapper") or {}
-    table = wrapper.get("topicConfigTable") or {}
-    wb_init(&b, 64 + 48 * len(table))
-    try:
-        wb_be32_chunk(&b, json_dumps(wrapper.get("dataVersion") or {}))
-        wb_be32(&b, <int32_t>len(table))
-        for tc in table.values():
-            line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
-                             str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
-                             str(tc.get("topicFilterType", "SINGLE_TAG"))))
-            if tc.get("attributes") is not None:
-                line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
-            wb_be32_chunk(&b, line.encode("utf-8"))
-        wb_be32_chunk(&b, json_dumps(body.get("filterServerList") or [], legacy=True))
-        mappings = wrapper.get("topicQueueMappingInfoMap")
-        if mappings is not None:
-            wb_be32(&b, <int32_t>len(mappings))
-            for info in mappings.values():
-                wb_be32_chunk(&b, json_dumps(info, legacy=True))
-        return _zlib.compress(wb_bytes(&b), 9)
-    finally:
-        wb_free(&b)
+    return _encode_compressed_body(body, json_dumps) if compressed else json_dumps(body)
 
 
 # ---------------------------------------------------------------- TopicRouteData
@@ -397,7 +363,7 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
     # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
     if not ordered:
         items.sort(key=_first)
-    wb_put(b, b'{"brokerAddrs":{', 16)
+    wb_lit(b, b'{"brokerAddrs":{')
     first = True
     for k, v in items:
         if not first:
@@ -406,16 +372,16 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
         wb_key(b, k, legacy)
         wb_byte(b, 58)
         wb_scalar_or_container(b, v, legacy, 3)
-    wb_put(b, b'},"brokerName":', 15)
+    wb_lit(b, b'},"brokerName":')
     wb_scalar_or_container(b, dget(bd, "brokerName", None), legacy, 2)
-    wb_put(b, b',"cluster":', 11)
+    wb_lit(b, b',"cluster":')
     wb_scalar_or_container(b, dget(bd, "cluster", None), legacy, 2)
     if "enableActingMaster" in bd:
-        wb_put(b, b',"enableActingMaster":', 22)
+        wb_lit(b, b',"enableActingMaster":')
         wb_scalar_or_container(b, bool(bd["enableActingMaster"]), legacy, 2)
     zone = dget(bd, "zoneName", None)
     if zone is not None:
-        wb_put(b, b',"zoneName":', 12)
+        wb_lit(b, b',"zoneName":')
         wb_scalar_or_container(b, zone, legacy, 2)
     return wb_byte(b, 125)
 
@@ -431,44 +397,44 @@ def encode_topic_route_data(route, bint legacy=False):
     wb_init(&b, 512)
     try:
         try:
-            wb_put(&b, b'{"brokerDatas":[', 16)
+            wb_lit(&b, b'{"brokerDatas":[')
             first = True
             for bd in dget(route, "brokerDatas", None) or ():
                 if not first:
                     wb_byte(&b, 44)
                 first = False
                 wb_broker_data(&b, bd, legacy)
-            wb_put(&b, b'],"filterServerTable":', 22)
+            wb_lit(&b, b'],"filterServerTable":')
             fst = dget(route, "filterServerTable", None) or {}
             wb_dict(&b, fst if legacy or not fst else dict(sorted(fst.items())), legacy, 1)
             otc = dget(route, "orderTopicConf", None)
             if otc is not None:
-                wb_put(&b, b',"orderTopicConf":', 18)
+                wb_lit(&b, b',"orderTopicConf":')
                 wb_scalar_or_container(&b, otc, legacy, 1)
-            wb_put(&b, b',"queueDatas":[', 15)
+            wb_lit(&b, b',"queueDatas":[')
             first = True
             for qd in dget(route, "queueDatas", None) or ():
                 if not first:
                     wb_byte(&b, 44)
                 first = False
-                wb_put(&b, b'{"brokerName":', 14)
+                wb_lit(&b, b'{"brokerName":')
                 wb_scalar_or_container(&b, dget(qd, "brokerName", None), legacy, 2)
-                wb_put(&b, b',"perm":', 8)
+                wb_lit(&b, b',"perm":')
                 wb_scalar_or_container(&b, dget(qd, "perm", 6), legacy, 2)
-                wb_put(&b, b',"readQueueNums":', 17)
+                wb_lit(&b, b',"readQueueNums":')
                 wb_scalar_or_container(&b, dget(qd, "readQueueNums", 0), legacy, 2)
-                wb_put(&b, b',"topicSysFlag":', 16)
+                wb_lit(&b, b',"topicSysFlag":')
                 sys_flag = dget(qd, "topicSysFlag", None)
                 if sys_flag is None and "topicSysFlag" not in qd:
                     sys_flag = dget(qd, "topicSynFlag", 0)
                 wb_scalar_or_container(&b, sys_flag, legacy, 2)
-                wb_put(&b, b',"writeQueueNums":', 18)
+                wb_lit(&b, b',"writeQueueNums":')
                 wb_scalar_or_container(&b, dget(qd, "writeQueueNums", 0), legacy, 2)
                 wb_byte(&b, 125)
             wb_byte(&b, 93)
             tqm = dget(route, "topicQueueMappingByBroker", None)
             if tqm is not None:
-                wb_put(&b, b',"topicQueueMappingByBroker":', 29)
+                wb_lit(&b, b',"topicQueueMappingByBroker":')
                 wb_scalar_or_container(&b, tqm, legacy, 1)
             wb_byte(&b, 125)
         except UnicodeEncodeError as e:

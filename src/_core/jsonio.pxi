@@ -45,6 +45,27 @@ from libc.math cimport isfinite
 
 import json as _json
 
+from rmq.protocol import CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _RequestCode
+
+cdef extern from "wire.h" nogil:
+    enum:
+        RMQ_GET_ROUTEINFO_BY_TOPIC
+        RMQ_CURRENT_VERSION
+    bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
+    # The JSON response header's fixed pieces, shared with scan.c's route answer;
+    # RMQ_LIT_LEN(s) is sizeof(s) - 1 for these literals.
+    const char* JH_CODE "RMQ_JH_CODE"
+    const char* JH_FLAG "RMQ_JH_FLAG"
+    const char* JH_LANGUAGE "RMQ_JH_LANGUAGE"
+    const char* JH_OPAQUE "RMQ_JH_OPAQUE"
+    const char* JH_TAIL "RMQ_JH_TAIL"
+    Py_ssize_t LIT_LEN "RMQ_LIT_LEN" (const char* literal)
+
+if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_CURRENT_VERSION) != (_RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                         _PROTOCOL_VERSION):
+    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_CURRENT_VERSION differ from "
+                      "rmq.protocol")
+
 cdef enum:
     ERR_HEADER = 0
     ERR_BODY = 1
@@ -526,6 +547,11 @@ cdef inline int wb_put(WBuf* b, const char* s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef inline int wb_lit(WBuf* b, bytes s) except -1:
+    # A literal's length from the object, never counted by hand.
+    return wb_put(b, PyBytes_AS_STRING(s), len(s))
+
+
 cdef inline int wb_byte(WBuf* b, char c) except -1:
     if b.len + 1 > b.cap:
         wb_grow(b, 1)
@@ -567,19 +593,19 @@ cdef inline int wb_uescape(WBuf* b, uint32_t c) except -1:
 cdef int wb_escape_byte(WBuf* b, uint8_t c) except -1:
     # Python's json / fastjson short escapes, \u00XX for the other controls.
     if c == 34:
-        return wb_put(b, b'\\"', 2)
+        return wb_lit(b, b'\\"')
     if c == 92:
-        return wb_put(b, b"\\\\", 2)
+        return wb_lit(b, b"\\\\")
     if c == 10:
-        return wb_put(b, b"\\n", 2)
+        return wb_lit(b, b"\\n")
     if c == 13:
-        return wb_put(b, b"\\r", 2)
+        return wb_lit(b, b"\\r")
     if c == 9:
-        return wb_put(b, b"\\t", 2)
+        return wb_lit(b, b"\\t")
     if c == 8:
-        return wb_put(b, b"\\b", 2)
+        return wb_lit(b, b"\\b")
     if c == 12:
-        return wb_put(b, b"\\f", 2)
+        return wb_lit(b, b"\\f")
     return wb_uescape(b, c)
 
 

@@ -61,6 +61,7 @@ void rt_lock_write(rt_rwlock *l)
         pthread_cond_wait(&l->writers_cv, &l->m);
     l->waiting_writers--;
     l->writer = 1;
+    l->owner = pthread_self();
     pthread_mutex_unlock(&l->m);
 }
 
@@ -74,6 +75,11 @@ void rt_unlock_write(rt_rwlock *l)
         pthread_cond_broadcast(&l->readers_cv);
     pthread_mutex_unlock(&l->m);
 }
+
+/* RMQ_DEBUG: [W] functions run with the write lock held by this thread, [R] ones
+ * with some lock held (a reader's identity is not kept). */
+#define HOLDS_WRITE(t) RMQ_ASSERT((t)->lock.writer && pthread_equal((t)->lock.owner, pthread_self()))
+#define HOLDS_LOCK(t) RMQ_ASSERT((t)->lock.writer || (t)->lock.readers > 0)
 
 void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
 void rt_rdunlock(rt_table *t) { rt_unlock_read(&t->lock); }
@@ -278,6 +284,7 @@ static int put_qd(rt_table *t, rt_topic *e, const rt_qd *qd)
 
 int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd)
 {
+    HOLDS_WRITE(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e && !(e = insert_topic(t, name, len)))
         return RT_NOMEM;
@@ -300,6 +307,7 @@ static void remove_at(rt_table *t, rt_topic *e, int i)
 
 int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 {
+    HOLDS_WRITE(t);
     rt_topic *e = rt_find(t, name, len);
     int i = e ? find_qd(e, broker) : -1;
     if (i < 0)
@@ -322,6 +330,7 @@ int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 
 size_t rt_remove_broker(rt_table *t, int32_t broker)
 {
+    HOLDS_WRITE(t);
     size_t n = 0;
     FOR_BROKER_TOPICS(t, broker, e, i, { remove_at(t, e, i); n++; })
     shrink(t);
@@ -330,6 +339,7 @@ size_t rt_remove_broker(rt_table *t, int32_t broker)
 
 size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
 {
+    HOLDS_WRITE(t);
     size_t n = 0;
     FOR_BROKER_TOPICS(t, broker, e, i, {
         rt_qd *q = &e->qds[i];
@@ -346,6 +356,7 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
 size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force,
                      int readonly, uint8_t *only, int *taken)
 {
+    HOLDS_LOCK(t);
     size_t differ = 0;
     *taken = 0;
     for (size_t k = 0; k < n; k++) {
@@ -372,6 +383,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n,
 int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
              int delete_missing, const uint8_t *only)
 {
+    HOLDS_WRITE(t);
     int wrote = 0;
     if (delete_missing) {
         uint32_t stamp = ++t->stamp;
@@ -409,6 +421,7 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
 
 void rt_forget(rt_table *t, const char *name, size_t len)
 {
+    HOLDS_WRITE(t);
     if (name) {
         rt_topic *e = rt_find(t, name, len);
         if (e)
@@ -428,6 +441,7 @@ void rt_forget(rt_table *t, const char *name, size_t len)
 
 int32_t rt_new_broker(rt_table *t)
 {
+    HOLDS_WRITE(t);
     int32_t b;
     if (t->free_head) {
         b = t->free_head - 1;
@@ -451,6 +465,7 @@ int32_t rt_new_broker(rt_table *t)
 
 int rt_release_broker(rt_table *t, int32_t b)
 {
+    HOLDS_WRITE(t);
     rt_broker *br = &t->brokers[b];
     if (!br->used || br->frag[0] || br->nqd)
         return 0;
@@ -477,6 +492,7 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
                   uint32_t jhash, int python_only)
 {
+    HOLDS_WRITE(t);
     assert(b >= 0 && b < t->nbrokers && t->brokers[b].used);
     rt_blob *s = NULL, *l = NULL;
     rt_blob *qs = blob_new(qd_std, qd_std_len), *ql = blob_new(qd_legacy, qd_legacy_len);
@@ -575,6 +591,7 @@ static char *put(char *p, const char *s, size_t n)
 
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status)
 {
+    HOLDS_LOCK(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e) {
         *status = RT_NOT_FOUND;
@@ -641,6 +658,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
     }
     p = PUT_LIT(p, "]}");
     b->len = (size_t)(p - b->data);
+    RMQ_ASSERT(b->len <= size);
     cached = install_body(e, legacy, b);
     *status = RT_OK;
 done:
@@ -652,6 +670,7 @@ done:
 int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
              size_t body_len, uint64_t version)
 {
+    HOLDS_LOCK(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e || t->version != version)
         return 0;

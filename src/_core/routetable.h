@@ -19,10 +19,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"
+
 typedef struct {
     pthread_mutex_t m;
     pthread_cond_t readers_cv, writers_cv;
     int readers, writer, waiting_writers;
+    pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
 } rt_rwlock;
 
 typedef struct { size_t len; char data[]; } rt_blob;

@@ -641,8 +641,8 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
     rb_ctx c;
     int dup;
     memset(out, 0, sizeof *out);
-    /* A zlib stream (bodies.pxi is_zlib) is the compressed form: not ours. */
-    if (n >= 2 && (p[0] & 0x0F) == 8 && (((unsigned)p[0] << 8) | p[1]) % 31 == 0)
+    /* A zlib stream is the compressed form: not ours. */
+    if (rmq_is_zlib(p, n))
         return RB_SLOW;
     p = ws(p, end);
     if (p >= end || *p != '{')
@@ -1010,7 +1010,7 @@ static int rq_json(cur p, cur end, rq_route *out)
     } while (more);
     if (ws(p, end) != end)
         return 0;
-    return code == 105 && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
+    return code == RMQ_GET_ROUTEINFO_BY_TOPIC && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
 }
 
 static int rq_binary(cur d, size_t n, rq_route *out)
@@ -1019,7 +1019,7 @@ static int rq_binary(cur d, size_t n, rq_route *out)
     int32_t remark_len, ext_len, vlen;
     int16_t klen;
     int seen = 0, which, t;
-    if (n < 21 || be16(d) != 105 || (be32(d + 9) & 3) != 0)
+    if (n < 21 || be16(d) != RMQ_GET_ROUTEINFO_BY_TOPIC || (be32(d + 9) & 3) != 0)
         return 0;
     out->version = be16(d + 3);
     out->opaque = be32(d + 5);
@@ -1085,8 +1085,9 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
 
 /* ---- the answer */
 
-static const char JSON_HEAD[] = "{\"code\":0,\"flag\":1,\"language\":\"JAVA\",\"opaque\":";
-static const char JSON_TAIL[] = ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":";
+/* encode_json_header's pieces (wire.h) for code 0, flag 1 (response), JAVA. */
+static const char JSON_HEAD[] = RMQ_JH_CODE "0" RMQ_JH_FLAG "1" RMQ_JH_LANGUAGE "\"JAVA\"" RMQ_JH_OPAQUE;
+static const char JSON_TAIL[] = RMQ_JH_TAIL;
 
 /* Decimal digits of v into buf (at least 12 bytes); returns their count. */
 static size_t fmt_int(char *buf, int64_t v)
@@ -1111,7 +1112,7 @@ static size_t rq_header_len(const rq_route *req)
     if (req->serialize_type == 1)
         return 21;
     return sizeof JSON_HEAD - 1 + fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
-           + fmt_int(digits, RQ_CURRENT_VERSION) + 1;
+           + fmt_int(digits, RMQ_CURRENT_VERSION) + 1;
 }
 
 size_t rq_route_answer_size(const rq_route *req, size_t body_len)
@@ -1132,8 +1133,8 @@ ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
         p[0] = 0;                                 /* code 0 */
         p[1] = 0;
         p[2] = 0;                                 /* JAVA */
-        p[3] = (char)((RQ_CURRENT_VERSION >> 8) & 0xFF);
-        p[4] = (char)(RQ_CURRENT_VERSION & 0xFF);
+        p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
+        p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
         put_be32(p + 5, (uint32_t)req->opaque);
         put_be32(p + 9, 1);                       /* flag: response */
         put_be32(p + 13, 0);                      /* no remark */
@@ -1145,9 +1146,10 @@ ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
         p += fmt_int(p, req->opaque);
         memcpy(p, JSON_TAIL, sizeof JSON_TAIL - 1);
         p += sizeof JSON_TAIL - 1;
-        p += fmt_int(p, RQ_CURRENT_VERSION);
+        p += fmt_int(p, RMQ_CURRENT_VERSION);
         *p++ = '}';
     }
+    RMQ_ASSERT((size_t)(p - out) == 8 + header_len);
     if (body_len)
         memcpy(p, body, body_len);
     return (ssize_t)size;

@@ -19,9 +19,18 @@ import json
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from rmq._wire import (
+    DEFAULT_MAX_INFLATED,
+    INFLATE_CHUNK,
+    MAX_INFLATE_RATIO,
+    MIN_INFLATE_LIMIT,
+    broker_data,
+    encode_compressed_body,
+    inflate_limit,
+)
 from rmq.errors import BodyError
 from rmq.protocol import MAX_JSON_DEPTH
 
@@ -32,18 +41,8 @@ __all__ = [
     "json_loads", "json_dumps",
     "decode_register_broker_body", "encode_register_broker_body",
     "encode_topic_route_data",
-    "DEFAULT_MAX_INFLATED",
+    "DEFAULT_MAX_INFLATED", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT", "INFLATE_CHUNK",
 ]
-
-#: Upper bound for an inflated compressed body: a bomb must not exhaust memory.
-# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
-# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
-# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
-# inflated bytes are the peak a bomb can cost before it is refused.
-DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
-MAX_INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 1024 * 1024
-INFLATE_CHUNK = 1024 * 1024
 
 # A JSON string (kept as is) or an unquoted integer key after '{' or ','.
 _LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
@@ -164,7 +163,7 @@ def _is_zlib(data: bytes) -> bool:
 def _inflate(data: bytes, max_inflated: int) -> bytes:
     # In chunks, so that a bomb is refused having cost at most the limit (one call
     # with the limit as max_length would hold the inflated bytes twice).
-    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
+    max_inflated = inflate_limit(len(data), max_inflated)
     d = zlib.decompressobj()
     chunks = []
     total = 0
@@ -293,59 +292,12 @@ def decode_register_broker_body(data: Buffer, max_inflated: int = DEFAULT_MAX_IN
     return body
 
 
-def _int32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
 def encode_register_broker_body(body: dict[str, Any], compressed: bool = False) -> bytes:
     """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
-    if not compressed:
-        return json_dumps(body)
-    wrapper = body.get("topicConfigSerializeWrapper") or {}
-    dv = json_dumps(wrapper.get("dataVersion") or {})
-    table = wrapper.get("topicConfigTable") or {}
-    out = [_int32(len(dv)), dv, _int32(len(table))]
-    for tc in table.values():
-        line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
-                         str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
-                         str(tc.get("topicFilterType", "SINGLE_TAG"))))
-        if tc.get("attributes") is not None:
-            line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
-        b = line.encode("utf-8")
-        out += (_int32(len(b)), b)
-    fsl = json_dumps(body.get("filterServerList") or [], legacy=True)
-    out += (_int32(len(fsl)), fsl)
-    mappings = wrapper.get("topicQueueMappingInfoMap")
-    if mappings is not None:
-        out.append(_int32(len(mappings)))
-        for info in mappings.values():
-            b = json_dumps(info, legacy=True)
-            out += (_int32(len(b)), b)
-    return zlib.compress(b"".join(out), 9)
+    return encode_compressed_body(body, json_dumps) if compressed else json_dumps(body)
 
 
 # ---------------------------------------------------------------- TopicRouteData
-
-def _sorted_addrs(addrs: Mapping[Any, Any], legacy: bool) -> dict[int, Any]:
-    # Both forms list broker ids in ascending order: the standard form sorts map
-    # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
-    return {k: v for k, v in sorted(((int(k), v) for k, v in addrs.items()),
-                                    key=lambda kv: kv[0])}
-
-
-def broker_data(bd: Mapping[str, Any], legacy: bool = False) -> dict[str, Any]:
-    """A BrokerData dict as Java writes it: field order, and the 5.x fields only
-    when present (enableActingMaster) or set (zoneName). The one place these rules
-    live; ClusterInfo (rmq.bodies) uses it too, and _core's wb_broker_data is its
-    compiled twin."""
-    out: dict[str, Any] = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
-           "brokerName": bd.get("brokerName"), "cluster": bd.get("cluster")}
-    if "enableActingMaster" in bd:
-        out["enableActingMaster"] = bool(bd["enableActingMaster"])
-    if bd.get("zoneName") is not None:
-        out["zoneName"] = bd["zoneName"]
-    return out
-
 
 def _queue_data(qd: dict[str, Any]) -> dict[str, Any]:
     # Before 4.9.0 Java spelled it topicSynFlag.
