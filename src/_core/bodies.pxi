@@ -390,55 +390,106 @@ def _first(kv):
     return kv[0]
 
 
+cdef extern from "routetable.h" nogil:
+    ctypedef struct rt_span:
+        const char* s
+        size_t n
+    ctypedef struct rt_qd_json:
+        rt_span prefix
+        rt_span val[4]
+    ctypedef struct rt_route_desc:
+        const rt_span* bds
+        size_t nbd
+        rt_span fst, otc
+        const rt_qd_json* qds
+        size_t nqd
+        rt_span tqm
+    size_t rt_route_json(char* out, const rt_route_desc* d)
+
+
+cdef inline void wb_mark(WBuf* b, rt_span* s, Py_ssize_t start) noexcept:
+    # The piece b[start:] as an offset: b moves while it grows (wb_rebase fixes it up).
+    s.s = <const char*><size_t>start
+    s.n = b.len - start
+
+
+cdef inline void wb_rebase(WBuf* b, rt_span* s) noexcept:
+    s.s = b.data + <size_t>s.s
+
+
 def encode_topic_route_data(route, bint legacy=False):
-    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
+    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form.
+    The pieces are encoded here, the layout written by routetable.c's rt_route_json."""
     cdef WBuf b
-    cdef bint first
+    cdef rt_route_desc d
+    cdef rt_span* bds = NULL
+    cdef rt_qd_json* qds = NULL
+    cdef Py_ssize_t at, i, j
+    cdef bytes res
+    brokers = list(dget(route, "brokerDatas", None) or ())
+    queues = list(dget(route, "queueDatas", None) or ())
+    fst = dget(route, "filterServerTable", None) or {}
+    otc = dget(route, "orderTopicConf", None)
+    tqm = dget(route, "topicQueueMappingByBroker", None)
+    memset(&d, 0, sizeof(d))
     wb_init(&b, 512)
     try:
+        bds = <rt_span*>calloc(len(brokers) + 1, sizeof(rt_span))
+        qds = <rt_qd_json*>calloc(len(queues) + 1, sizeof(rt_qd_json))
+        if bds == NULL or qds == NULL:
+            raise MemoryError()
         try:
-            wb_lit(&b, b'{"brokerDatas":[')
-            first = True
-            for bd in dget(route, "brokerDatas", None) or ():
-                if not first:
-                    wb_byte(&b, 44)
-                first = False
+            for i, bd in enumerate(brokers):
+                at = b.len
                 wb_broker_data(&b, bd, legacy)
-            wb_lit(&b, b'],"filterServerTable":')
-            fst = dget(route, "filterServerTable", None) or {}
+                wb_mark(&b, &bds[i], at)
+            at = b.len
             wb_dict(&b, fst if legacy or not fst else dict(sorted(fst.items())), legacy, 1)
-            otc = dget(route, "orderTopicConf", None)
+            wb_mark(&b, &d.fst, at)
             if otc is not None:
-                wb_lit(&b, b',"orderTopicConf":')
+                at = b.len
                 wb_scalar_or_container(&b, otc, legacy, 1)
-            wb_lit(&b, b',"queueDatas":[')
-            first = True
-            for qd in dget(route, "queueDatas", None) or ():
-                if not first:
-                    wb_byte(&b, 44)
-                first = False
+                wb_mark(&b, &d.otc, at)
+            for i, qd in enumerate(queues):
+                at = b.len
                 wb_lit(&b, b'{"brokerName":')
                 wb_scalar_or_container(&b, dget(qd, "brokerName", None), legacy, 2)
-                wb_lit(&b, b',"perm":')
-                wb_scalar_or_container(&b, dget(qd, "perm", 6), legacy, 2)
-                wb_lit(&b, b',"readQueueNums":')
-                wb_scalar_or_container(&b, dget(qd, "readQueueNums", 0), legacy, 2)
-                wb_lit(&b, b',"topicSysFlag":')
+                wb_mark(&b, &qds[i].prefix, at)
                 sys_flag = dget(qd, "topicSysFlag", None)
                 if sys_flag is None and "topicSysFlag" not in qd:
-                    sys_flag = dget(qd, "topicSynFlag", 0)
-                wb_scalar_or_container(&b, sys_flag, legacy, 2)
-                wb_lit(&b, b',"writeQueueNums":')
-                wb_scalar_or_container(&b, dget(qd, "writeQueueNums", 0), legacy, 2)
-                wb_byte(&b, 125)
-            wb_byte(&b, 93)
-            tqm = dget(route, "topicQueueMappingByBroker", None)
+                    sys_flag = dget(qd, "topicSynFlag", 0)     # before 4.9.0
+                for j, v in enumerate((dget(qd, "perm", 6), dget(qd, "readQueueNums", 0), sys_flag,
+                                       dget(qd, "writeQueueNums", 0))):
+                    at = b.len
+                    wb_scalar_or_container(&b, v, legacy, 2)
+                    wb_mark(&b, &qds[i].val[j], at)
             if tqm is not None:
-                wb_lit(&b, b',"topicQueueMappingByBroker":')
+                at = b.len
                 wb_scalar_or_container(&b, tqm, legacy, 1)
-            wb_byte(&b, 125)
+                wb_mark(&b, &d.tqm, at)
         except UnicodeEncodeError as e:
             raise BodyError(f"cannot encode body: {e}") from None
-        return wb_bytes(&b)
+        for i in range(len(brokers)):
+            wb_rebase(&b, &bds[i])
+        for i in range(len(queues)):
+            wb_rebase(&b, &qds[i].prefix)
+            for j in range(4):
+                wb_rebase(&b, &qds[i].val[j])
+        wb_rebase(&b, &d.fst)
+        if otc is not None:
+            wb_rebase(&b, &d.otc)
+        if tqm is not None:
+            wb_rebase(&b, &d.tqm)
+        d.bds = bds
+        d.nbd = len(brokers)
+        d.qds = qds
+        d.nqd = len(queues)
+        res = PyBytes_FromStringAndSize(NULL, rt_route_json(NULL, &d))
+        at = rt_route_json(PyBytes_AS_STRING(res), &d)
+        if DEBUG_BUILD and at != len(res):
+            raise AssertionError(f"rt_route_json wrote {at} bytes of the {len(res)} it sized")
+        return res
     finally:
+        free(bds)
+        free(qds)
         wb_free(&b)

@@ -38,8 +38,8 @@ cdef extern from "Python.h":
     PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
     bint PyDict_CheckExact(object o)
 
-from libc.string cimport memcpy, memcmp
-from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memcmp, memset
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.stdint cimport int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uint8_t
 from libc.math cimport isfinite
 
@@ -52,6 +52,7 @@ cdef extern from "wire.h" nogil:
         RMQ_GET_ROUTEINFO_BY_TOPIC
         RMQ_CURRENT_VERSION
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
+    bint DEBUG_BUILD "RMQ_DEBUG"        # setup.py: RMQ_DEBUG=1 builds
     # The JSON response header's fixed pieces, shared with scan.c's route answer;
     # RMQ_LIT_LEN(s) is sizeof(s) - 1 for these literals.
     const char* JH_CODE "RMQ_JH_CODE"

@@ -581,13 +581,77 @@ void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
     }
 }
 
-static char *put(char *p, const char *s, size_t n)
+/* ---------------------------------------------------------------- the route answer */
+
+/* A writer that only counts when p is NULL: rt_route_json's one body both sizes
+ * and writes, so the budget is exact by construction (and asserted). */
+typedef struct { char *p; size_t n; } wr;
+
+static void wr_put(wr *w, const char *s, size_t n)
 {
-    memcpy(p, s, n);
-    return p + n;
+    if (w->p)
+        memcpy(w->p + w->n, s, n);
+    w->n += n;
 }
 
-#define PUT_LIT(p, s) put((p), (s), sizeof(s) - 1)
+#define WR_LIT(w, s) wr_put((w), (s), RMQ_LIT_LEN(s))
+
+static void wr_span(wr *w, rt_span s) { wr_put(w, s.s, s.n); }
+
+static void wr_list(wr *w, const rt_span *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            wr_put(w, ",", 1);
+        wr_span(w, items[i]);
+    }
+}
+
+/* A QueueData field: the caller's JSON text, or the number. */
+static void wr_field(wr *w, rt_span text, int32_t v)
+{
+    char t[12];
+    if (text.s)
+        wr_span(w, text);
+    else
+        wr_put(w, t, (size_t)snprintf(t, sizeof t, "%d", (int)v));
+}
+
+size_t rt_route_json(char *out, const rt_route_desc *d)
+{
+    wr w = {out, 0};
+    WR_LIT(&w, "{\"brokerDatas\":[");
+    wr_list(&w, d->bds, d->nbd);
+    WR_LIT(&w, "],\"filterServerTable\":");
+    wr_span(&w, d->fst);
+    if (d->otc.s) {
+        WR_LIT(&w, ",\"orderTopicConf\":");
+        wr_span(&w, d->otc);
+    }
+    WR_LIT(&w, ",\"queueDatas\":[");
+    for (size_t k = 0; k < d->nqd; k++) {
+        const rt_qd_json *q = &d->qds[k];
+        if (k)
+            wr_put(&w, ",", 1);
+        wr_span(&w, q->prefix);
+        WR_LIT(&w, ",\"perm\":");
+        wr_field(&w, q->val[0], q->num[0]);
+        WR_LIT(&w, ",\"readQueueNums\":");
+        wr_field(&w, q->val[1], q->num[1]);
+        WR_LIT(&w, ",\"topicSysFlag\":");
+        wr_field(&w, q->val[2], q->num[2]);
+        WR_LIT(&w, ",\"writeQueueNums\":");
+        wr_field(&w, q->val[3], q->num[3]);
+        wr_put(&w, "}", 1);
+    }
+    wr_put(&w, "]", 1);
+    if (d->tqm.s) {
+        WR_LIT(&w, ",\"topicQueueMappingByBroker\":");
+        wr_span(&w, d->tqm);
+    }
+    wr_put(&w, "}", 1);
+    return w.n;
+}
 
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status)
 {
@@ -606,64 +670,50 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
         *status = RT_PYTHON;
         return NULL;
     }
-    int32_t small[32], *order = e->nqd <= 32 ? small : malloc(e->nqd * sizeof(int32_t));
-    if (!order) {
+    /* Java's order, then the pieces in it: on the stack for a topic on few brokers. */
+    size_t n = (size_t)e->nqd, nbd = 0;
+    rt_qd_json small_qds[32];
+    rt_span small_bds[32];
+    int32_t small_order[32];
+    void *mem = n <= 32 ? NULL : malloc(n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t)));
+    if (n > 32 && !mem) {
         *status = RT_NOMEM;
         return NULL;
     }
+    rt_qd_json *qds = mem ? mem : small_qds;
+    rt_span *bds = mem ? (rt_span *)(qds + n) : small_bds;
+    int32_t *order = mem ? (int32_t *)(bds + n) : small_order;
     rt_java_order(t, e, order);
-    /* {"brokerDatas":[...],"filterServerTable":{},"queueDatas":[...]} */
-    size_t size = 64, registered = 0;
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_broker *br = &t->brokers[e->qds[k].broker];
-        if (br->frag[legacy]) {
+    for (size_t k = 0; k < n; k++) {
+        const rt_qd *q = &e->qds[order[k]];
+        const rt_broker *br = &t->brokers[q->broker];
+        const rt_blob *f = br->frag[legacy], *pre = br->qd_prefix[legacy];
+        if (f) {
             if (br->python_only) {
                 *status = RT_PYTHON;
                 goto done;
             }
-            size += br->frag[legacy]->len + 1;
-            registered++;
+            bds[nbd++] = (rt_span){f->data, f->len};
         }
-        size += br->qd_prefix[legacy]->len + 128;
+        qds[k] = (rt_qd_json){{pre->data, pre->len}, {q->perm, q->read, q->sysflag, q->write}, {{0}}};
     }
-    if (!registered) {
+    if (!nbd) {
         *status = RT_NOT_FOUND;
         goto done;
     }
+    rt_route_desc d = {bds, nbd, {"{}", 2}, {NULL, 0}, qds, n, {NULL, 0}};
+    size_t size = rt_route_json(NULL, &d);
     rt_blob *b = malloc(sizeof(rt_blob) + size);
     if (!b) {
         *status = RT_NOMEM;
         goto done;
     }
-    char *p = PUT_LIT(b->data, "{\"brokerDatas\":[");
-    int first = 1;
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_blob *f = t->brokers[e->qds[order[k]].broker].frag[legacy];
-        if (f) {
-            if (!first)
-                *p++ = ',';
-            first = 0;
-            p = put(p, f->data, f->len);
-        }
-    }
-    p = PUT_LIT(p, "],\"filterServerTable\":{},\"queueDatas\":[");
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_qd *q = &e->qds[order[k]];
-        const rt_blob *pre = t->brokers[q->broker].qd_prefix[legacy];
-        if (k)
-            *p++ = ',';
-        p = put(p, pre->data, pre->len);
-        p += sprintf(p, ",\"perm\":%d,\"readQueueNums\":%d,\"topicSysFlag\":%d,"
-                     "\"writeQueueNums\":%d}", q->perm, q->read, q->sysflag, q->write);
-    }
-    p = PUT_LIT(p, "]}");
-    b->len = (size_t)(p - b->data);
-    RMQ_ASSERT(b->len <= size);
+    b->len = rt_route_json(b->data, &d);
+    RMQ_ASSERT(b->len == size);
     cached = install_body(e, legacy, b);
     *status = RT_OK;
 done:
-    if (order != small)
-        free(order);
+    free(mem);
     return cached;
 }
 
