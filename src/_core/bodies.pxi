@@ -6,6 +6,7 @@ import zlib as _zlib
 # The inflate bounds (and why) and the compressed encoder live in rmq._wire, shared
 # with the pure-Python twin.
 from rmq._wire import (DEFAULT_MAX_INFLATED, INFLATE_CHUNK, MAX_INFLATE_RATIO, MIN_INFLATE_LIMIT,
+                       decode_inflated as _decode_inflated,
                        encode_compressed_body as _encode_compressed_body,
                        inflate_limit as _inflate_limit)
 
@@ -172,154 +173,14 @@ cdef bytes inflate(data, Py_ssize_t max_inflated):
             Py_DECREF(buf)
 
 
-cdef struct BReader:
-    const uint8_t* p
-    const uint8_t* end
-    const uint8_t* start
-
-
-cdef int32_t br_int32(BReader* r, str what) except? -1:
-    cdef int32_t v
-    if r.end - r.p < 4:
-        raise BodyError(f"compressed body truncated reading {what} at byte {r.p - r.start}")
-    v = be32(r.p)
-    r.p += 4
-    return v
-
-
-cdef const uint8_t* br_chunk(BReader* r, str what, Py_ssize_t* n) except NULL:
-    cdef int32_t k = br_int32(r, what + " length")
-    if k < 0 or k > r.end - r.p:
-        raise BodyError(f"compressed body: {what} length {k} exceeds the "
-                        f"{r.end - r.p} bytes left")
-    n[0] = k
-    r.p += k
-    return r.p - k
-
-
-cdef object chunk_json(BReader* r, str what):
-    cdef Py_ssize_t n
-    cdef const uint8_t* s = br_chunk(r, what, &n)
-    return json_loads(PyBytes_FromStringAndSize(<const char*>s, n))
-
-
-cdef int32_t parse_int32(const uint8_t* s, Py_ssize_t n, str what) except? -1:
-    # Java's Integer.parseInt: optional sign, ASCII digits, int32.
-    cdef Py_ssize_t i = 0
-    cdef long long v = 0
-    cdef bint neg = False
-    if n > 0 and (s[0] == 43 or s[0] == 45):
-        neg = s[0] == 45
-        i = 1
-    if i == n:
-        raise BodyError(f"compressed topic config: {what} is not an integer: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-    while i < n - 1 and s[i] == 48:     # leading zeros, as Integer.parseInt allows
-        i += 1
-    if n - i > 11:
-        raise BodyError(f"compressed topic config: {what} is not an int32: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-    while i < n:
-        if not 48 <= s[i] <= 57:
-            raise BodyError(f"compressed topic config: {what} is not an integer: "
-                            f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-        v = v * 10 + (s[i] - 48)
-        i += 1
-    if neg:
-        v = -v
-    if v < -2147483648 or v > 2147483647:
-        raise BodyError(f"compressed topic config: {what} out of int32 range: {v}")
-    return <int32_t>v
-
-
-cdef object span_str(const uint8_t* s, Py_ssize_t n):
-    try:
-        return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
-    except UnicodeDecodeError:
-        raise BodyError(f"compressed topic config is not valid UTF-8: "
-                        f"{PyBytes_FromStringAndSize(<const char*>s, min(n, 64))!r}") from None
-
-
-cdef dict decode_topic_config_line(const uint8_t* s, Py_ssize_t n):
-    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]",
-    # split on ' ' as Java's String.split (trailing empty fields dropped).
-    cdef const uint8_t* starts[6]
-    cdef Py_ssize_t lens[6]
-    cdef int k = 0
-    cdef Py_ssize_t i, at = 0
-    cdef dict tc
-    for i in range(n):
-        if s[i] >= 128:
-            span_str(s, n)     # the whole line must be UTF-8
-            break
-    while n > 0 and s[n - 1] == 32:
-        n -= 1
-    for i in range(n + 1):
-        if i == n or s[i] == 32:
-            if k < 6:
-                starts[k] = s + at
-                lens[k] = i - at
-            k += 1
-            at = i + 1
-    if k < 5:
-        raise BodyError(f"compressed topic config has {k} fields, needs 5: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, min(n, 100), 'replace')!r}")
-    tc = {}
-    if k >= 6:
-        attrs = json_loads(PyBytes_FromStringAndSize(<const char*>starts[5], lens[5]))
-        if not PyDict_Check(attrs):
-            raise BodyError("compressed topic config attributes are not an object")
-        tc["attributes"] = attrs
-    tc["order"] = False
-    tc["perm"] = parse_int32(starts[3], lens[3], "perm")
-    tc["readQueueNums"] = parse_int32(starts[1], lens[1], "readQueueNums")
-    tc["topicFilterType"] = span_str(starts[4], lens[4])
-    tc["topicName"] = span_str(starts[0], lens[0])
-    tc["topicSysFlag"] = 0
-    tc["writeQueueNums"] = parse_int32(starts[2], lens[2], "writeQueueNums")
-    return tc
-
-
 cdef dict decode_compressed(data, Py_ssize_t max_inflated):
     return decode_inflated(inflate(data, max_inflated))
 
 
 cdef dict decode_inflated(bytes raw):
-    """A compressed RegisterBrokerBody's inflated bytes as decode_compressed reads them."""
-    cdef BReader r
-    cdef int32_t count, i
-    cdef Py_ssize_t n
-    cdef const uint8_t* s
-    cdef dict table = {}, wrapper, mappings
-    r.start = <const uint8_t*>PyBytes_AS_STRING(raw)
-    r.p = r.start
-    r.end = r.start + len(raw)
-    wrapper = {"dataVersion": chunk_json(&r, "dataVersion")}
-    count = br_int32(&r, "topic count")
-    if count < 0 or count > (r.end - r.p) // 4:
-        raise BodyError(f"compressed body: topic count {count} exceeds what the body can hold")
-    for i in range(count):
-        s = br_chunk(&r, "topic config", &n)
-        tc = decode_topic_config_line(s, n)
-        PyDict_SetItem(table, tc["topicName"], tc)
-    wrapper["topicConfigTable"] = table
-    filter_servers = chunk_json(&r, "filterServerList")
-    if r.end - r.p >= 4:        # 5.x brokers append topic queue mappings
-        count = br_int32(&r, "mapping count")
-        if count < 0 or count > (r.end - r.p) // 4:
-            raise BodyError(f"compressed body: mapping count {count} exceeds what the body can hold")
-        mappings = {}
-        for i in range(count):
-            info = chunk_json(&r, "topic queue mapping")
-            if not PyDict_Check(info):
-                raise BodyError("compressed body: topic queue mapping is not an object")
-            topic = info.get("topic")
-            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
-                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
-                                f"{topic!r:.80}")
-            mappings[topic] = info
-        wrapper["topicQueueMappingInfoMap"] = mappings
-    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+    # The general reader of the inflated form (scan.c's scanner takes the common
+    # case): rmq._wire's, with this module's JSON reader.
+    return _decode_inflated(json_loads, raw)
 
 
 def decode_register_broker_body(data, Py_ssize_t max_inflated=DEFAULT_MAX_INFLATED):
@@ -407,89 +268,71 @@ cdef extern from "routetable.h" nogil:
     size_t rt_route_json(char* out, const rt_route_desc* d)
 
 
-cdef inline void wb_mark(WBuf* b, rt_span* s, Py_ssize_t start) noexcept:
-    # The piece b[start:] as an offset: b moves while it grows (wb_rebase fixes it up).
-    s.s = <const char*><size_t>start
-    s.n = b.len - start
-
-
-cdef inline void wb_rebase(WBuf* b, rt_span* s) noexcept:
-    s.s = b.data + <size_t>s.s
+cdef rt_span piece(list keep, obj, bint legacy, int depth, bytes prefix=EMPTY) except *:
+    # One value's JSON (after prefix), kept alive in keep while rt_route_json reads it.
+    cdef WBuf b
+    cdef rt_span out
+    cdef bytes s
+    wb_init(&b, 64)
+    try:
+        wb_lit(&b, prefix)
+        if depth < 0:
+            wb_broker_data(&b, obj, legacy)
+        else:
+            wb_scalar_or_container(&b, obj, legacy, depth)
+        s = wb_bytes(&b)
+    finally:
+        wb_free(&b)
+    keep.append(s)
+    out.s = PyBytes_AS_STRING(s)
+    out.n = len(s)
+    return out
 
 
 def encode_topic_route_data(route, bint legacy=False):
     """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form.
     The pieces are encoded here, the layout written by routetable.c's rt_route_json."""
-    cdef WBuf b
     cdef rt_route_desc d
     cdef rt_span* bds = NULL
     cdef rt_qd_json* qds = NULL
-    cdef Py_ssize_t at, i, j
+    cdef Py_ssize_t i, j
     cdef bytes res
+    cdef list keep = []
     brokers = list(dget(route, "brokerDatas", None) or ())
     queues = list(dget(route, "queueDatas", None) or ())
     fst = dget(route, "filterServerTable", None) or {}
-    otc = dget(route, "orderTopicConf", None)
-    tqm = dget(route, "topicQueueMappingByBroker", None)
     memset(&d, 0, sizeof(d))
-    wb_init(&b, 512)
     try:
         bds = <rt_span*>calloc(len(brokers) + 1, sizeof(rt_span))
         qds = <rt_qd_json*>calloc(len(queues) + 1, sizeof(rt_qd_json))
         if bds == NULL or qds == NULL:
             raise MemoryError()
-        try:
-            for i, bd in enumerate(brokers):
-                at = b.len
-                wb_broker_data(&b, bd, legacy)
-                wb_mark(&b, &bds[i], at)
-            at = b.len
-            wb_dict(&b, fst if legacy or not fst else dict(sorted(fst.items())), legacy, 1)
-            wb_mark(&b, &d.fst, at)
-            if otc is not None:
-                at = b.len
-                wb_scalar_or_container(&b, otc, legacy, 1)
-                wb_mark(&b, &d.otc, at)
-            for i, qd in enumerate(queues):
-                at = b.len
-                wb_lit(&b, b'{"brokerName":')
-                wb_scalar_or_container(&b, dget(qd, "brokerName", None), legacy, 2)
-                wb_mark(&b, &qds[i].prefix, at)
-                sys_flag = dget(qd, "topicSysFlag", None)
-                if sys_flag is None and "topicSysFlag" not in qd:
-                    sys_flag = dget(qd, "topicSynFlag", 0)     # before 4.9.0
-                for j, v in enumerate((dget(qd, "perm", 6), dget(qd, "readQueueNums", 0), sys_flag,
-                                       dget(qd, "writeQueueNums", 0))):
-                    at = b.len
-                    wb_scalar_or_container(&b, v, legacy, 2)
-                    wb_mark(&b, &qds[i].val[j], at)
-            if tqm is not None:
-                at = b.len
-                wb_scalar_or_container(&b, tqm, legacy, 1)
-                wb_mark(&b, &d.tqm, at)
-        except UnicodeEncodeError as e:
-            raise BodyError(f"cannot encode body: {e}") from None
-        for i in range(len(brokers)):
-            wb_rebase(&b, &bds[i])
-        for i in range(len(queues)):
-            wb_rebase(&b, &qds[i].prefix)
-            for j in range(4):
-                wb_rebase(&b, &qds[i].val[j])
-        wb_rebase(&b, &d.fst)
-        if otc is not None:
-            wb_rebase(&b, &d.otc)
-        if tqm is not None:
-            wb_rebase(&b, &d.tqm)
+        for i, bd in enumerate(brokers):
+            bds[i] = piece(keep, bd, legacy, -1)
+        d.fst = piece(keep, <dict?>(fst if legacy or not fst else dict(sorted(fst.items()))), legacy, 1)
+        if dget(route, "orderTopicConf", None) is not None:
+            d.otc = piece(keep, route["orderTopicConf"], legacy, 1)
+        for i, qd in enumerate(queues):
+            qds[i].prefix = piece(keep, dget(qd, "brokerName", None), legacy, 2, b'{"brokerName":')
+            sys_flag = dget(qd, "topicSysFlag", None)
+            if sys_flag is None and "topicSysFlag" not in qd:
+                sys_flag = dget(qd, "topicSynFlag", 0)     # before 4.9.0
+            for j, v in enumerate((dget(qd, "perm", 6), dget(qd, "readQueueNums", 0), sys_flag,
+                                   dget(qd, "writeQueueNums", 0))):
+                qds[i].val[j] = piece(keep, v, legacy, 2)
+        if dget(route, "topicQueueMappingByBroker", None) is not None:
+            d.tqm = piece(keep, route["topicQueueMappingByBroker"], legacy, 1)
         d.bds = bds
         d.nbd = len(brokers)
         d.qds = qds
         d.nqd = len(queues)
         res = PyBytes_FromStringAndSize(NULL, rt_route_json(NULL, &d))
-        at = rt_route_json(PyBytes_AS_STRING(res), &d)
-        if DEBUG_BUILD and at != len(res):
-            raise AssertionError(f"rt_route_json wrote {at} bytes of the {len(res)} it sized")
+        i = rt_route_json(PyBytes_AS_STRING(res), &d)
+        if DEBUG_BUILD and i != len(res):
+            raise AssertionError(f"rt_route_json wrote {i} bytes of the {len(res)} it sized")
         return res
+    except UnicodeEncodeError as e:
+        raise BodyError(f"cannot encode body: {e}") from None
     finally:
         free(bds)
         free(qds)
-        wb_free(&b)

@@ -303,14 +303,6 @@ cdef int decode_json_header(RemotingCommand cmd, const uint8_t* data, Py_ssize_t
 
 # ---------------------------------------------------------------- binary header decode
 
-cdef inline int32_t be32(const uint8_t* p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
-
-
-cdef inline int16_t be16(const uint8_t* p) noexcept nogil:
-    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
-
-
 cdef object utf8_field(const uint8_t* s, Py_ssize_t n, str what):
     try:
         return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
@@ -438,19 +430,16 @@ def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
 # ---------------------------------------------------------------- encode
 
 cdef int wb_be32(WBuf* b, int32_t v) except -1:
-    cdef uint8_t t[4]
-    t[0] = (<uint32_t>v >> 24) & 0xFF
-    t[1] = (<uint32_t>v >> 16) & 0xFF
-    t[2] = (<uint32_t>v >> 8) & 0xFF
-    t[3] = <uint32_t>v & 0xFF
-    return wb_put(b, <const char*>t, 4)
+    cdef char t[4]
+    put_be32(t, <uint32_t>v)
+    return wb_put(b, t, 4)
 
 
 cdef int wb_be16(WBuf* b, int16_t v) except -1:
-    cdef uint8_t t[2]
-    t[0] = (<uint16_t>v >> 8) & 0xFF
-    t[1] = <uint16_t>v & 0xFF
-    return wb_put(b, <const char*>t, 2)
+    cdef char t[2]
+    t[0] = <char>((<uint16_t>v >> 8) & 0xFF)
+    t[1] = <char>(<uint16_t>v & 0xFF)
+    return wb_put(b, t, 2)
 
 
 cdef int encode_json_header(WBuf* b, RemotingCommand cmd) except -1:
@@ -558,16 +547,9 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
         raise
     finally:
         PyBuffer_Release(&body)
-    put_be32(b.data + start, <int32_t>length)
-    put_be32(b.data + start + 4, <int32_t>((stype << 24) | header_len))
+    put_be32(b.data + start, <uint32_t>length)
+    put_be32(b.data + start + 4, <uint32_t>((stype << 24) | header_len))
     return 0
-
-
-cdef inline void put_be32(char* p, int32_t v) noexcept:
-    p[0] = <char>((<uint32_t>v >> 24) & 0xFF)
-    p[1] = <char>((<uint32_t>v >> 16) & 0xFF)
-    p[2] = <char>((<uint32_t>v >> 8) & 0xFF)
-    p[3] = <char>(<uint32_t>v & 0xFF)
 
 
 def encode_frame(RemotingCommand cmd):

@@ -53,6 +53,12 @@ cdef extern from "wire.h" nogil:
         RMQ_CURRENT_VERSION
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
     bint DEBUG_BUILD "RMQ_DEBUG"        # setup.py: RMQ_DEBUG=1 builds
+    int32_t be32 "rmq_be32" (const uint8_t* p)
+    int16_t be16 "rmq_be16" (const uint8_t* p)
+    void put_be32 "rmq_put_be32" (char* p, uint32_t v)
+    size_t fmt_int "rmq_fmt_int" (char* buf, int64_t v)
+    const uint8_t* scan_num "rmq_scan_num" (const uint8_t* p, const uint8_t* end, int* is_int,
+                                            const uint8_t** at, int* why)
     # The JSON response header's fixed pieces, shared with scan.c's route answer;
     # RMQ_LIT_LEN(s) is sizeof(s) - 1 for these literals.
     const char* JH_CODE "RMQ_JH_CODE"
@@ -257,41 +263,14 @@ cdef object jr_key(JReader* r):
 # ---- numbers
 
 cdef int jr_scan_number(JReader* r, bint* is_int) except -1:
-    """Advance over a JSON number at r.p (exact grammar)."""
-    cdef const uint8_t* p = r.p
-    cdef const uint8_t* end = r.end
-    cdef const uint8_t* d
-    is_int[0] = True
-    if p < end and p[0] == 45:
-        p += 1
-    if p >= end or not (48 <= p[0] <= 57):
-        r.p = p
-        jr_fail(r, "invalid number")
-    if p[0] == 48:
-        p += 1
-    else:
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-    if p < end and p[0] == 46:
-        is_int[0] = False
-        p += 1
-        d = p
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-        if p == d:
-            r.p = p
-            jr_fail(r, "invalid number fraction")
-    if p < end and (p[0] == 101 or p[0] == 69):
-        is_int[0] = False
-        p += 1
-        if p < end and (p[0] == 43 or p[0] == 45):
-            p += 1
-        d = p
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-        if p == d:
-            r.p = p
-            jr_fail(r, "invalid number exponent")
+    """Advance over a JSON number at r.p (exact grammar: wire.h's rmq_scan_num)."""
+    cdef const uint8_t* at
+    cdef int why, isi
+    cdef const uint8_t* p = scan_num(r.p, r.end, &isi, &at, &why)
+    is_int[0] = isi
+    if p == NULL:
+        r.p = at
+        jr_fail(r, ("invalid number", "invalid number fraction", "invalid number exponent")[why - 1])
     r.p = p
     return 0
 
@@ -563,18 +542,7 @@ cdef inline int wb_byte(WBuf* b, char c) except -1:
 
 cdef int wb_int(WBuf* b, long long v) except -1:
     cdef char tmp[24]
-    cdef int i = 24
-    cdef unsigned long long u = (0ULL - <unsigned long long>v) if v < 0 else <unsigned long long>v
-    while True:
-        i -= 1
-        tmp[i] = <char>(48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if v < 0:
-        i -= 1
-        tmp[i] = 45
-    return wb_put(b, tmp + i, 24 - i)
+    return wb_put(b, tmp, <Py_ssize_t>fmt_int(tmp, v))
 
 
 cdef const char* _HEX = b"0123456789abcdef"

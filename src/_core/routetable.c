@@ -7,7 +7,6 @@
 #include <malloc.h>
 #endif
 #include <assert.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -598,30 +597,18 @@ static void wr_put(wr *w, const char *s, size_t n)
 
 static void wr_span(wr *w, rt_span s) { wr_put(w, s.s, s.n); }
 
-static void wr_list(wr *w, const rt_span *items, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            wr_put(w, ",", 1);
-        wr_span(w, items[i]);
-    }
-}
-
-/* A QueueData field: the caller's JSON text, or the number. */
-static void wr_field(wr *w, rt_span text, int32_t v)
-{
-    char t[12];
-    if (text.s)
-        wr_span(w, text);
-    else
-        wr_put(w, t, (size_t)snprintf(t, sizeof t, "%d", (int)v));
-}
-
 size_t rt_route_json(char *out, const rt_route_desc *d)
 {
+#define SPAN_LIT(s) {(s), RMQ_LIT_LEN(s)}
+    static const rt_span QD_KEYS[4] = {SPAN_LIT(",\"perm\":"), SPAN_LIT(",\"readQueueNums\":"),
+                                       SPAN_LIT(",\"topicSysFlag\":"), SPAN_LIT(",\"writeQueueNums\":")};
+    char digits[24];
     wr w = {out, 0};
     WR_LIT(&w, "{\"brokerDatas\":[");
-    wr_list(&w, d->bds, d->nbd);
+    for (size_t i = 0; i < d->nbd; i++) {
+        wr_put(&w, ",", i > 0);
+        wr_span(&w, d->bds[i]);
+    }
     WR_LIT(&w, "],\"filterServerTable\":");
     wr_span(&w, d->fst);
     if (d->otc.s) {
@@ -631,17 +618,15 @@ size_t rt_route_json(char *out, const rt_route_desc *d)
     WR_LIT(&w, ",\"queueDatas\":[");
     for (size_t k = 0; k < d->nqd; k++) {
         const rt_qd_json *q = &d->qds[k];
-        if (k)
-            wr_put(&w, ",", 1);
+        wr_put(&w, ",", k > 0);
         wr_span(&w, q->prefix);
-        WR_LIT(&w, ",\"perm\":");
-        wr_field(&w, q->val[0], q->num[0]);
-        WR_LIT(&w, ",\"readQueueNums\":");
-        wr_field(&w, q->val[1], q->num[1]);
-        WR_LIT(&w, ",\"topicSysFlag\":");
-        wr_field(&w, q->val[2], q->num[2]);
-        WR_LIT(&w, ",\"writeQueueNums\":");
-        wr_field(&w, q->val[3], q->num[3]);
+        for (int j = 0; j < 4; j++) {        /* the caller's JSON text, or the number */
+            wr_span(&w, QD_KEYS[j]);
+            if (q->val[j].s)
+                wr_span(&w, q->val[j]);
+            else
+                wr_put(&w, digits, rmq_fmt_int(digits, q->num[j]));
+        }
         wr_put(&w, "}", 1);
     }
     wr_put(&w, "]", 1);
@@ -670,19 +655,15 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
         *status = RT_PYTHON;
         return NULL;
     }
-    /* Java's order, then the pieces in it: on the stack for a topic on few brokers. */
+    /* Java's order, then the pieces in it (built once per change, then cached). */
     size_t n = (size_t)e->nqd, nbd = 0;
-    rt_qd_json small_qds[32];
-    rt_span small_bds[32];
-    int32_t small_order[32];
-    void *mem = n <= 32 ? NULL : malloc(n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t)));
-    if (n > 32 && !mem) {
+    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t)));
+    if (!qds) {
         *status = RT_NOMEM;
         return NULL;
     }
-    rt_qd_json *qds = mem ? mem : small_qds;
-    rt_span *bds = mem ? (rt_span *)(qds + n) : small_bds;
-    int32_t *order = mem ? (int32_t *)(bds + n) : small_order;
+    rt_span *bds = (rt_span *)(qds + n);
+    int32_t *order = (int32_t *)(bds + n);
     rt_java_order(t, e, order);
     for (size_t k = 0; k < n; k++) {
         const rt_qd *q = &e->qds[order[k]];
@@ -713,7 +694,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
     cached = install_body(e, legacy, b);
     *status = RT_OK;
 done:
-    free(mem);
+    free(qds);
     return cached;
 }
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import struct
 import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,6 +27,7 @@ from rmq._wire import (
     MAX_INFLATE_RATIO,
     MIN_INFLATE_LIMIT,
     broker_data,
+    decode_inflated,
     encode_compressed_body,
     inflate_limit,
 )
@@ -187,96 +187,8 @@ def _inflate(data: bytes, max_inflated: int) -> bytes:
     return b"".join(chunks)
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def int32(self, what: str) -> int:
-        if len(self.data) - self.pos < 4:
-            raise BodyError(f"compressed body truncated reading {what} at byte {self.pos}")
-        v: int
-        (v,) = struct.unpack_from(">i", self.data, self.pos)
-        self.pos += 4
-        return v
-
-    def chunk(self, what: str) -> bytes:
-        n = self.int32(what + " length")
-        if n < 0 or n > len(self.data) - self.pos:
-            raise BodyError(f"compressed body: {what} length {n} exceeds the "
-                            f"{len(self.data) - self.pos} bytes left")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-
-def _parse_int(s: str, what: str) -> int:
-    # Java's Integer.parseInt: optional sign, digits only, int32.
-    if not re.fullmatch(r"[+-]?[0-9]+", s):
-        raise BodyError(f"compressed topic config: {what} is not an integer: {s!r}")
-    v = int(s)
-    if not -(1 << 31) <= v < (1 << 31):
-        raise BodyError(f"compressed topic config: {what} out of int32 range: {s}")
-    return v
-
-
-def _decode_topic_config_line(raw: bytes) -> dict[str, Any]:
-    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]".
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BodyError(f"compressed topic config is not valid UTF-8: {raw[:64]!r}") from None
-    parts = line.split(" ")
-    while parts and parts[-1] == "":    # Java's String.split drops trailing empty fields
-        parts.pop()
-    if len(parts) < 5:
-        raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
-    tc: dict[str, Any] = {}
-    if len(parts) >= 6:
-        attrs = json_loads(parts[5].encode("utf-8"))
-        if not isinstance(attrs, dict):
-            raise BodyError(f"compressed topic config attributes are not an object: {parts[5][:100]!r}")
-        tc["attributes"] = attrs
-    tc["order"] = False
-    tc["perm"] = _parse_int(parts[3], "perm")
-    tc["readQueueNums"] = _parse_int(parts[1], "readQueueNums")
-    tc["topicFilterType"] = parts[4]
-    tc["topicName"] = parts[0]
-    tc["topicSysFlag"] = 0
-    tc["writeQueueNums"] = _parse_int(parts[2], "writeQueueNums")
-    return tc
-
-
 def _decode_compressed(data: bytes, max_inflated: int) -> dict[str, Any]:
-    r = _Reader(_inflate(data, max_inflated))
-    wrapper = {"dataVersion": json_loads(r.chunk("dataVersion"))}
-    n = r.int32("topic count")
-    if n < 0 or n > (len(r.data) - r.pos) // 4:
-        raise BodyError(f"compressed body: topic count {n} exceeds what the body can hold")
-    table: dict[str, Any] = {}
-    for _ in range(n):
-        tc = _decode_topic_config_line(r.chunk("topic config"))
-        table[tc["topicName"]] = tc
-    wrapper["topicConfigTable"] = table
-    filter_servers = json_loads(r.chunk("filterServerList"))
-    if len(r.data) - r.pos >= 4:        # 5.x brokers append topic queue mappings
-        m = r.int32("mapping count")
-        if m < 0 or m > (len(r.data) - r.pos) // 4:
-            raise BodyError(f"compressed body: mapping count {m} exceeds what the body can hold")
-        mappings: dict[str, Any] = {}
-        for _ in range(m):
-            info = json_loads(r.chunk("topic queue mapping"))
-            if not isinstance(info, dict):
-                raise BodyError("compressed body: topic queue mapping is not an object")
-            topic = info.get("topic")
-            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
-                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
-                                f"{topic!r:.80}")
-            mappings[topic] = info
-        wrapper["topicQueueMappingInfoMap"] = mappings
-    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+    return decode_inflated(json_loads, _inflate(data, max_inflated))
 
 
 def decode_register_broker_body(data: Buffer, max_inflated: int = DEFAULT_MAX_INFLATED
