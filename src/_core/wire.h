@@ -1,6 +1,7 @@
-/* Wire facts the C files and the Cython code share, declared once (jsonio.pxi
- * declares this header for Cython): the request code the fast path answers, the
- * version rmq writes, the zlib sniff, and the RMQ_DEBUG assertion.
+/* Wire facts the C files and the Cython code share, written once (jsonio.pxi
+ * declares this header for every .pxi): the request code the fast path answers,
+ * the version rmq writes, the zlib sniff, big-endian fields, integers, the JSON
+ * response header's pieces and the RMQ_DEBUG assertion.
  */
 #ifndef RMQ_WIRE_H
 #define RMQ_WIRE_H
@@ -9,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and CURRENT_VERSION (scan.pxi
+/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
 enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_CURRENT_VERSION = 409 };
 
@@ -56,30 +57,43 @@ static inline size_t rmq_fmt_int(char *buf, int64_t v)
 /* A JSON number at p (exact grammar; *is_int: no fraction, no exponent): the
  * position after it, or NULL with *at where it goes wrong and *why 1 (digits),
  * 2 (fraction) or 3 (exponent). jsonio.pxi's reader and scan.c's both use it. */
+static inline const uint8_t *rmq_digits(const uint8_t *p, const uint8_t *end)
+{
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
 static inline const uint8_t *rmq_scan_num(const uint8_t *p, const uint8_t *end, int *is_int,
                                           const uint8_t **at, int *why)
 {
     const uint8_t *d;
     *is_int = 1;
+    *why = 1;
     if (p < end && *p == '-')
         p++;
-    for (*why = 1; *why <= 3; ++*why) {
-        if (*why == 2 && (p >= end || *p != '.'))
-            continue;
-        if (*why == 3 && (p >= end || (*p != 'e' && *p != 'E')))
-            break;
-        if (*why > 1) {
-            *is_int = 0;
-            p += 1 + (*why == 3 && end - p > 1 && (p[1] == '+' || p[1] == '-'));
-        }
-        for (d = p; p < end && *p >= '0' && *p <= '9' && !(*why == 1 && d[0] == '0' && p > d); p++)
-            ;
-        if (p == d) {
-            *at = p;
-            return NULL;
-        }
+    d = p;
+    p = p < end && *p == '0' ? p + 1 : rmq_digits(p, end);     /* no leading zeros */
+    if (p == d)
+        goto bad;
+    if (p < end && *p == '.') {
+        *is_int = 0;
+        *why = 2;
+        d = p + 1;
+        if ((p = rmq_digits(d, end)) == d)
+            goto bad;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        *is_int = 0;
+        *why = 3;
+        d = p + 1 + (end - p > 1 && (p[1] == '+' || p[1] == '-'));
+        if ((p = rmq_digits(d, end)) == d)
+            goto bad;
     }
     return p;
+bad:
+    *at = p;
+    return NULL;
 }
 
 /* The fixed pieces of a JSON response header as encode_json_header writes it
