@@ -268,60 +268,72 @@ cdef extern from "routetable.h" nogil:
     size_t rt_route_json(char* out, const rt_route_desc* d)
 
 
-cdef rt_span piece(list keep, obj, bint legacy, int depth, bytes prefix=EMPTY) except *:
-    # One value's JSON (after prefix), kept alive in keep while rt_route_json reads it.
-    cdef WBuf b
-    cdef rt_span out
-    cdef bytes s
-    wb_init(&b, 64)
-    try:
-        wb_lit(&b, prefix)
-        if depth < 0:
-            wb_broker_data(&b, obj, legacy)
-        else:
-            wb_scalar_or_container(&b, obj, legacy, depth)
-        s = wb_bytes(&b)
-    finally:
-        wb_free(&b)
-    keep.append(s)
-    out.s = PyBytes_AS_STRING(s)
-    out.n = len(s)
-    return out
+cdef int piece(WBuf* b, rt_span* out, obj, bint legacy, int depth, bytes prefix=EMPTY) except -1:
+    # One value's JSON (after prefix) appended to b; out holds its offset until b
+    # stops moving (rebase), then the address rt_route_json reads.
+    cdef Py_ssize_t start = b.len
+    wb_lit(b, prefix)
+    if depth < 0:
+        wb_broker_data(b, obj, legacy)
+    else:
+        wb_scalar_or_container(b, obj, legacy, depth)
+    out.s = <const char*><size_t>start
+    out.n = b.len - start
+    return 0
+
+
+cdef inline void rebase(WBuf* b, rt_span* spans, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if spans[i].n:
+            spans[i].s = b.data + <size_t>spans[i].s
 
 
 def encode_topic_route_data(route, bint legacy=False):
     """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form.
     The pieces are encoded here, the layout written by routetable.c's rt_route_json."""
+    cdef WBuf b
     cdef rt_route_desc d
     cdef rt_span* bds = NULL
     cdef rt_qd_json* qds = NULL
-    cdef Py_ssize_t i, j
+    cdef Py_ssize_t i
     cdef bytes res
-    cdef list keep = []
-    brokers = list(dget(route, "brokerDatas", None) or ())
-    queues = list(dget(route, "queueDatas", None) or ())
+    brokers = dget(route, "brokerDatas", None) or ()
+    queues = dget(route, "queueDatas", None) or ()
+    brokers = brokers if PyList_Check(brokers) else list(brokers)
+    queues = queues if PyList_Check(queues) else list(queues)
     fst = dget(route, "filterServerTable", None) or {}
     memset(&d, 0, sizeof(d))
+    wb_init(&b, 512)
     try:
         bds = <rt_span*>calloc(len(brokers) + 1, sizeof(rt_span))
         qds = <rt_qd_json*>calloc(len(queues) + 1, sizeof(rt_qd_json))
         if bds == NULL or qds == NULL:
             raise MemoryError()
         for i, bd in enumerate(brokers):
-            bds[i] = piece(keep, bd, legacy, -1)
-        d.fst = piece(keep, <dict?>(fst if legacy or not fst else dict(sorted(fst.items()))), legacy, 1)
+            piece(&b, &bds[i], bd, legacy, -1)
+        piece(&b, &d.fst, <dict?>(fst if legacy or not fst else dict(sorted(fst.items()))), legacy, 1)
         if dget(route, "orderTopicConf", None) is not None:
-            d.otc = piece(keep, route["orderTopicConf"], legacy, 1)
+            piece(&b, &d.otc, route["orderTopicConf"], legacy, 1)
         for i, qd in enumerate(queues):
-            qds[i].prefix = piece(keep, dget(qd, "brokerName", None), legacy, 2, b'{"brokerName":')
+            piece(&b, &qds[i].prefix, dget(qd, "brokerName", None), legacy, 2, b'{"brokerName":')
             sys_flag = dget(qd, "topicSysFlag", None)
             if sys_flag is None and "topicSysFlag" not in qd:
                 sys_flag = dget(qd, "topicSynFlag", 0)     # before 4.9.0
-            for j, v in enumerate((dget(qd, "perm", 6), dget(qd, "readQueueNums", 0), sys_flag,
-                                   dget(qd, "writeQueueNums", 0))):
-                qds[i].val[j] = piece(keep, v, legacy, 2)
+            piece(&b, &qds[i].val[0], dget(qd, "perm", 6), legacy, 2)
+            piece(&b, &qds[i].val[1], dget(qd, "readQueueNums", 0), legacy, 2)
+            piece(&b, &qds[i].val[2], sys_flag, legacy, 2)
+            piece(&b, &qds[i].val[3], dget(qd, "writeQueueNums", 0), legacy, 2)
         if dget(route, "topicQueueMappingByBroker", None) is not None:
-            d.tqm = piece(keep, route["topicQueueMappingByBroker"], legacy, 1)
+            piece(&b, &d.tqm, route["topicQueueMappingByBroker"], legacy, 1)
+        # b is complete: offsets become addresses (every piece is at least one byte)
+        rebase(&b, bds, len(brokers))
+        rebase(&b, &d.fst, 1)
+        rebase(&b, &d.otc, 1)
+        rebase(&b, &d.tqm, 1)
+        for i in range(len(queues)):
+            rebase(&b, &qds[i].prefix, 1)
+            rebase(&b, qds[i].val, 4)
         d.bds = bds
         d.nbd = len(brokers)
         d.qds = qds
@@ -336,3 +348,4 @@ def encode_topic_route_data(route, bint legacy=False):
     finally:
         free(bds)
         free(qds)
+        wb_free(&b)
