@@ -29,7 +29,6 @@ class BuildExt(build_ext):
             self.distribution.ext_modules,
             compiler_directives=directives,
             annotate=os.environ.get("RMQ_ANNOTATE", "") not in ("", "0"),
-            compile_time_env={"RMQ_DEBUG": DEBUG},
         )
         super().finalize_options()
 

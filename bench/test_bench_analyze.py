@@ -28,8 +28,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 import rmq  # noqa: E402
-from rmq import analyze  # noqa: E402
-from rmq.synth import synthesize  # noqa: E402
+from rmq.trace import analyze  # noqa: E402
+from rmq.trace.synth import synthesize  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))
 FULL = dict(brokers=2, topics=100, clients=2000, minutes=38, segment_bytes=64 << 20)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from rmq.synth import synthesize
+from rmq.trace.synth import synthesize
 
 # One broker's registration body with 10,000 topics is ~1.7 MB; a 60-minute trace of
 # 8 brokers and 100 clients is ~1.6 GB. Scale the minutes to the size asked for.

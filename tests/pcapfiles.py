@@ -1,7 +1,7 @@
 """Capture files built by hand for the pcap tests: TCP segments in IPv4 or IPv6, in
 Ethernet (with VLAN tags), Linux cooked (SLL, SLL2), BSD loopback or raw IP, written
 as classic pcap (either byte order, micro- or nanosecond) or pcapng. Built with
-``struct`` from the formats' specifications, independently of rmq.pcap."""
+``struct`` from the formats' specifications, independently of rmq.trace.pcap."""
 
 import socket
 import struct

@@ -19,8 +19,8 @@ pytest.importorskip("matplotlib")
 
 import rmq  # noqa: E402
 from nameserver import Client, recorded_traffic, register_broker  # noqa: E402
-from rmq import analyze  # noqa: E402
-from rmq.fallback.pairing import PAIRED_ROW_FIELDS  # noqa: E402
+from rmq.rows import PAIRED_ROW_FIELDS  # noqa: E402
+from rmq.trace import analyze  # noqa: E402
 from rmq.trace import IN, OUT, SegmentWriter  # noqa: E402
 
 _NO_JAVA = analyze.java_problem()
@@ -515,7 +515,7 @@ class TestCommand:
              else answer_frame(105, 0, opaque=i // 2)) for i in range(40)])
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                    PYTHONPATH=SRC)
-        script = os.path.join(SRC, "rmq", "analyze.py")
+        script = os.path.join(SRC, "rmq", "trace", "analyze.py")
         with contextlib.suppress(KeyError):
             del env["SPARK_HOME"]       # the pyspark package's own
         p = subprocess.run([_spark_submit(), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
@@ -534,7 +534,7 @@ class TestCommand:
         """The CLI as an operator runs it (no PYSPARK_PYTHON set: local workers run on
         rmq's own Python), on a synthetic trace whose counts are known; its stderr has
         rmq's progress (asked for: not a terminal) and none of Spark's logs."""
-        from rmq.synth import synthesize
+        from rmq.trace.synth import synthesize
         m = synthesize(tmp_path / "in", brokers=2, clients=3, minutes=3, topics=20, seed=3,
                        start=1_700_000_000)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}

@@ -340,11 +340,11 @@ def test_encoded_once_per_data_version(ns):
     it changes."""
     async def main():
         r = BrokerRegistrar(ns.address, topics=topics(50), **BROKER)
-        a = r._chunks(False)
+        a = r._table.chunks(False)
         await r.register_broker_all()
-        assert r._chunks(False) is a
+        assert r._table.chunks(False) is a
         r.update_topics(topics(51))
-        assert r._chunks(False) is not a
+        assert r._table.chunks(False) is not a
         await r.stop(unregister=False)
     run(main())
 
@@ -384,7 +384,7 @@ def test_a_failed_start_leaves_no_connection(ns):
         r = BrokerRegistrar(ns.address, topics=topics(1), **BROKER)   # refused: one topic
         with pytest.raises(RegistrationError):
             await r.start()
-        assert r._client is None and r._tasks == []
+        assert r._namesrvs._client is None and r._tasks == []
     run(main())
     assert wait_for(lambda: not ns.connections, 5)
 
@@ -426,13 +426,13 @@ def test_body_from_kept_topic_json_is_the_encoders_bytes(filters):
     def expected():
         return bodies.encode_register_broker_body(bodies.register_broker_body(
             list(r.topics.values()), r.data_version, filters))
-    [(body, crc)] = r._chunks(False)
+    [(body, crc)] = r._table.chunks(False)
     assert body == expected() and crc == rmq.body_crc32(body)
     table[3] = bodies.topic_config("T3", 16, 16)           # changed
     del table[7]                                            # gone
     table.append(bodies.topic_config("New", 2, 2))          # new
     r.update_topics(table)
-    [(body, _)] = r._chunks(False)
+    [(body, _)] = r._table.chunks(False)
     assert body == expected()
     assert bodies.decode_register_broker_body(body)["topicConfigSerializeWrapper"][
         "topicConfigTable"]["T3"]["readQueueNums"] == 16
@@ -441,10 +441,10 @@ def test_body_from_kept_topic_json_is_the_encoders_bytes(filters):
 def test_a_topic_config_changed_in_place_is_sent_after_update_topics():
     tc = bodies.topic_config("T1", 4, 4)
     r = BrokerRegistrar("127.0.0.1:9876", topics=[tc, bodies.topic_config("T2")], **BROKER)
-    r._chunks(False)
+    r._table.chunks(False)
     tc["readQueueNums"] = 9                                 # not through update_topics
     r.update_topics([tc, bodies.topic_config("T2")])
-    [(body, _)] = r._chunks(False)
+    [(body, _)] = r._table.chunks(False)
     got = bodies.decode_register_broker_body(body)["topicConfigSerializeWrapper"]
     assert got["topicConfigTable"]["T1"]["readQueueNums"] == 9
 

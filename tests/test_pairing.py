@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.fallback.pairing import MAX_WAITING, PAIRED_ROW_FIELDS
-from rmq.fallback.trace import TRACE_ROW_FIELDS
+from rmq.rows import MAX_WAITING, PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS
 from rmq.protocol import IN, OUT
 
 F = {name: i for i, name in enumerate(PAIRED_ROW_FIELDS)}

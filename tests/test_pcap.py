@@ -1,4 +1,4 @@
-"""rmq.pcap: remoting frames out of pcap and pcapng captures, as trace records.
+"""rmq.trace.pcap: remoting frames out of pcap and pcapng captures, as trace records.
 
 The captures are built here packet by packet (tests/pcapfiles.py) around real rmq
 frames; one test captures a real session with tcpdump when it can."""
@@ -20,7 +20,8 @@ from pcapfiles import (ACK, ETHERNET, FIN, LINK_WRAPPERS, LOOP, NULL, PSH, RAW, 
                        interface_description, ipv4, ipv6, pcap, pcapng, section_header,
                        tcp_segment, timed)
 from rmq.errors import RmqError
-from rmq.pcap import IN, OUT, PcapError, PcapReader, PcapStats, TraceRecord, is_pcap, read_pcap
+from rmq.trace.pcap import (IN, OUT, PcapError, PcapReader, PcapStats, TraceRecord, is_pcap,
+                            read_pcap)
 
 T0 = 1_700_000_000_000_000_000
 STEP = 1_000_000
@@ -436,7 +437,7 @@ def test_fin_ends_a_direction_and_port_reuse_is_a_new_connection():
 def test_finished_connections_are_forgotten_after_they_linger():
     """A long capture of many short connections: every frame comes out, and only the
     connections finished within the last two minutes (capture time) are remembered."""
-    from rmq import pcap as pcap_module
+    from rmq.trace.pcap import reassembly as pcap_module
     a = route_request("A")
     ips = []
     for i in range(3000):       # 8 packets each, 100 ms apart: 40 minutes in all
@@ -446,13 +447,13 @@ def test_finished_connections_are_forgotten_after_they_linger():
     records = list(reader)
     assert len(records) == 6000 and reader.stats.flows == 3000
     assert [r.conn for r in records[::2]] == list(range(1, 3001))
-    assert reader._live == {}
+    assert reader._tcp._live == {}
     linger_packets = pcap_module._LINGER_NS // step + pcap_module._SWEEP_EVERY
-    assert len(reader._flows) <= 2 * (linger_packets // 8 + 1) < 2 * 3000
+    assert len(reader._tcp._flows) <= 2 * (linger_packets // 8 + 1) < 2 * 3000
 
 
 def test_a_late_packet_lingers_then_is_a_new_connection():
-    from rmq import pcap as pcap_module
+    from rmq.trace.pcap import reassembly as pcap_module
     a = route_request("A")
     conn = Connection()
     ips = exchange(conn, a, answer(a))

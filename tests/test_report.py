@@ -1,4 +1,4 @@
-"""The report's charts, from the figures rmq.report draws (not their pixels):
+"""The report's charts, from the figures rmq.trace.report draws (not their pixels):
 latency bars with a length from a baseline below every value, legends naming
 what is drawn only, broker names whole."""
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from rmq import report  # noqa: E402
+from rmq.trace import report  # noqa: E402
 
 # The charts do not depend on which core decoded the trace.
 pytestmark = pytest.mark.once

@@ -10,7 +10,7 @@ import rmq
 from rmq import bodies
 from rmq.cli import main as cli_main
 from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
-from rmq.synth import synthesize
+from rmq.trace.synth import synthesize
 from rmq.trace import IN, OUT, read_records, segment_files
 
 START = 1_700_000_000.0

@@ -180,7 +180,7 @@ def test_kill_9_during_traffic_leaves_readable_segments(tmp_path):
 def test_read_records_takes_a_capture_from_bytes_or_a_path(tmp_path):
     """What the Spark job hands read_records: a whole file's bytes."""
     from pcapfiles import Connection, pcap, timed
-    from rmq.pcap import PcapReader
+    from rmq.trace.pcap import PcapReader
     frames = [rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}, opaque=1))]
     c = Connection()
     path = tmp_path / "c.pcap"

@@ -12,7 +12,8 @@ import time
 import pytest
 
 import rmq
-from rmq import analyze, cli
+from rmq import cli
+from rmq.trace import analyze
 
 # The command's checks and settings do not depend on which core is selected.
 pytestmark = pytest.mark.once

@@ -1,6 +1,7 @@
 """Trace records read straight into analysis rows: rmq._core.TraceRows against its
 reference rmq.fallback.trace.TraceRows, and rmq.trace.segment_rows (the compiled
-reader, handing over to the reference at a record it leaves to it)."""
+reader, handing over to rmq.rows' reading at a record it leaves to it). The row layout
+is rmq.rows' for both."""
 
 import mmap
 import struct
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 import rmq
 from rmq import trace
 from rmq.errors import TraceError
-from rmq.fallback.trace import TRACE_ROW_FIELDS
+from rmq.rows import TRACE_ROW_FIELDS
 from rmq.trace import IN, OUT, SegmentWriter
 from support import VECTORS, command_kwargs, vector_bytes
 
@@ -169,6 +170,27 @@ def test_compiled_rows_equal_the_reference_on_the_vectors(compiled, fallback):
     data = segment([(T0 + 7 * i, i % 9, f"[::1]:{i % 9}", i % 2, f) for i, f in enumerate(frames)])
     assert same(rows(compiled, data, conn_base=3 << 32)[0]) == \
         same(rows(fallback, data, conn_base=3 << 32)[0])
+
+
+def test_the_compiled_rows_are_laid_out_as_rmq_rows_says(compiled, fallback):
+    """trace.pxi writes its rows' fields in order by hand; pairing.pxi, the reference
+    and analysis read them by rmq.rows' positions. Each field, on a row that decodes
+    and on one that does not, is where rmq.rows puts it."""
+    from rmq.rows import ROW
+    frames = [request(code=105, opaque=5), BAD_FRAMES[2]]
+    data = segment([(T0 + i, 3, f"p:{i}", i, f) for i, f in enumerate(frames)])
+    for impl in (compiled, fallback):
+        good, bad = rows(impl, data, conn_base=1 << 40)[0]
+        for i, row in enumerate((good, bad)):
+            assert len(row) == len(ROW) == len(TRACE_ROW_FIELDS)
+            assert [row[ROW[n]] for n in ("file", "file_index", "record", "time_ns", "conn",
+                                          "peer", "direction", "frame_len")] == \
+                [FILE, 7, i, T0 + i, (1 << 40) + 3, f"p:{i}", i, len(frames[i])]
+        assert (good[ROW["code"]], good[ROW["flag"]], good[ROW["opaque"]]) == (105, 0, 5)
+        assert (good[ROW["language"]], good[ROW["remark"]], good[ROW["ext"]]) == \
+            ("JAVA", None, {"topic": "T"})
+        assert (good[ROW["body_len"]], good[ROW["decode_error"]]) == (0, None)
+        assert bad[ROW["code"]] is None and bad[ROW["decode_error"]].startswith("CorruptFrame")
 
 
 @given(st.lists(st.tuples(

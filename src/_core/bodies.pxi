@@ -3,14 +3,12 @@
 
 import zlib as _zlib
 
-# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
-# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
-# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
-# inflated bytes are the peak a bomb can cost before it is refused.
-DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
-MAX_INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 1024 * 1024
-INFLATE_CHUNK = 1024 * 1024
+# The inflate bounds (and why) and the compressed encoder live in rmq._wire, shared
+# with the pure-Python twin.
+from rmq._wire import (DEFAULT_MAX_INFLATED, INFLATE_CHUNK, MAX_INFLATE_RATIO, MIN_INFLATE_LIMIT,
+                       decode_inflated as _decode_inflated,
+                       encode_compressed_body as _encode_compressed_body,
+                       inflate_limit as _inflate_limit)
 
 
 def json_loads(data):
@@ -38,11 +36,11 @@ cdef int wb_scalar_or_container(WBuf* b, object o, bint legacy, int depth) excep
     if depth > MAX_DEPTH:
         raise BodyError("cannot encode body: nesting too deep (or a reference cycle)")
     if o is None:
-        return wb_put(b, b"null", 4)
+        return wb_lit(b, b"null")
     if o is True:
-        return wb_put(b, b"true", 4)
+        return wb_lit(b, b"true")
     if o is False:
-        return wb_put(b, b"false", 5)
+        return wb_lit(b, b"false")
     if PyUnicode_Check(o):
         return wb_str(b, o, not legacy)
     if PyLong_Check(o):
@@ -85,11 +83,11 @@ cdef int wb_key(WBuf* b, object k, bint legacy) except -1:
         return wb_str(b, int.__repr__(k), True)
     if not legacy:              # what json.dumps does with other scalar keys
         if k is True:
-            return wb_put(b, b'"true"', 6)
+            return wb_lit(b, b'"true"')
         if k is False:
-            return wb_put(b, b'"false"', 7)
+            return wb_lit(b, b'"false"')
         if k is None:
-            return wb_put(b, b'"null"', 6)
+            return wb_lit(b, b'"null"')
         if PyFloat_Check(k):
             if not isfinite(PyFloat_AS_DOUBLE(k)):
                 raise BodyError(f"cannot encode body: out of range float key {k!r}")
@@ -127,18 +125,16 @@ def json_dumps(obj, bint legacy=False):
 
 # ---------------------------------------------------------------- RegisterBrokerBody
 
-cdef bint is_zlib(const uint8_t* p, Py_ssize_t n) noexcept:
-    return n >= 2 and (p[0] & 0x0F) == 8 and ((<unsigned>p[0] << 8) | p[1]) % 31 == 0
-
-
 cdef bytes inflate(data, Py_ssize_t max_inflated):
+    # Compiled, not shared with the twin's: _PyBytes_Resize grows one bytes object in
+    # place, which Python code cannot do (tests/test_scan_compressed.py bounds the peak).
     # In chunks, so that a bomb is refused having cost at most the limit (one call
     # with the limit as max_length would hold the inflated bytes twice), copied
     # into one bytes object grown in place: the peak is about the inflated size,
     # not twice it (a list of chunks and their join).
     cdef Py_ssize_t total = 0, cap, k
     cdef PyObject* buf = NULL       # owned; _PyBytes_Resize needs its address
-    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
+    max_inflated = _inflate_limit(len(data), max_inflated)
     d = _zlib.decompressobj()
     pending = data
     # Real tables compress 15-20 times: room for that first, then grow by half.
@@ -177,154 +173,14 @@ cdef bytes inflate(data, Py_ssize_t max_inflated):
             Py_DECREF(buf)
 
 
-cdef struct BReader:
-    const uint8_t* p
-    const uint8_t* end
-    const uint8_t* start
-
-
-cdef int32_t br_int32(BReader* r, str what) except? -1:
-    cdef int32_t v
-    if r.end - r.p < 4:
-        raise BodyError(f"compressed body truncated reading {what} at byte {r.p - r.start}")
-    v = be32(r.p)
-    r.p += 4
-    return v
-
-
-cdef const uint8_t* br_chunk(BReader* r, str what, Py_ssize_t* n) except NULL:
-    cdef int32_t k = br_int32(r, what + " length")
-    if k < 0 or k > r.end - r.p:
-        raise BodyError(f"compressed body: {what} length {k} exceeds the "
-                        f"{r.end - r.p} bytes left")
-    n[0] = k
-    r.p += k
-    return r.p - k
-
-
-cdef object chunk_json(BReader* r, str what):
-    cdef Py_ssize_t n
-    cdef const uint8_t* s = br_chunk(r, what, &n)
-    return json_loads(PyBytes_FromStringAndSize(<const char*>s, n))
-
-
-cdef int32_t parse_int32(const uint8_t* s, Py_ssize_t n, str what) except? -1:
-    # Java's Integer.parseInt: optional sign, ASCII digits, int32.
-    cdef Py_ssize_t i = 0
-    cdef long long v = 0
-    cdef bint neg = False
-    if n > 0 and (s[0] == 43 or s[0] == 45):
-        neg = s[0] == 45
-        i = 1
-    if i == n:
-        raise BodyError(f"compressed topic config: {what} is not an integer: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-    while i < n - 1 and s[i] == 48:     # leading zeros, as Integer.parseInt allows
-        i += 1
-    if n - i > 11:
-        raise BodyError(f"compressed topic config: {what} is not an int32: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-    while i < n:
-        if not 48 <= s[i] <= 57:
-            raise BodyError(f"compressed topic config: {what} is not an integer: "
-                            f"{PyUnicode_DecodeUTF8(<const char*>s, n, 'replace')!r}")
-        v = v * 10 + (s[i] - 48)
-        i += 1
-    if neg:
-        v = -v
-    if v < -2147483648 or v > 2147483647:
-        raise BodyError(f"compressed topic config: {what} out of int32 range: {v}")
-    return <int32_t>v
-
-
-cdef object span_str(const uint8_t* s, Py_ssize_t n):
-    try:
-        return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
-    except UnicodeDecodeError:
-        raise BodyError(f"compressed topic config is not valid UTF-8: "
-                        f"{PyBytes_FromStringAndSize(<const char*>s, min(n, 64))!r}") from None
-
-
-cdef dict decode_topic_config_line(const uint8_t* s, Py_ssize_t n):
-    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]",
-    # split on ' ' as Java's String.split (trailing empty fields dropped).
-    cdef const uint8_t* starts[6]
-    cdef Py_ssize_t lens[6]
-    cdef int k = 0
-    cdef Py_ssize_t i, at = 0
-    cdef dict tc
-    for i in range(n):
-        if s[i] >= 128:
-            span_str(s, n)     # the whole line must be UTF-8
-            break
-    while n > 0 and s[n - 1] == 32:
-        n -= 1
-    for i in range(n + 1):
-        if i == n or s[i] == 32:
-            if k < 6:
-                starts[k] = s + at
-                lens[k] = i - at
-            k += 1
-            at = i + 1
-    if k < 5:
-        raise BodyError(f"compressed topic config has {k} fields, needs 5: "
-                        f"{PyUnicode_DecodeUTF8(<const char*>s, min(n, 100), 'replace')!r}")
-    tc = {}
-    if k >= 6:
-        attrs = json_loads(PyBytes_FromStringAndSize(<const char*>starts[5], lens[5]))
-        if not PyDict_Check(attrs):
-            raise BodyError("compressed topic config attributes are not an object")
-        tc["attributes"] = attrs
-    tc["order"] = False
-    tc["perm"] = parse_int32(starts[3], lens[3], "perm")
-    tc["readQueueNums"] = parse_int32(starts[1], lens[1], "readQueueNums")
-    tc["topicFilterType"] = span_str(starts[4], lens[4])
-    tc["topicName"] = span_str(starts[0], lens[0])
-    tc["topicSysFlag"] = 0
-    tc["writeQueueNums"] = parse_int32(starts[2], lens[2], "writeQueueNums")
-    return tc
-
-
 cdef dict decode_compressed(data, Py_ssize_t max_inflated):
     return decode_inflated(inflate(data, max_inflated))
 
 
 cdef dict decode_inflated(bytes raw):
-    """A compressed RegisterBrokerBody's inflated bytes as decode_compressed reads them."""
-    cdef BReader r
-    cdef int32_t count, i
-    cdef Py_ssize_t n
-    cdef const uint8_t* s
-    cdef dict table = {}, wrapper, mappings
-    r.start = <const uint8_t*>PyBytes_AS_STRING(raw)
-    r.p = r.start
-    r.end = r.start + len(raw)
-    wrapper = {"dataVersion": chunk_json(&r, "dataVersion")}
-    count = br_int32(&r, "topic count")
-    if count < 0 or count > (r.end - r.p) // 4:
-        raise BodyError(f"compressed body: topic count {count} exceeds what the body can hold")
-    for i in range(count):
-        s = br_chunk(&r, "topic config", &n)
-        tc = decode_topic_config_line(s, n)
-        PyDict_SetItem(table, tc["topicName"], tc)
-    wrapper["topicConfigTable"] = table
-    filter_servers = chunk_json(&r, "filterServerList")
-    if r.end - r.p >= 4:        # 5.x brokers append topic queue mappings
-        count = br_int32(&r, "mapping count")
-        if count < 0 or count > (r.end - r.p) // 4:
-            raise BodyError(f"compressed body: mapping count {count} exceeds what the body can hold")
-        mappings = {}
-        for i in range(count):
-            info = chunk_json(&r, "topic queue mapping")
-            if not PyDict_Check(info):
-                raise BodyError("compressed body: topic queue mapping is not an object")
-            topic = info.get("topic")
-            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
-                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
-                                f"{topic!r:.80}")
-            mappings[topic] = info
-        wrapper["topicQueueMappingInfoMap"] = mappings
-    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+    # The general reader of the inflated form (scan.c's scanner takes the common
+    # case): rmq._wire's, with this module's JSON reader.
+    return _decode_inflated(json_loads, raw)
 
 
 def decode_register_broker_body(data, Py_ssize_t max_inflated=DEFAULT_MAX_INFLATED):
@@ -345,38 +201,9 @@ def decode_register_broker_body(data, Py_ssize_t max_inflated=DEFAULT_MAX_INFLAT
     return body
 
 
-cdef int wb_be32_chunk(WBuf* b, bytes s) except -1:
-    wb_be32(b, <int32_t>len(s))
-    return wb_put(b, PyBytes_AS_STRING(s), len(s))
-
-
 def encode_register_broker_body(body, bint compressed=False):
     """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
-    cdef WBuf b
-    if not compressed:
-        return json_dumps(body)
-    wrapper = body.get("topicConfigSerializeWrapper") or {}
-    table = wrapper.get("topicConfigTable") or {}
-    wb_init(&b, 64 + 48 * len(table))
-    try:
-        wb_be32_chunk(&b, json_dumps(wrapper.get("dataVersion") or {}))
-        wb_be32(&b, <int32_t>len(table))
-        for tc in table.values():
-            line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
-                             str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
-                             str(tc.get("topicFilterType", "SINGLE_TAG"))))
-            if tc.get("attributes") is not None:
-                line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
-            wb_be32_chunk(&b, line.encode("utf-8"))
-        wb_be32_chunk(&b, json_dumps(body.get("filterServerList") or [], legacy=True))
-        mappings = wrapper.get("topicQueueMappingInfoMap")
-        if mappings is not None:
-            wb_be32(&b, <int32_t>len(mappings))
-            for info in mappings.values():
-                wb_be32_chunk(&b, json_dumps(info, legacy=True))
-        return _zlib.compress(wb_bytes(&b), 9)
-    finally:
-        wb_free(&b)
+    return _encode_compressed_body(body, json_dumps) if compressed else json_dumps(body)
 
 
 # ---------------------------------------------------------------- TopicRouteData
@@ -397,7 +224,7 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
     # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
     if not ordered:
         items.sort(key=_first)
-    wb_put(b, b'{"brokerAddrs":{', 16)
+    wb_lit(b, b'{"brokerAddrs":{')
     first = True
     for k, v in items:
         if not first:
@@ -406,16 +233,16 @@ cdef int wb_broker_data(WBuf* b, bd, bint legacy) except -1:
         wb_key(b, k, legacy)
         wb_byte(b, 58)
         wb_scalar_or_container(b, v, legacy, 3)
-    wb_put(b, b'},"brokerName":', 15)
+    wb_lit(b, b'},"brokerName":')
     wb_scalar_or_container(b, dget(bd, "brokerName", None), legacy, 2)
-    wb_put(b, b',"cluster":', 11)
+    wb_lit(b, b',"cluster":')
     wb_scalar_or_container(b, dget(bd, "cluster", None), legacy, 2)
     if "enableActingMaster" in bd:
-        wb_put(b, b',"enableActingMaster":', 22)
+        wb_lit(b, b',"enableActingMaster":')
         wb_scalar_or_container(b, bool(bd["enableActingMaster"]), legacy, 2)
     zone = dget(bd, "zoneName", None)
     if zone is not None:
-        wb_put(b, b',"zoneName":', 12)
+        wb_lit(b, b',"zoneName":')
         wb_scalar_or_container(b, zone, legacy, 2)
     return wb_byte(b, 125)
 
@@ -424,55 +251,101 @@ def _first(kv):
     return kv[0]
 
 
+cdef extern from "routetable.h" nogil:
+    ctypedef struct rt_span:
+        const char* s
+        size_t n
+    ctypedef struct rt_qd_json:
+        rt_span prefix
+        rt_span val[4]
+    ctypedef struct rt_route_desc:
+        const rt_span* bds
+        size_t nbd
+        rt_span fst, otc
+        const rt_qd_json* qds
+        size_t nqd
+        rt_span tqm
+    size_t rt_route_json(char* out, const rt_route_desc* d)
+
+
+cdef int piece(WBuf* b, rt_span* out, obj, bint legacy, int depth, bytes prefix=EMPTY) except -1:
+    # One value's JSON (after prefix) appended to b; out holds its offset until b
+    # stops moving (rebase), then the address rt_route_json reads.
+    cdef Py_ssize_t start = b.len
+    wb_lit(b, prefix)
+    if depth < 0:
+        wb_broker_data(b, obj, legacy)
+    else:
+        wb_scalar_or_container(b, obj, legacy, depth)
+    out.s = <const char*><size_t>start
+    out.n = b.len - start
+    return 0
+
+
+cdef inline void rebase(WBuf* b, rt_span* spans, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if spans[i].n:
+            spans[i].s = b.data + <size_t>spans[i].s
+
+
 def encode_topic_route_data(route, bint legacy=False):
-    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
+    """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form.
+    The pieces are encoded here, the layout written by routetable.c's rt_route_json."""
     cdef WBuf b
-    cdef bint first
+    cdef rt_route_desc d
+    cdef rt_span* bds = NULL
+    cdef rt_qd_json* qds = NULL
+    cdef Py_ssize_t i
+    cdef bytes res
+    brokers = dget(route, "brokerDatas", None) or ()
+    queues = dget(route, "queueDatas", None) or ()
+    brokers = brokers if PyList_Check(brokers) else list(brokers)
+    queues = queues if PyList_Check(queues) else list(queues)
+    fst = dget(route, "filterServerTable", None) or {}
+    memset(&d, 0, sizeof(d))
     wb_init(&b, 512)
     try:
-        try:
-            wb_put(&b, b'{"brokerDatas":[', 16)
-            first = True
-            for bd in dget(route, "brokerDatas", None) or ():
-                if not first:
-                    wb_byte(&b, 44)
-                first = False
-                wb_broker_data(&b, bd, legacy)
-            wb_put(&b, b'],"filterServerTable":', 22)
-            fst = dget(route, "filterServerTable", None) or {}
-            wb_dict(&b, fst if legacy or not fst else dict(sorted(fst.items())), legacy, 1)
-            otc = dget(route, "orderTopicConf", None)
-            if otc is not None:
-                wb_put(&b, b',"orderTopicConf":', 18)
-                wb_scalar_or_container(&b, otc, legacy, 1)
-            wb_put(&b, b',"queueDatas":[', 15)
-            first = True
-            for qd in dget(route, "queueDatas", None) or ():
-                if not first:
-                    wb_byte(&b, 44)
-                first = False
-                wb_put(&b, b'{"brokerName":', 14)
-                wb_scalar_or_container(&b, dget(qd, "brokerName", None), legacy, 2)
-                wb_put(&b, b',"perm":', 8)
-                wb_scalar_or_container(&b, dget(qd, "perm", 6), legacy, 2)
-                wb_put(&b, b',"readQueueNums":', 17)
-                wb_scalar_or_container(&b, dget(qd, "readQueueNums", 0), legacy, 2)
-                wb_put(&b, b',"topicSysFlag":', 16)
-                sys_flag = dget(qd, "topicSysFlag", None)
-                if sys_flag is None and "topicSysFlag" not in qd:
-                    sys_flag = dget(qd, "topicSynFlag", 0)
-                wb_scalar_or_container(&b, sys_flag, legacy, 2)
-                wb_put(&b, b',"writeQueueNums":', 18)
-                wb_scalar_or_container(&b, dget(qd, "writeQueueNums", 0), legacy, 2)
-                wb_byte(&b, 125)
-            wb_byte(&b, 93)
-            tqm = dget(route, "topicQueueMappingByBroker", None)
-            if tqm is not None:
-                wb_put(&b, b',"topicQueueMappingByBroker":', 29)
-                wb_scalar_or_container(&b, tqm, legacy, 1)
-            wb_byte(&b, 125)
-        except UnicodeEncodeError as e:
-            raise BodyError(f"cannot encode body: {e}") from None
-        return wb_bytes(&b)
+        bds = <rt_span*>calloc(len(brokers) + 1, sizeof(rt_span))
+        qds = <rt_qd_json*>calloc(len(queues) + 1, sizeof(rt_qd_json))
+        if bds == NULL or qds == NULL:
+            raise MemoryError()
+        for i, bd in enumerate(brokers):
+            piece(&b, &bds[i], bd, legacy, -1)
+        piece(&b, &d.fst, <dict?>(fst if legacy or not fst else dict(sorted(fst.items()))), legacy, 1)
+        if dget(route, "orderTopicConf", None) is not None:
+            piece(&b, &d.otc, route["orderTopicConf"], legacy, 1)
+        for i, qd in enumerate(queues):
+            piece(&b, &qds[i].prefix, dget(qd, "brokerName", None), legacy, 2, b'{"brokerName":')
+            sys_flag = dget(qd, "topicSysFlag", None)
+            if sys_flag is None and "topicSysFlag" not in qd:
+                sys_flag = dget(qd, "topicSynFlag", 0)     # before 4.9.0
+            piece(&b, &qds[i].val[0], dget(qd, "perm", 6), legacy, 2)
+            piece(&b, &qds[i].val[1], dget(qd, "readQueueNums", 0), legacy, 2)
+            piece(&b, &qds[i].val[2], sys_flag, legacy, 2)
+            piece(&b, &qds[i].val[3], dget(qd, "writeQueueNums", 0), legacy, 2)
+        if dget(route, "topicQueueMappingByBroker", None) is not None:
+            piece(&b, &d.tqm, route["topicQueueMappingByBroker"], legacy, 1)
+        # b is complete: offsets become addresses (every piece is at least one byte)
+        rebase(&b, bds, len(brokers))
+        rebase(&b, &d.fst, 1)
+        rebase(&b, &d.otc, 1)
+        rebase(&b, &d.tqm, 1)
+        for i in range(len(queues)):
+            rebase(&b, &qds[i].prefix, 1)
+            rebase(&b, qds[i].val, 4)
+        d.bds = bds
+        d.nbd = len(brokers)
+        d.qds = qds
+        d.nqd = len(queues)
+        res = PyBytes_FromStringAndSize(NULL, rt_route_json(NULL, &d))
+        i = rt_route_json(PyBytes_AS_STRING(res), &d)
+        if DEBUG_BUILD and i != len(res):
+            raise AssertionError(f"rt_route_json wrote {i} bytes of the {len(res)} it sized")
+        return res
+    except UnicodeEncodeError as e:
+        raise BodyError(f"cannot encode body: {e}") from None
     finally:
+        free(bds)
+        free(qds)
         wb_free(&b)

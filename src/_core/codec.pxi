@@ -9,6 +9,8 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from rmq.errors import (CorruptFrame, FrameTooLarge, HeaderError, ProtocolError,
                         UnknownSerializeType, BodyError)
 from rmq.protocol import CURRENT_VERSION as _CURRENT_VERSION, LANGUAGES as _LANGUAGES_T, V4_9_4 as _V4_9_4
+from rmq._wire import ext_str as _ext_str, language_byte as _language_byte, rebuild_command as _rebuild
+from functools import partial as _partial
 
 cdef enum:
     SER_JSON = 0
@@ -20,7 +22,6 @@ cdef enum:
 cdef int CURRENT_VERSION = _CURRENT_VERSION
 cdef int V4_9_4 = _V4_9_4     # from here on clients get the standard route form
 cdef tuple LANGUAGES = tuple(_LANGUAGES_T)      # interned names, index = binary code
-cdef dict LANGUAGE_CODES = {name: i for i, name in enumerate(LANGUAGES)}
 cdef str LANG_JAVA = LANGUAGES[0]
 cdef str S_JSON = "JSON"
 cdef str S_ROCKETMQ = "ROCKETMQ"
@@ -131,9 +132,7 @@ cdef inline bint _is_true(v):
     return v is not None and len(v) == 4 and v.lower() == "true"
 
 
-def _rebuild_command(code, language, version, opaque, flag, remark, ext_fields, body, stype):
-    return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
-                           remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
+_rebuild_command = _partial(_rebuild, RemotingCommand)
 
 
 # ---------------------------------------------------------------- JSON header decode
@@ -304,14 +303,6 @@ cdef int decode_json_header(RemotingCommand cmd, const uint8_t* data, Py_ssize_t
 
 # ---------------------------------------------------------------- binary header decode
 
-cdef inline int32_t be32(const uint8_t* p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
-
-
-cdef inline int16_t be16(const uint8_t* p) noexcept nogil:
-    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
-
-
 cdef object utf8_field(const uint8_t* s, Py_ssize_t n, str what):
     try:
         return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
@@ -439,38 +430,25 @@ def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
 # ---------------------------------------------------------------- encode
 
 cdef int wb_be32(WBuf* b, int32_t v) except -1:
-    cdef uint8_t t[4]
-    t[0] = (<uint32_t>v >> 24) & 0xFF
-    t[1] = (<uint32_t>v >> 16) & 0xFF
-    t[2] = (<uint32_t>v >> 8) & 0xFF
-    t[3] = <uint32_t>v & 0xFF
-    return wb_put(b, <const char*>t, 4)
+    cdef char t[4]
+    put_be32(t, <uint32_t>v)
+    return wb_put(b, t, 4)
 
 
 cdef int wb_be16(WBuf* b, int16_t v) except -1:
-    cdef uint8_t t[2]
-    t[0] = (<uint16_t>v >> 8) & 0xFF
-    t[1] = <uint16_t>v & 0xFF
-    return wb_put(b, <const char*>t, 2)
-
-
-cdef object ext_str(k, v):
-    if PyUnicode_Check(v):
-        return v
-    if PyBool_Check(v):
-        return "true" if v else "false"
-    if PyLong_Check(v):
-        return str(v)
-    raise ProtocolError(f"ext field {k!r} must be a string, got {type(v).__name__}")
+    cdef char t[2]
+    t[0] = <char>((<uint16_t>v >> 8) & 0xFF)
+    t[1] = <char>(<uint16_t>v & 0xFF)
+    return wb_put(b, t, 2)
 
 
 cdef int encode_json_header(WBuf* b, RemotingCommand cmd) except -1:
     # Java (fastjson) writes bean fields in alphabetical order and omits nulls.
     cdef bint first
-    wb_put(b, b'{"code":', 8)
+    wb_put(b, JH_CODE, LIT_LEN(JH_CODE))
     wb_int(b, cmd.code)
     if cmd.ext_fields is not None:
-        wb_put(b, b',"extFields":{', 14)
+        wb_lit(b, b',"extFields":{')
         first = True
         for k, v in (<dict?>cmd.ext_fields).items():
             if not first:
@@ -480,29 +458,20 @@ cdef int encode_json_header(WBuf* b, RemotingCommand cmd) except -1:
                 raise ProtocolError(f"ext field names must be strings, got {k!r}")
             wb_str(b, k, False)
             wb_byte(b, 58)
-            wb_str(b, ext_str(k, v), False)
+            wb_str(b, v if PyUnicode_Check(v) else _ext_str(k, v), False)
         wb_byte(b, 125)
-    wb_put(b, b',"flag":', 8)
+    wb_put(b, JH_FLAG, LIT_LEN(JH_FLAG))
     wb_int(b, cmd.flag)
-    wb_put(b, b',"language":', 12)
+    wb_put(b, JH_LANGUAGE, LIT_LEN(JH_LANGUAGE))
     wb_str(b, cmd.language, False)
-    wb_put(b, b',"opaque":', 10)
+    wb_put(b, JH_OPAQUE, LIT_LEN(JH_OPAQUE))
     wb_int(b, cmd.opaque)
     if cmd.remark is not None:
-        wb_put(b, b',"remark":', 10)
+        wb_lit(b, b',"remark":')
         wb_str(b, cmd.remark, False)
-    wb_put(b, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    wb_put(b, JH_TAIL, LIT_LEN(JH_TAIL))
     wb_int(b, cmd.version)
     return wb_byte(b, 125)
-
-
-cdef int language_byte(str language) except -1:
-    code = LANGUAGE_CODES.get(language)
-    if code is not None:
-        return code
-    if language.isascii() and language.isdigit() and int(language) < 256:
-        return int(language)
-    return 7   # OTHER
 
 
 cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
@@ -512,7 +481,7 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
     if not -32768 <= cmd.version <= 32767:
         raise ProtocolError(f"version {cmd.version} does not fit the int16 of a ROCKETMQ header")
     wb_be16(b, <int16_t>cmd.code)
-    wb_byte(b, <char>language_byte(cmd.language))
+    wb_byte(b, <char><int>_language_byte(cmd.language))
     wb_be16(b, <int16_t>cmd.version)
     wb_be32(b, cmd.opaque)
     wb_be32(b, cmd.flag)
@@ -528,7 +497,7 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
         for k, v in (<dict?>cmd.ext_fields).items():
             if not PyUnicode_Check(k):
                 raise ProtocolError(f"ext field names must be strings, got {k!r}")
-            raw = java_utf8(ext_str(k, v))
+            raw = java_utf8(v if PyUnicode_Check(v) else _ext_str(k, v))
             key = java_utf8(k)
             if len(key) > 32767:
                 raise ProtocolError(f"ext key of {len(key)} bytes does not fit an int16 length")
@@ -561,7 +530,7 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
                                    f"(expected one of ('JSON', 'ROCKETMQ'))")
     PyObject_GetBuffer(cmd.body if cmd.body is not None else EMPTY, &body, PyBUF_SIMPLE)
     try:
-        wb_put(b, b"\0\0\0\0\0\0\0\0", 8)      # the two length words, patched below
+        wb_lit(b, b"\0\0\0\0\0\0\0\0")      # the two length words, patched below
         if stype == SER_JSON:
             encode_json_header(b, cmd)
         else:
@@ -578,16 +547,9 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
         raise
     finally:
         PyBuffer_Release(&body)
-    put_be32(b.data + start, <int32_t>length)
-    put_be32(b.data + start + 4, <int32_t>((stype << 24) | header_len))
+    put_be32(b.data + start, <uint32_t>length)
+    put_be32(b.data + start + 4, <uint32_t>((stype << 24) | header_len))
     return 0
-
-
-cdef inline void put_be32(char* p, int32_t v) noexcept:
-    p[0] = <char>((<uint32_t>v >> 24) & 0xFF)
-    p[1] = <char>((<uint32_t>v >> 16) & 0xFF)
-    p[2] = <char>((<uint32_t>v >> 8) & 0xFF)
-    p[3] = <char>(<uint32_t>v & 0xFF)
 
 
 def encode_frame(RemotingCommand cmd):

@@ -38,12 +38,40 @@ cdef extern from "Python.h":
     PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
     bint PyDict_CheckExact(object o)
 
-from libc.string cimport memcpy, memcmp
-from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memcmp, memset
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.stdint cimport int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uint8_t
 from libc.math cimport isfinite
 
 import json as _json
+
+from rmq.protocol import CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _RequestCode
+
+cdef extern from "wire.h" nogil:
+    enum:
+        RMQ_GET_ROUTEINFO_BY_TOPIC
+        RMQ_CURRENT_VERSION
+    bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
+    bint DEBUG_BUILD "RMQ_DEBUG"        # setup.py: RMQ_DEBUG=1 builds
+    int32_t be32 "rmq_be32" (const uint8_t* p)
+    int16_t be16 "rmq_be16" (const uint8_t* p)
+    void put_be32 "rmq_put_be32" (char* p, uint32_t v)
+    size_t fmt_int "rmq_fmt_int" (char* buf, int64_t v)
+    const uint8_t* scan_num "rmq_scan_num" (const uint8_t* p, const uint8_t* end, int* is_int,
+                                            const uint8_t** at, int* why)
+    # The JSON response header's fixed pieces, shared with scan.c's route answer;
+    # RMQ_LIT_LEN(s) is sizeof(s) - 1 for these literals.
+    const char* JH_CODE "RMQ_JH_CODE"
+    const char* JH_FLAG "RMQ_JH_FLAG"
+    const char* JH_LANGUAGE "RMQ_JH_LANGUAGE"
+    const char* JH_OPAQUE "RMQ_JH_OPAQUE"
+    const char* JH_TAIL "RMQ_JH_TAIL"
+    Py_ssize_t LIT_LEN "RMQ_LIT_LEN" (const char* literal)
+
+if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_CURRENT_VERSION) != (_RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                         _PROTOCOL_VERSION):
+    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_CURRENT_VERSION differ from "
+                      "rmq.protocol")
 
 cdef enum:
     ERR_HEADER = 0
@@ -235,41 +263,14 @@ cdef object jr_key(JReader* r):
 # ---- numbers
 
 cdef int jr_scan_number(JReader* r, bint* is_int) except -1:
-    """Advance over a JSON number at r.p (exact grammar)."""
-    cdef const uint8_t* p = r.p
-    cdef const uint8_t* end = r.end
-    cdef const uint8_t* d
-    is_int[0] = True
-    if p < end and p[0] == 45:
-        p += 1
-    if p >= end or not (48 <= p[0] <= 57):
-        r.p = p
-        jr_fail(r, "invalid number")
-    if p[0] == 48:
-        p += 1
-    else:
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-    if p < end and p[0] == 46:
-        is_int[0] = False
-        p += 1
-        d = p
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-        if p == d:
-            r.p = p
-            jr_fail(r, "invalid number fraction")
-    if p < end and (p[0] == 101 or p[0] == 69):
-        is_int[0] = False
-        p += 1
-        if p < end and (p[0] == 43 or p[0] == 45):
-            p += 1
-        d = p
-        while p < end and 48 <= p[0] <= 57:
-            p += 1
-        if p == d:
-            r.p = p
-            jr_fail(r, "invalid number exponent")
+    """Advance over a JSON number at r.p (exact grammar: wire.h's rmq_scan_num)."""
+    cdef const uint8_t* at
+    cdef int why, isi
+    cdef const uint8_t* p = scan_num(r.p, r.end, &isi, &at, &why)
+    is_int[0] = isi
+    if p == NULL:
+        r.p = at
+        jr_fail(r, ("invalid number", "invalid number fraction", "invalid number exponent")[why - 1])
     r.p = p
     return 0
 
@@ -526,6 +527,11 @@ cdef inline int wb_put(WBuf* b, const char* s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef inline int wb_lit(WBuf* b, bytes s) except -1:
+    # A literal's length from the object, never counted by hand.
+    return wb_put(b, PyBytes_AS_STRING(s), len(s))
+
+
 cdef inline int wb_byte(WBuf* b, char c) except -1:
     if b.len + 1 > b.cap:
         wb_grow(b, 1)
@@ -536,18 +542,7 @@ cdef inline int wb_byte(WBuf* b, char c) except -1:
 
 cdef int wb_int(WBuf* b, long long v) except -1:
     cdef char tmp[24]
-    cdef int i = 24
-    cdef unsigned long long u = (0ULL - <unsigned long long>v) if v < 0 else <unsigned long long>v
-    while True:
-        i -= 1
-        tmp[i] = <char>(48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if v < 0:
-        i -= 1
-        tmp[i] = 45
-    return wb_put(b, tmp + i, 24 - i)
+    return wb_put(b, tmp, <Py_ssize_t>fmt_int(tmp, v))
 
 
 cdef const char* _HEX = b"0123456789abcdef"
@@ -567,19 +562,19 @@ cdef inline int wb_uescape(WBuf* b, uint32_t c) except -1:
 cdef int wb_escape_byte(WBuf* b, uint8_t c) except -1:
     # Python's json / fastjson short escapes, \u00XX for the other controls.
     if c == 34:
-        return wb_put(b, b'\\"', 2)
+        return wb_lit(b, b'\\"')
     if c == 92:
-        return wb_put(b, b"\\\\", 2)
+        return wb_lit(b, b"\\\\")
     if c == 10:
-        return wb_put(b, b"\\n", 2)
+        return wb_lit(b, b"\\n")
     if c == 13:
-        return wb_put(b, b"\\r", 2)
+        return wb_lit(b, b"\\r")
     if c == 9:
-        return wb_put(b, b"\\t", 2)
+        return wb_lit(b, b"\\t")
     if c == 8:
-        return wb_put(b, b"\\b", 2)
+        return wb_lit(b, b"\\b")
     if c == 12:
-        return wb_put(b, b"\\f", 2)
+        return wb_lit(b, b"\\f")
     return wb_uescape(b, c)
 
 

@@ -1,23 +1,23 @@
 # Requests met with their answers within one input, while its rows are read: the
-# compiled rmq.fallback.pairing.RequestPairer (the reference, with the rules).
+# compiled rmq.fallback.pairing.RequestPairer (the reference, with the rules). The row
+# layout is rmq.rows' (the one both implementations read), taken at import.
 
+import rmq.rows as _rows
+from rmq.rows import MAX_WAITING as _MAX_WAITING
 
-from rmq.fallback.pairing import MAX_WAITING as _MAX_WAITING
+cdef Py_ssize_t ROW_TIME = _rows.ROW["time_ns"]
+cdef Py_ssize_t ROW_CONN = _rows.ROW["conn"]
+cdef Py_ssize_t ROW_DIRECTION = _rows.ROW["direction"]
+cdef Py_ssize_t ROW_CODE = _rows.ROW["code"]
+cdef Py_ssize_t ROW_FLAG = _rows.ROW["flag"]
+cdef Py_ssize_t ROW_OPAQUE = _rows.ROW["opaque"]
+cdef Py_ssize_t ROW_REMARK = _rows.ROW["remark"]
+cdef Py_ssize_t ROW_ERROR = _rows.ROW["decode_error"]
+cdef Py_ssize_t ROW_FIELDS = len(_rows.TRACE_ROW_FIELDS)
 
-cdef enum:
-    ROW_TIME = 3
-    ROW_CONN = 4
-    ROW_DIRECTION = 6
-    ROW_CODE = 7
-    ROW_FLAG = 8
-    ROW_OPAQUE = 9
-    ROW_REMARK = 12
-    ROW_ERROR = 16
-    ROW_FIELDS = 17
-
-cdef tuple NOT_AN_EVENT = (None, None, None, None)
-cdef tuple SETTLED = (None, None, None, False)
-cdef tuple OPEN = (None, None, None, True)
+cdef tuple NOT_AN_EVENT = _rows.NO_PAIRING
+cdef tuple SETTLED = _rows.SETTLED
+cdef tuple OPEN = _rows.OPEN
 cdef object ROWS_END = object()
 
 
@@ -80,9 +80,9 @@ cdef class RequestPairer:
                 return row + NOT_AN_EVENT
             flag = flag_o
             direction_o = row[ROW_DIRECTION]
-            if direction_o == 0 and not flag & 1:
+            if direction_o == 0 and not flag & FLAG_RESPONSE:     # IN
                 request = True
-            elif direction_o == 1 and flag & 1:
+            elif direction_o == 1 and flag & FLAG_RESPONSE:      # OUT
                 request = False
             else:
                 return row + NOT_AN_EVENT
@@ -95,7 +95,7 @@ cdef class RequestPairer:
                 return <tuple>before + (row[ROW_TIME], row[ROW_CODE], row[ROW_REMARK], False)
             if before is not None:              # its next frame is a request: unanswered
                 self.queue.append(<tuple>before + SETTLED)
-            if flag & 2:                        # oneway: never answered
+            if flag & FLAG_ONEWAY:               # oneway: never answered
                 self.queue.append(row + SETTLED)
                 continue
             if len(self.waiting) >= self.max_waiting:

@@ -7,7 +7,6 @@
 #include <malloc.h>
 #endif
 #include <assert.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +60,7 @@ void rt_lock_write(rt_rwlock *l)
         pthread_cond_wait(&l->writers_cv, &l->m);
     l->waiting_writers--;
     l->writer = 1;
+    l->owner = pthread_self();
     pthread_mutex_unlock(&l->m);
 }
 
@@ -74,6 +74,11 @@ void rt_unlock_write(rt_rwlock *l)
         pthread_cond_broadcast(&l->readers_cv);
     pthread_mutex_unlock(&l->m);
 }
+
+/* RMQ_DEBUG: [W] functions run with the write lock held by this thread, [R] ones
+ * with some lock held (a reader's identity is not kept). */
+#define HOLDS_WRITE(t) RMQ_ASSERT((t)->lock.writer && pthread_equal((t)->lock.owner, pthread_self()))
+#define HOLDS_LOCK(t) RMQ_ASSERT((t)->lock.writer || (t)->lock.readers > 0)
 
 void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
 void rt_rdunlock(rt_table *t) { rt_unlock_read(&t->lock); }
@@ -278,6 +283,7 @@ static int put_qd(rt_table *t, rt_topic *e, const rt_qd *qd)
 
 int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd)
 {
+    HOLDS_WRITE(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e && !(e = insert_topic(t, name, len)))
         return RT_NOMEM;
@@ -300,6 +306,7 @@ static void remove_at(rt_table *t, rt_topic *e, int i)
 
 int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 {
+    HOLDS_WRITE(t);
     rt_topic *e = rt_find(t, name, len);
     int i = e ? find_qd(e, broker) : -1;
     if (i < 0)
@@ -322,6 +329,7 @@ int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 
 size_t rt_remove_broker(rt_table *t, int32_t broker)
 {
+    HOLDS_WRITE(t);
     size_t n = 0;
     FOR_BROKER_TOPICS(t, broker, e, i, { remove_at(t, e, i); n++; })
     shrink(t);
@@ -330,6 +338,7 @@ size_t rt_remove_broker(rt_table *t, int32_t broker)
 
 size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
 {
+    HOLDS_WRITE(t);
     size_t n = 0;
     FOR_BROKER_TOPICS(t, broker, e, i, {
         rt_qd *q = &e->qds[i];
@@ -346,6 +355,7 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
 size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force,
                      int readonly, uint8_t *only, int *taken)
 {
+    HOLDS_LOCK(t);
     size_t differ = 0;
     *taken = 0;
     for (size_t k = 0; k < n; k++) {
@@ -372,6 +382,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n,
 int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
              int delete_missing, const uint8_t *only)
 {
+    HOLDS_WRITE(t);
     int wrote = 0;
     if (delete_missing) {
         uint32_t stamp = ++t->stamp;
@@ -409,6 +420,7 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
 
 void rt_forget(rt_table *t, const char *name, size_t len)
 {
+    HOLDS_WRITE(t);
     if (name) {
         rt_topic *e = rt_find(t, name, len);
         if (e)
@@ -428,6 +440,7 @@ void rt_forget(rt_table *t, const char *name, size_t len)
 
 int32_t rt_new_broker(rt_table *t)
 {
+    HOLDS_WRITE(t);
     int32_t b;
     if (t->free_head) {
         b = t->free_head - 1;
@@ -451,6 +464,7 @@ int32_t rt_new_broker(rt_table *t)
 
 int rt_release_broker(rt_table *t, int32_t b)
 {
+    HOLDS_WRITE(t);
     rt_broker *br = &t->brokers[b];
     if (!br->used || br->frag[0] || br->nqd)
         return 0;
@@ -477,6 +491,7 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
                   uint32_t jhash, int python_only)
 {
+    HOLDS_WRITE(t);
     assert(b >= 0 && b < t->nbrokers && t->brokers[b].used);
     rt_blob *s = NULL, *l = NULL;
     rt_blob *qs = blob_new(qd_std, qd_std_len), *ql = blob_new(qd_legacy, qd_legacy_len);
@@ -565,16 +580,67 @@ void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
     }
 }
 
-static char *put(char *p, const char *s, size_t n)
+/* ---------------------------------------------------------------- the route answer */
+
+/* A writer that only counts when p is NULL: rt_route_json's one body both sizes
+ * and writes, so the budget is exact by construction (and asserted). */
+typedef struct { char *p; size_t n; } wr;
+
+static void wr_put(wr *w, const char *s, size_t n)
 {
-    memcpy(p, s, n);
-    return p + n;
+    if (w->p)
+        memcpy(w->p + w->n, s, n);
+    w->n += n;
 }
 
-#define PUT_LIT(p, s) put((p), (s), sizeof(s) - 1)
+#define WR_LIT(w, s) wr_put((w), (s), RMQ_LIT_LEN(s))
+
+static void wr_span(wr *w, rt_span s) { wr_put(w, s.s, s.n); }
+
+size_t rt_route_json(char *out, const rt_route_desc *d)
+{
+#define SPAN_LIT(s) {(s), RMQ_LIT_LEN(s)}
+    static const rt_span QD_KEYS[4] = {SPAN_LIT(",\"perm\":"), SPAN_LIT(",\"readQueueNums\":"),
+                                       SPAN_LIT(",\"topicSysFlag\":"), SPAN_LIT(",\"writeQueueNums\":")};
+    char digits[24];
+    wr w = {out, 0};
+    WR_LIT(&w, "{\"brokerDatas\":[");
+    for (size_t i = 0; i < d->nbd; i++) {
+        wr_put(&w, ",", i > 0);
+        wr_span(&w, d->bds[i]);
+    }
+    WR_LIT(&w, "],\"filterServerTable\":");
+    wr_span(&w, d->fst);
+    if (d->otc.s) {
+        WR_LIT(&w, ",\"orderTopicConf\":");
+        wr_span(&w, d->otc);
+    }
+    WR_LIT(&w, ",\"queueDatas\":[");
+    for (size_t k = 0; k < d->nqd; k++) {
+        const rt_qd_json *q = &d->qds[k];
+        wr_put(&w, ",", k > 0);
+        wr_span(&w, q->prefix);
+        for (int j = 0; j < 4; j++) {        /* the caller's JSON text, or the number */
+            wr_span(&w, QD_KEYS[j]);
+            if (q->val[j].s)
+                wr_span(&w, q->val[j]);
+            else
+                wr_put(&w, digits, rmq_fmt_int(digits, q->num[j]));
+        }
+        wr_put(&w, "}", 1);
+    }
+    wr_put(&w, "]", 1);
+    if (d->tqm.s) {
+        WR_LIT(&w, ",\"topicQueueMappingByBroker\":");
+        wr_span(&w, d->tqm);
+    }
+    wr_put(&w, "}", 1);
+    return w.n;
+}
 
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status)
 {
+    HOLDS_LOCK(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e) {
         *status = RT_NOT_FOUND;
@@ -589,69 +655,53 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
         *status = RT_PYTHON;
         return NULL;
     }
-    int32_t small[32], *order = e->nqd <= 32 ? small : malloc(e->nqd * sizeof(int32_t));
-    if (!order) {
+    /* Java's order, then the pieces in it (built once per change, then cached). */
+    size_t n = (size_t)e->nqd, nbd = 0;
+    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t)));
+    if (!qds) {
         *status = RT_NOMEM;
         return NULL;
     }
+    rt_span *bds = (rt_span *)(qds + n);
+    int32_t *order = (int32_t *)(bds + n);
     rt_java_order(t, e, order);
-    /* {"brokerDatas":[...],"filterServerTable":{},"queueDatas":[...]} */
-    size_t size = 64, registered = 0;
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_broker *br = &t->brokers[e->qds[k].broker];
-        if (br->frag[legacy]) {
+    for (size_t k = 0; k < n; k++) {
+        const rt_qd *q = &e->qds[order[k]];
+        const rt_broker *br = &t->brokers[q->broker];
+        const rt_blob *f = br->frag[legacy], *pre = br->qd_prefix[legacy];
+        if (f) {
             if (br->python_only) {
                 *status = RT_PYTHON;
                 goto done;
             }
-            size += br->frag[legacy]->len + 1;
-            registered++;
+            bds[nbd++] = (rt_span){f->data, f->len};
         }
-        size += br->qd_prefix[legacy]->len + 128;
+        qds[k] = (rt_qd_json){{pre->data, pre->len}, {q->perm, q->read, q->sysflag, q->write}, {{0}}};
     }
-    if (!registered) {
+    if (!nbd) {
         *status = RT_NOT_FOUND;
         goto done;
     }
+    rt_route_desc d = {bds, nbd, {"{}", 2}, {NULL, 0}, qds, n, {NULL, 0}};
+    size_t size = rt_route_json(NULL, &d);
     rt_blob *b = malloc(sizeof(rt_blob) + size);
     if (!b) {
         *status = RT_NOMEM;
         goto done;
     }
-    char *p = PUT_LIT(b->data, "{\"brokerDatas\":[");
-    int first = 1;
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_blob *f = t->brokers[e->qds[order[k]].broker].frag[legacy];
-        if (f) {
-            if (!first)
-                *p++ = ',';
-            first = 0;
-            p = put(p, f->data, f->len);
-        }
-    }
-    p = PUT_LIT(p, "],\"filterServerTable\":{},\"queueDatas\":[");
-    for (int32_t k = 0; k < e->nqd; k++) {
-        const rt_qd *q = &e->qds[order[k]];
-        const rt_blob *pre = t->brokers[q->broker].qd_prefix[legacy];
-        if (k)
-            *p++ = ',';
-        p = put(p, pre->data, pre->len);
-        p += sprintf(p, ",\"perm\":%d,\"readQueueNums\":%d,\"topicSysFlag\":%d,"
-                     "\"writeQueueNums\":%d}", q->perm, q->read, q->sysflag, q->write);
-    }
-    p = PUT_LIT(p, "]}");
-    b->len = (size_t)(p - b->data);
+    b->len = rt_route_json(b->data, &d);
+    RMQ_ASSERT(b->len == size);
     cached = install_body(e, legacy, b);
     *status = RT_OK;
 done:
-    if (order != small)
-        free(order);
+    free(qds);
     return cached;
 }
 
 int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
              size_t body_len, uint64_t version)
 {
+    HOLDS_LOCK(t);
     rt_topic *e = rt_find(t, name, len);
     if (!e || t->version != version)
         return 0;

@@ -19,10 +19,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"
+
 typedef struct {
     pthread_mutex_t m;
     pthread_cond_t readers_cv, writers_cv;
     int readers, writer, waiting_writers;
+    pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
 } rt_rwlock;
 
 typedef struct { size_t len; char data[]; } rt_blob;
@@ -136,6 +139,25 @@ rt_topic *rt_find(const rt_table *t, const char *name, size_t len);
  * table can build it. NULL with *status RT_NOT_FOUND (no route: Java answers 17),
  * RT_PYTHON (built by the caller) or RT_NOMEM. The blob lives while the lock is held. */
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status);
+/* TopicRouteData as Java writes it, from pieces the caller encoded in one form
+ * (standard or legacy): {"brokerDatas":[bds],"filterServerTable":fst
+ * [,"orderTopicConf":otc],"queueDatas":[qds][,"topicQueueMappingByBroker":tqm]}.
+ * The one writer of this layout: rt_route and bodies.pxi's encode_topic_route_data. */
+typedef struct { const char *s; size_t n; } rt_span;
+typedef struct {
+    rt_span prefix;                 /* {"brokerName":<name> */
+    int32_t num[4];                 /* perm, readQueueNums, topicSysFlag, writeQueueNums */
+    rt_span val[4];                 /* their JSON text instead, where .s is set */
+} rt_qd_json;
+typedef struct {
+    const rt_span *bds; size_t nbd; /* each BrokerData's JSON */
+    rt_span fst, otc;               /* otc.s NULL: no orderTopicConf */
+    const rt_qd_json *qds; size_t nqd;
+    rt_span tqm;                    /* .s NULL: no topicQueueMappingByBroker */
+} rt_route_desc;
+/* out NULL: the exact size; else writes it to out and returns the bytes written. */
+size_t rt_route_json(char *out, const rt_route_desc *d);
+
 /* [R] Cache an answer built by the caller, unless the table changed since
  * `version` was read. 1 stored, 0 not, RT_NOMEM. */
 int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,

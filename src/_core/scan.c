@@ -175,40 +175,11 @@ static cur scan_str(cur p, cur end, cur *s, size_t *n, int *esc)
     return q + 1;
 }
 
-/* A number at p, exact JSON grammar; *is_int: no fraction, no exponent. */
 static cur scan_num(cur p, cur end, int *is_int)
 {
-    cur d;
-    *is_int = 1;
-    if (p < end && *p == '-')
-        p++;
-    if (p >= end || !is_digit(*p))
-        return NULL;
-    if (*p == '0')
-        p++;
-    else
-        while (p < end && is_digit(*p))
-            p++;
-    if (p < end && *p == '.') {
-        *is_int = 0;
-        d = ++p;
-        while (p < end && is_digit(*p))
-            p++;
-        if (p == d)
-            return NULL;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        *is_int = 0;
-        p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        d = p;
-        while (p < end && is_digit(*p))
-            p++;
-        if (p == d)
-            return NULL;
-    }
-    return p;
+    cur at;
+    int why;
+    return rmq_scan_num(p, end, is_int, &at, &why);
 }
 
 /* An integer in [lo, hi] at p; NULL for a float, an exponent, or out of range. */
@@ -641,8 +612,8 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
     rb_ctx c;
     int dup;
     memset(out, 0, sizeof *out);
-    /* A zlib stream (bodies.pxi is_zlib) is the compressed form: not ours. */
-    if (n >= 2 && (p[0] & 0x0F) == 8 && (((unsigned)p[0] << 8) | p[1]) % 31 == 0)
+    /* A zlib stream is the compressed form: not ours. */
+    if (rmq_is_zlib(p, n))
         return RB_SLOW;
     p = ws(p, end);
     if (p >= end || *p != '{')
@@ -675,13 +646,8 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
 /* Java's compressed RegisterBrokerBody, inflated: [len + dataVersion JSON]
  * [topic count][per topic: len + "name read write perm filterType [attributes]"]
  * [len + filterServerList JSON][optional: mapping count + mappings]. Read as
- * bodies.pxi decode_compressed + _checked_body read it; slow for anything that
+ * rmq._wire.decode_inflated + _checked_body read it; slow for anything that
  * is not plain (mappings, filter servers, duplicate names, odd numbers). */
-
-static inline int cz_be32(cur p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
 
 /* The next [int32 length][bytes] chunk at *pp: its bytes, NULL if it does not fit. */
 static cur cz_chunk(cur *pp, cur end, size_t *n)
@@ -690,7 +656,7 @@ static cur cz_chunk(cur *pp, cur end, size_t *n)
     int32_t k;
     if (end - p < 4)
         return NULL;
-    k = cz_be32(p);
+    k = rmq_be32(p);
     p += 4;
     if (k < 0 || k > end - p)
         return NULL;
@@ -699,7 +665,7 @@ static cur cz_chunk(cur *pp, cur end, size_t *n)
     return p;
 }
 
-/* Integer.parseInt as bodies.pxi parse_int32 reads it: optional sign, ASCII
+/* Integer.parseInt as rmq._wire's decode_inflated reads it: optional sign, ASCII
  * digits (leading zeros allowed), int32 range. 0: not one (the general path
  * raises). */
 static int cz_int32(cur s, size_t n, int32_t *out)
@@ -730,7 +696,7 @@ static int cz_int32(cur s, size_t n, int32_t *out)
     return 1;
 }
 
-/* One topic line (TopicConfig.decode, as decode_topic_config_line splits it). */
+/* One topic line (TopicConfig.decode, as rmq._wire splits it). */
 static int cz_topic_line(cur s, size_t n, rb_topic *t)
 {
     cur f[6];
@@ -797,7 +763,7 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
     c.end = end;
     if (end - p < 4)
         return RB_SLOW;
-    count = cz_be32(p);
+    count = rmq_be32(p);
     p += 4;
     if (count < 0 || count > (end - p) / 4)
         return RB_SLOW;
@@ -827,7 +793,7 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
         goto slow;
     /* 5.x topic queue mappings: none, or a count of 0 (the rest is ignored,
      * as by the general path). */
-    if (end - p >= 4 && cz_be32(p) != 0)
+    if (end - p >= 4 && rmq_be32(p) != 0)
         goto slow;
     if ((dup = rb_has_duplicate_keys(out)) != 0) {
         rb_body_free(out);
@@ -840,24 +806,6 @@ slow:
 }
 
 /* ---------------------------------------------------------------- route requests */
-
-static inline int32_t be32(const uint8_t *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
-static inline int16_t be16(const uint8_t *p)
-{
-    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
-}
-
-static inline void put_be32(char *p, uint32_t v)
-{
-    p[0] = (char)(v >> 24);
-    p[1] = (char)(v >> 16);
-    p[2] = (char)(v >> 8);
-    p[3] = (char)v;
-}
 
 /* acceptStandardJsonOnly as codec.pxi's _is_true reads it: "true" in any ASCII
  * case (non-ASCII values: slow, -1). */
@@ -1010,7 +958,7 @@ static int rq_json(cur p, cur end, rq_route *out)
     } while (more);
     if (ws(p, end) != end)
         return 0;
-    return code == 105 && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
+    return code == RMQ_GET_ROUTEINFO_BY_TOPIC && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
 }
 
 static int rq_binary(cur d, size_t n, rq_route *out)
@@ -1019,16 +967,16 @@ static int rq_binary(cur d, size_t n, rq_route *out)
     int32_t remark_len, ext_len, vlen;
     int16_t klen;
     int seen = 0, which, t;
-    if (n < 21 || be16(d) != 105 || (be32(d + 9) & 3) != 0)
+    if (n < 21 || rmq_be16(d) != RMQ_GET_ROUTEINFO_BY_TOPIC || (rmq_be32(d + 9) & 3) != 0)
         return 0;
-    out->version = be16(d + 3);
-    out->opaque = be32(d + 5);
-    remark_len = be32(d + 13);
+    out->version = rmq_be16(d + 3);
+    out->opaque = rmq_be32(d + 5);
+    remark_len = rmq_be32(d + 13);
     pos = 17;
     if (remark_len < 0 || (size_t)remark_len > n - pos - 4 || !valid_utf8(d + pos, (size_t)remark_len))
         return 0;
     pos += (size_t)remark_len;
-    ext_len = be32(d + pos);
+    ext_len = rmq_be32(d + pos);
     pos += 4;
     /* No ext fields, or bytes after them (the general decoder ignores those): unusual. */
     if (ext_len <= 0 || (size_t)ext_len != n - pos)
@@ -1037,13 +985,13 @@ static int rq_binary(cur d, size_t n, rq_route *out)
     while (pos < end) {
         if (end - pos < 6)
             return 0;
-        klen = be16(d + pos);
+        klen = rmq_be16(d + pos);
         pos += 2;
         if (klen < 0 || (size_t)klen > end - pos - 4 || !valid_utf8(d + pos, (size_t)klen))
             return 0;
         which = rq_ext_key(d + pos, (size_t)klen);
         pos += (size_t)klen;
-        vlen = be32(d + pos);
+        vlen = rmq_be32(d + pos);
         pos += 4;
         if (vlen < 0 || (size_t)vlen > end - pos || !valid_utf8(d + pos, (size_t)vlen))
             return 0;
@@ -1070,7 +1018,7 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
     memset(out, 0, sizeof *out);
     if (n < 4)
         return 0;
-    word = (uint32_t)be32(payload);
+    word = (uint32_t)rmq_be32(payload);
     stype = word >> 24;
     header_len = word & 0xFFFFFF;
     if (header_len != n - 4)                     /* a body, or a header beyond the frame */
@@ -1085,33 +1033,17 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
 
 /* ---- the answer */
 
-static const char JSON_HEAD[] = "{\"code\":0,\"flag\":1,\"language\":\"JAVA\",\"opaque\":";
-static const char JSON_TAIL[] = ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":";
-
-/* Decimal digits of v into buf (at least 12 bytes); returns their count. */
-static size_t fmt_int(char *buf, int64_t v)
-{
-    char tmp[24];
-    size_t i = sizeof tmp, n;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[--i] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        tmp[--i] = '-';
-    n = sizeof tmp - i;
-    memcpy(buf, tmp + i, n);
-    return n;
-}
+/* encode_json_header's pieces (wire.h) for code 0, flag 1 (response), JAVA. */
+static const char JSON_HEAD[] = RMQ_JH_CODE "0" RMQ_JH_FLAG "1" RMQ_JH_LANGUAGE "\"JAVA\"" RMQ_JH_OPAQUE;
+static const char JSON_TAIL[] = RMQ_JH_TAIL;
 
 static size_t rq_header_len(const rq_route *req)
 {
     char digits[24];
     if (req->serialize_type == 1)
         return 21;
-    return sizeof JSON_HEAD - 1 + fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
-           + fmt_int(digits, RQ_CURRENT_VERSION) + 1;
+    return sizeof JSON_HEAD - 1 + rmq_fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
+           + rmq_fmt_int(digits, RMQ_CURRENT_VERSION) + 1;
 }
 
 size_t rq_route_answer_size(const rq_route *req, size_t body_len)
@@ -1126,28 +1058,29 @@ ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
     char *p = out + 8;
     if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
         return -1;
-    put_be32(out, (uint32_t)(size - 4));
-    put_be32(out + 4, ((uint32_t)(req->serialize_type == 1) << 24) | (uint32_t)header_len);
+    rmq_put_be32(out, (uint32_t)(size - 4));
+    rmq_put_be32(out + 4, ((uint32_t)(req->serialize_type == 1) << 24) | (uint32_t)header_len);
     if (req->serialize_type == 1) {
         p[0] = 0;                                 /* code 0 */
         p[1] = 0;
         p[2] = 0;                                 /* JAVA */
-        p[3] = (char)((RQ_CURRENT_VERSION >> 8) & 0xFF);
-        p[4] = (char)(RQ_CURRENT_VERSION & 0xFF);
-        put_be32(p + 5, (uint32_t)req->opaque);
-        put_be32(p + 9, 1);                       /* flag: response */
-        put_be32(p + 13, 0);                      /* no remark */
-        put_be32(p + 17, 0);                      /* no extFields */
+        p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
+        p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
+        rmq_put_be32(p + 5, (uint32_t)req->opaque);
+        rmq_put_be32(p + 9, 1);                       /* flag: response */
+        rmq_put_be32(p + 13, 0);                      /* no remark */
+        rmq_put_be32(p + 17, 0);                      /* no extFields */
         p += 21;
     } else {
         memcpy(p, JSON_HEAD, sizeof JSON_HEAD - 1);
         p += sizeof JSON_HEAD - 1;
-        p += fmt_int(p, req->opaque);
+        p += rmq_fmt_int(p, req->opaque);
         memcpy(p, JSON_TAIL, sizeof JSON_TAIL - 1);
         p += sizeof JSON_TAIL - 1;
-        p += fmt_int(p, RQ_CURRENT_VERSION);
+        p += rmq_fmt_int(p, RMQ_CURRENT_VERSION);
         *p++ = '}';
     }
+    RMQ_ASSERT((size_t)(p - out) == 8 + header_len);
     if (body_len)
         memcpy(p, body, body_len);
     return (ssize_t)size;

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "wire.h"
+
 /* ---- RegisterBrokerBody (JSON form) */
 
 typedef struct {
@@ -44,10 +46,6 @@ int rb_scan_compressed_body(const char *p, size_t n, rb_body *out);
 
 /* ---- GET_ROUTEINFO_BY_TOPIC requests */
 
-/* The version rmq puts in the commands it builds: rmq.protocol.CURRENT_VERSION
- * (scan.pxi refuses to import if they differ). */
-#define RQ_CURRENT_VERSION 409
-
 typedef struct {
     int32_t opaque, version;
     int serialize_type;                    /* 0 JSON, 1 ROCKETMQ */
@@ -56,12 +54,12 @@ typedef struct {
 } rq_route;
 
 /* payload: one frame without its 4-byte length prefix. 1: a GET_ROUTEINFO_BY_TOPIC
- * request (code 105, neither response nor oneway flag, no body) understood
+ * request (RMQ_GET_ROUTEINFO_BY_TOPIC, neither response nor oneway flag, no body) understood
  * completely; 0: anything else or anything unusual. */
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out);
 
 /* Append the complete answer frame (length prefix included): the bytes
- * encode_frame writes for req's response (code 0, JAVA, RQ_CURRENT_VERSION,
+ * encode_frame writes for req's response (code 0, JAVA, RMQ_CURRENT_VERSION,
  * opaque, flag 1, req's serialize type, no remark, no extFields, body).
  * Returns the bytes written, or -1 if cap is too small (or the frame would not
  * fit its int32 length field). */

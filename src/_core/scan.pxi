@@ -42,7 +42,6 @@ cdef extern from "scan.h" nogil:
 
     enum:
         RB_OK, RB_SLOW, RB_NOMEM
-        RQ_CURRENT_VERSION
 
     int rb_scan_register_body(const char* p, size_t n, rb_body* out)
     int rb_scan_compressed_body(const char* p, size_t n, rb_body* out)
@@ -59,11 +58,6 @@ cdef extern from "scan.h" nogil:
     ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
                                   const char* body, size_t body_len)
     size_t rq_route_answer_size(const rq_route* req, size_t body_len)
-
-if RQ_CURRENT_VERSION != CURRENT_VERSION:
-    raise ImportError(f"scan.h RQ_CURRENT_VERSION {RQ_CURRENT_VERSION} differs from "
-                      f"rmq.protocol.CURRENT_VERSION {CURRENT_VERSION}")
-
 
 cdef int rb_scan_view(const Py_buffer* view, rb_body* out) except -2:
     cdef int rc

@@ -3,6 +3,7 @@
 # Checked against the built module by stubtest (tests/test_typing.py):
 #   python -m mypy.stubtest rmq._core --allowlist stubtest-allowlist.txt
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any, ClassVar, final
 
 from typing_extensions import Buffer, Self
@@ -48,9 +49,8 @@ class RemotingCommand:
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
 
-def _rebuild_command(code: int, language: str, version: int, opaque: int, flag: int,
-                     remark: str | None, ext_fields: dict[str, str] | None, body: bytes,
-                     stype: str) -> RemotingCommand: ...
+# rmq._wire.rebuild_command bound to this class (unpickling)
+_rebuild_command: partial[RemotingCommand]
 def decode_frame(data: Buffer, max_frame_length: int = ...) -> RemotingCommand: ...
 def encode_frame(cmd: RemotingCommand) -> bytes: ...
 

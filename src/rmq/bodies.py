@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from rmq._impl import core
+from rmq._wire import broker_data
 from rmq.errors import BodyError
-from rmq.fallback.bodies import broker_data
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

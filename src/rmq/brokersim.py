@@ -25,7 +25,7 @@ class SimRegistrar(BrokerRegistrar):
 
     async def tick(self):
         if self.bump:       # the table unchanged: its encoded JSON is reused
-            self._next_version()
+            self._table.next_version()
         return await super().tick()
 
 

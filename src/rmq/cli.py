@@ -254,7 +254,7 @@ def _add_admin_parser(sub):
 
 def _add_trace_parser(sub):
     # rmq.analyze imports pyspark only when run: it says itself when pyspark is missing
-    from rmq import analyze, synth
+    from rmq.trace import analyze, synth
     p = sub.add_parser("trace", help="analyze recorded traffic with Spark; synthesize traces")
     verbs = p.add_subparsers(dest="verb", required=True)
     a = verbs.add_parser("analyze", help="decode traces and pcaps with Spark (needs a JDK 17+): "

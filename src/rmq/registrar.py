@@ -9,9 +9,8 @@ on a period, asking QUERY_DATA_VERSION (322) first when ``force_register`` is of
 sends the 5.x light heartbeat (BROKER_HEARTBEAT, 904) when asked; splits a large
 table over several requests; and unregisters (104) everywhere on stop.
 
-The body is encoded once per DataVersion and reused for every NameServer and every
-period until the table changes: a 10,000-topic table costs its encoding and CRC
-once, not per NameServer.
+One piece per concern: TopicTable (bodies), RegisterResult and _data_changed (answers),
+NameServers (connections), BrokerRegistrar (requests, merged results, periodic tasks).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmq import bodies
@@ -65,6 +64,84 @@ class RegistrationError(RmqError):
         self.errors = errors
 
 
+class TopicTable:
+    """The topic table ({name: TopicConfig dict}) and its DataVersion (Java's
+    TopicConfigSerializeWrapper), and the RegisterBrokerBody bodies made of them, kept
+    until :meth:`update` or a new DataVersion: encoding the table is most of what a
+    registration costs the broker, and no NameServer or period changes the bytes."""
+
+    def __init__(self, broker_name: str, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
+                 data_version: Mapping[str, Any] | None, filter_servers: list[str]) -> None:
+        self.broker_name = broker_name          # for the log
+        self.filter_servers = filter_servers
+        self.data_version: dict[str, Any] = {"counter": 0, "timestamp": _now_ms()}
+        self.update(topics, self.data_version if data_version is None else data_version)
+
+    def update(self, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
+               data_version: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(topics, dict):
+            topics = {tc["topicName"]: tc for tc in topics}
+        for name, tc in topics.items():
+            if not isinstance(tc, dict) or tc.get("topicName", name) != name:
+                raise ValueError(f"topic {name!r}: expected a TopicConfig dict with that "
+                                 f"topicName, got {tc!r}")
+        self.topics = dict(topics)
+        self._json: bytes | None = None         # the table's JSON, made when first needed
+        self._encoded: tuple[tuple[Any, ...], list[tuple[bytes, int]]] | None = None  # key, chunks
+        if data_version is not None:
+            self.data_version = dict(data_version)
+        else:
+            self.next_version()
+
+    def next_version(self) -> None:
+        # DataVersion.nextVersion: counter + 1, timestamp now (5.x: stateVersion 0).
+        dv = self.data_version
+        self.data_version = dict(dv, counter=dv.get("counter", 0) + 1, timestamp=_now_ms())
+
+    def chunks(self, compressed: bool, split: bool = False, split_size: int = SPLIT_REGISTRATION_SIZE,
+               max_body: int = DEFAULT_MAX_FRAME_LENGTH - _HEADER_ROOM) -> list[tuple[bytes, int]]:
+        """The encoded bodies to send, with their CRC32s. One body with the current
+        DataVersion, encoded once and reused until the table changes; or, with
+        ``split`` (or a body longer than ``max_body``), one body per ``split_size``
+        topics plus a last one with the rest (maybe none), each with the DataVersion
+        moved on first, as Java's registerBrokerAll does: every chunk is then news
+        to the NameServer and is applied."""
+        key = (compressed, self.data_version.get("counter"), self.data_version.get("timestamp"))
+        if not split:
+            if self._encoded is not None and self._encoded[0] == key:
+                return self._encoded[1]
+            body = self._encode(None, compressed)
+            if len(body) <= max_body:
+                self._encoded = (key, [(body, body_crc32(body))])
+                return self._encoded[1]
+            log.info("broker %s: %d topics do not fit in one %d-byte frame: registering them "
+                     "in parts of %d", self.broker_name, len(self.topics), max_body + _HEADER_ROOM,
+                     split_size)
+        configs = list(self.topics.values())
+        full = len(configs) - len(configs) % split_size     # the rest, maybe none, goes last
+        out: list[bytes] = []
+        for i in range(0, full + 1, split_size):
+            self.next_version()
+            out.append(self._encode(configs[i:i + split_size], compressed))
+        return [(body, body_crc32(body)) for body in out]
+
+    def _encode(self, part: list[Any] | None, compressed: bool) -> bytes:
+        """RegisterBrokerBody of ``part`` of the table's configs (None: the whole table)."""
+        if part is None and not compressed:
+            # What encode_register_broker_body writes, with the table's JSON kept
+            # until the table changes: a new DataVersion alone (broker-sim --bump)
+            # costs a join (tests/test_broker.py checks the bytes).
+            if self._json is None:
+                self._json = bodies.json_dumps(self.topics)
+            return b"".join((b'{"filterServerList":', bodies.json_dumps(list(self.filter_servers)),
+                             b',"topicConfigSerializeWrapper":{"dataVersion":',
+                             bodies.json_dumps(self.data_version), b',"topicConfigTable":',
+                             self._json, b"}}"))
+        body = bodies.register_broker_body(list(self.topics.values()) if part is None else part,
+                                           self.data_version, self.filter_servers)
+        return bodies.encode_register_broker_body(body, compressed=compressed)
+
+
 @dataclasses.dataclass
 class RegisterResult:
     """One NameServer's answer to REGISTER_BROKER (Java: RegisterBrokerResult)."""
@@ -72,6 +149,81 @@ class RegisterResult:
     master_addr: str | None = None
     ha_server_addr: str | None = None
     kv_table: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_answer(cls, addr: str, resp: RemotingCommand) -> RegisterResult:
+        if resp.code != ResponseCode.SUCCESS:
+            raise ResponseError(resp.code, resp.remark, addr, RequestCode.REGISTER_BROKER)
+        ext = resp.ext_fields or {}
+        return cls(addr, ext.get("masterAddr") or None, ext.get("haServerAddr") or None,
+                   bodies.decode_kv_table(resp.body) if resp.body else {})
+
+
+def _data_changed(resp: RemotingCommand, data_version: Mapping[str, Any]) -> bool:
+    """Whether a QUERY_DATA_VERSION answer says "changed" or carries a DataVersion not
+    equal to ``data_version`` (DataVersion.equals: counter, timestamp, stateVersion)."""
+    if resp.code != ResponseCode.SUCCESS:
+        return False                    # Java: changed stays false on another code
+    theirs = bodies.decode_data_version(resp.body) if resp.body else data_version
+    return ((resp.ext_fields or {}).get("changed") == "true"
+            or any(theirs.get(k, 0) != data_version.get(k, 0)
+                   for k in ("counter", "timestamp", "stateVersion")))
+
+
+class NameServers:
+    """The NameServers of a namesrvAddr list and the connections to them."""
+
+    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int) -> None:
+        self.addrs = split_addresses(namesrv_addr)
+        self._client = client
+        self._own_client = client is None
+        self._max_frame = max_frame
+
+    async def ask(self, request: Callable[[], RemotingCommand], timeout: float, failed: str, *,
+                  read: Callable[[str, RemotingCommand], _T] | None = None,
+                  call_timeout: float | None = None, level: int = logging.WARNING,
+                  addrs: Iterable[str] | None = None
+                  ) -> tuple[dict[str, _T | None], dict[str, BaseException]]:
+        """``request()`` to every NameServer (or ``addrs``) at once, each in ``call_timeout``,
+        all in ``timeout``: ({addr: read(addr, answer), None when oneway}, {addr: exception,
+        logged as "``failed`` addr failed: e"}). Nothing outlives it, even cancelled."""
+        async def one(addr: str) -> _T | None:
+            if self._client is None:    # made when first needed; closed by close() unless given
+                self._client = RemotingClient(max_frame_length=self._max_frame)
+            cmd = request()
+            if cmd.is_oneway:
+                await self._client.invoke_oneway(addr, cmd, call_timeout or timeout)
+                return None
+            resp = await self._client.invoke(addr, cmd, call_timeout or timeout)
+            return None if read is None else read(addr, resp)
+
+        tasks = {addr: asyncio.ensure_future(one(addr))
+                 for addr in (self.addrs if addrs is None else addrs)}
+        if not tasks:
+            return {}, {}
+        try:
+            await asyncio.wait(tasks.values(), timeout=timeout)
+        finally:
+            late = [t for t in tasks.values() if not t.done()]
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        results: dict[str, _T | None] = {}
+        errors: dict[str, BaseException] = {}
+        for addr, t in tasks.items():
+            e = (RemotingError(f"no answer within {timeout:g} s", addr) if t.cancelled()
+                 else t.exception())
+            if e is None:
+                results[addr] = t.result()
+            else:
+                errors[addr] = e
+                log.log(level, "%s %s failed: %s", failed, addr, e)
+        return results, errors
+
+    async def close(self) -> None:
+        if self._own_client and self._client is not None:
+            await self._client.close()
+            self._client = None
 
 
 class BrokerRegistrar:
@@ -112,7 +264,8 @@ class BrokerRegistrar:
                  client: RemotingClient | None = None,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  on_results: Callable[[list[RegisterResult]], object] | None = None) -> None:
-        self.namesrv_addrs = split_addresses(namesrv_addr)
+        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length)
+        self.namesrv_addrs = self._namesrvs.addrs
         self.cluster = cluster
         self.broker_name = broker_name
         self.broker_id = int(broker_id)
@@ -138,109 +291,28 @@ class BrokerRegistrar:
         self.version = version
         self.max_frame_length = max_frame_length
         self.on_results = on_results
-        self._client = client
-        self._own_client = client is None
-        self._topics: dict[str, Any] = {}
-        self._table_blob: bytes | None = None  # the topicConfigTable's JSON, once needed
-        self._data_version: dict[str, Any] = None  # type: ignore[assignment]  # update_topics sets it
-        # (key, [(body, crc32)]) for the current table
-        self._encoded: tuple[tuple[Any, ...], list[tuple[bytes, int]]] | None = None
+        self._table = TopicTable(broker_name, topics or {}, data_version, self.filter_servers)
         self._tasks: list[asyncio.Task[None]] = []
         self.last_results: list[RegisterResult] = []
-        self.update_topics(topics or {}, data_version)
 
     # ------------------------------------------------------------ the table
 
     @property
     def topics(self) -> dict[str, Any]:
         """The topic table: {name: TopicConfig dict} (a copy)."""
-        return dict(self._topics)
+        return dict(self._table.topics)
 
     @property
     def data_version(self) -> dict[str, Any]:
-        return dict(self._data_version)
+        return dict(self._table.data_version)
 
     def update_topics(self, topics: dict[str, Any] | Iterable[Mapping[str, Any]],
                       data_version: Mapping[str, Any] | None = None) -> None:
-        """Replace the topic table (change it only through here: its encoding is
-        kept until then). Without ``data_version`` the DataVersion moves on
-        (counter + 1, timestamp now) as Java's nextVersion does."""
-        if not isinstance(topics, dict):
-            topics = {tc["topicName"]: tc for tc in topics}
-        for name, tc in topics.items():
-            if not isinstance(tc, dict) or tc.get("topicName", name) != name:
-                raise ValueError(f"topic {name!r}: expected a TopicConfig dict with that "
-                                 f"topicName, got {tc!r}")
-        self._topics = dict(topics)
-        self._table_blob = None         # encoded again on the next registration
-        if data_version is not None:
-            self._data_version = dict(data_version)
-        elif self._data_version is None:
-            self._data_version = {"counter": 0, "timestamp": _now_ms()}
-        else:
-            self._next_version()
-        self._encoded = None
-
-    def _chunks(self, compressed: bool) -> list[tuple[bytes, int]]:
-        """The encoded bodies to send, with their CRC32s. One body with the current
-        DataVersion, encoded once and reused until the table changes; or, with
-        split registration (or a table too big for one frame), one body per
-        ``split_size`` topics plus a last one with the rest (maybe none), each with
-        the DataVersion moved on first, as Java's registerBrokerAll does: every
-        chunk is then news to the NameServer and is applied."""
-        key = (compressed, self._data_version.get("counter"), self._data_version.get("timestamp"))
-        if not self.split_registration:
-            if self._encoded is not None and self._encoded[0] == key:
-                return self._encoded[1]
-            body = self._encode(self._topics, compressed)
-            if len(body) <= self.max_frame_length - _HEADER_ROOM:
-                self._encoded = (key, [(body, body_crc32(body))])
-                return self._encoded[1]
-            log.info("broker %s: %d topics do not fit in one %d-byte frame: registering "
-                     "them in parts of %d", self.broker_name, len(self._topics),
-                     self.max_frame_length, self.split_size)
-        configs = list(self._topics.values())
-        full = len(configs) - len(configs) % self.split_size
-        parts = [configs[i:i + self.split_size] for i in range(0, full, self.split_size)]
-        parts.append(configs[full:])
-        out: list[tuple[bytes, int]] = []
-        for part in parts:
-            self._next_version()
-            body = self._encode(part, compressed)
-            out.append((body, body_crc32(body)))
-        return out
-
-    def _encode(self, configs: dict[str, Any] | list[Any], compressed: bool) -> bytes:
-        """RegisterBrokerBody of ``configs`` (the table, or a list of its configs)."""
-        if isinstance(configs, dict) and not compressed:
-            # What encode_register_broker_body writes, with the table's JSON kept
-            # until the table changes: a new DataVersion alone (broker-sim --bump)
-            # costs a join (tests/test_broker.py checks the bytes).
-            return b"".join((b'{"filterServerList":', bodies.json_dumps(list(self.filter_servers)),
-                             b',"topicConfigSerializeWrapper":{"dataVersion":',
-                             bodies.json_dumps(self._data_version), b',"topicConfigTable":',
-                             self._table_json(), b"}}"))
-        if isinstance(configs, dict):
-            configs = list(configs.values())
-        body = bodies.register_broker_body(configs, self._data_version, self.filter_servers)
-        return bodies.encode_register_broker_body(body, compressed=compressed)
-
-    def _table_json(self) -> bytes:
-        if self._table_blob is None:
-            self._table_blob = bodies.json_dumps(self._topics)
-        return self._table_blob
-
-    def _next_version(self) -> None:
-        # DataVersion.nextVersion: counter + 1, timestamp now (5.x: stateVersion 0).
-        dv = self._data_version
-        self._data_version = dict(dv, counter=dv.get("counter", 0) + 1, timestamp=_now_ms())
+        """Replace the topic table (only through here: its encoding is kept until then).
+        Without ``data_version`` the DataVersion moves on, as Java's nextVersion."""
+        self._table.update(topics, data_version)
 
     # ------------------------------------------------------------ requests
-
-    def _remoting_client(self) -> RemotingClient:
-        if self._client is None:
-            self._client = RemotingClient(max_frame_length=self.max_frame_length)
-        return self._client
 
     def _identity(self) -> dict[str, str]:
         return {"brokerAddr": self.broker_addr, "brokerId": str(self.broker_id),
@@ -248,29 +320,14 @@ class BrokerRegistrar:
 
     def _register_command(self, body: bytes, crc: int, compressed: bool,
                           oneway: bool) -> RemotingCommand:
-        ext = self._identity()
-        ext["haServerAddr"] = self.ha_server_addr
-        ext["compressed"] = "true" if compressed else "false"
-        ext["bodyCrc32"] = str(crc)
+        ext = dict(self._identity(), haServerAddr=self.ha_server_addr,
+                   compressed="true" if compressed else "false", bodyCrc32=str(crc))
         if self.enable_acting_master is not None:
             ext["enableActingMaster"] = "true" if self.enable_acting_master else "false"
         if self.heartbeat_timeout_ms is not None:
             ext["heartbeatTimeoutMillis"] = str(int(self.heartbeat_timeout_ms))
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
                                        version=self.version)
-
-    async def _register_one(self, addr: str, body: bytes, crc: int, compressed: bool,
-                            oneway: bool, timeout: float) -> RegisterResult | None:
-        cmd = self._register_command(body, crc, compressed, oneway)
-        if oneway:
-            await self._remoting_client().invoke_oneway(addr, cmd, timeout)
-            return None
-        resp = await self._remoting_client().invoke(addr, cmd, timeout)
-        if resp.code != ResponseCode.SUCCESS:
-            raise ResponseError(resp.code, resp.remark, addr, RequestCode.REGISTER_BROKER)
-        ext = resp.ext_fields or {}
-        return RegisterResult(addr, ext.get("masterAddr") or None, ext.get("haServerAddr") or None,
-                              bodies.decode_kv_table(resp.body) if resp.body else {})
 
     async def register_broker_all(self, *, oneway: bool | None = None, compressed: bool | None = None,
                                   addrs: Sequence[str] | None = None) -> list[RegisterResult]:
@@ -285,33 +342,33 @@ class BrokerRegistrar:
         compressed = self.compressed if compressed is None else bool(compressed)
         if addrs is not None and not addrs:
             raise ValueError("register_broker_all(addrs=...): no address given")
-        chunks = self._chunks(compressed)
+        chunks = self._table.chunks(compressed, self.split_registration, self.split_size,
+                                    self.max_frame_length - _HEADER_ROOM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.register_timeout
         results: dict[str, RegisterResult | None] = {}
         errors: dict[str, BaseException] = {}
         for body, crc in chunks:
             timeout = max(deadline - loop.time(), 0.001)
-            pending = [a for a in (self.namesrv_addrs if addrs is None else addrs)
-                       if a not in errors]
+            pending = [a for a in addrs or self.namesrv_addrs if a not in errors]
             if not pending:
                 break
-            got, failed = await self._each(
-                lambda addr: self._register_one(addr, body, crc, compressed, oneway, timeout),
-                pending, timeout)
-            for addr, e in failed.items():
-                errors.setdefault(addr, e)
+            got, failed = await self._namesrvs.ask(
+                lambda: self._register_command(body, crc, compressed, oneway), timeout,
+                f"register broker {self.broker_name} to name server",
+                read=RegisterResult.from_answer, addrs=pending)
+            errors.update(failed)       # pending leaves out those that failed before
             results.update(got)
-        for addr in errors:
-            results.pop(addr, None)
-            log.warning("register broker %s to name server %s failed: %s", self.broker_name,
-                        addr, errors[addr])
+        # a NameServer that failed any part counts as failed
+        return self._merge({a: r for a, r in results.items() if a not in errors}, errors, oneway)
+
+    def _merge(self, results: dict[str, RegisterResult | None], errors: dict[str, BaseException],
+               oneway: bool) -> list[RegisterResult]:
+        """A round's results logged and kept (none at all: RegistrationError)."""
         if not results:
-            hint = ""
-            if len(self._topics) == 1:
-                hint = (" (a NameServer refuses a broker's first registration when its table "
-                        "has exactly one topic: add the broker's system topics, "
-                        "rmq.bodies.broker_system_topics)")
+            hint = (" (a NameServer refuses a broker's first registration when its table has "
+                    "exactly one topic: add the broker's system topics, "
+                    "rmq.bodies.broker_system_topics)") if len(self._table.topics) == 1 else ""
             raise RegistrationError(
                 f"register broker {self.broker_name} ({self.broker_addr}): no name server "
                 f"answered: " + "; ".join(f"{a}: {e}" for a, e in errors.items()) + hint,
@@ -326,91 +383,44 @@ class BrokerRegistrar:
                 self.on_results(ok)
         return ok
 
-    async def _each(self, call: Callable[[str], Coroutine[Any, Any, _T]],
-                    addrs: Iterable[str] | None = None, timeout: float | None = None
-                    ) -> tuple[dict[str, _T], dict[str, BaseException]]:
-        """Run ``call(addr)`` for every NameServer (or those of ``addrs``) at once,
-        within ``timeout`` (register_timeout) overall; returns ({addr: result},
-        {addr: exception}). Nothing outlives it, not even when it is cancelled."""
-        timeout = self.register_timeout if timeout is None else timeout
-        tasks = {addr: asyncio.ensure_future(call(addr))
-                 for addr in (self.namesrv_addrs if addrs is None else addrs)}
-        if not tasks:
-            return {}, {}
-        try:
-            await asyncio.wait(tasks.values(), timeout=timeout)
-        finally:
-            late = [t for t in tasks.values() if not t.done()]
-            for t in late:
-                t.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        results: dict[str, _T] = {}
-        errors: dict[str, BaseException] = {}
-        for addr, t in tasks.items():
-            if t.cancelled():
-                errors[addr] = RemotingError(f"no answer within {timeout:g} s", addr)
-            elif t.exception() is not None:
-                errors[addr] = t.exception()  # type: ignore[assignment]  # not None here
-            else:
-                results[addr] = t.result()
-        return results, errors
-
     async def need_register(self) -> list[str]:
         """QUERY_DATA_VERSION to every NameServer: the addresses of those whose data
         differs from this broker's DataVersion (empty: none), in namesrvAddr order.
         One that fails to answer counts as changed, as in Java; one that answers
         another code does not (Java adds nothing for it)."""
-        dv_body = bodies.encode_data_version(self._data_version)
-        deadline = asyncio.get_running_loop().time() + self.register_timeout
-
-        async def query(addr: str) -> bool:
-            cmd = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
-                                          dv_body, version=self.version)
-            remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
-            resp = await self._remoting_client().invoke(addr, cmd, remaining)
-            if resp.code != ResponseCode.SUCCESS:
-                return False            # Java: changed stays false on another code
-            changed = (resp.ext_fields or {}).get("changed") == "true"
-            if resp.body:
-                theirs = bodies.decode_data_version(resp.body)
-                if not _same_data_version(theirs, self._data_version):
-                    changed = True
-            return changed
-
-        results, errors = await self._each(query)
-        for addr, e in errors.items():
-            log.warning("query data version from name server %s failed: %s", addr, e)
+        dv = self._table.data_version
+        dv_body = bodies.encode_data_version(dv)
+        results, errors = await self._namesrvs.ask(
+            lambda: RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._identity(),
+                                            dv_body, version=self.version),
+            self.register_timeout, "query data version from name server",
+            read=lambda addr, resp: _data_changed(resp, dv))
         return [a for a in self.namesrv_addrs if a in errors or results.get(a)]
 
     async def heartbeat_all(self) -> None:
         """BROKER_HEARTBEAT (904), oneway, to every NameServer (5.x light heartbeat)."""
-        async def beat(addr: str) -> None:
-            cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
-                "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
-                "clusterName": self.cluster}, oneway=True, version=self.version)
-            await self._remoting_client().invoke_oneway(addr, cmd, HEARTBEAT_TIMEOUT)
-        _, errors = await self._each(beat)
-        for addr, e in errors.items():
-            log.debug("heartbeat to name server %s failed: %s", addr, e)
+        await self._namesrvs.ask(lambda: RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {
+            "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
+            "clusterName": self.cluster}, oneway=True, version=self.version),
+            self.register_timeout, "heartbeat to name server", call_timeout=HEARTBEAT_TIMEOUT,
+            level=logging.DEBUG)
 
     async def unregister_broker_all(self) -> dict[str, BaseException | None]:
         """UNREGISTER_BROKER (104) to every NameServer at once; failures are logged.
         Returns {addr: None or the exception}."""
-        async def unregister(addr: str) -> None:
-            cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
-                                          version=self.version)
-            resp = await self._remoting_client().invoke(addr, cmd, UNREGISTER_TIMEOUT)
+        def unregistered(addr: str, resp: RemotingCommand) -> None:
             if resp.code != ResponseCode.SUCCESS:
                 raise ResponseError(resp.code, resp.remark, addr, RequestCode.UNREGISTER_BROKER)
             log.info("unregister broker %s from name server %s OK", self.broker_name, addr)
 
-        results, errors = await self._each(unregister)
-        for addr, e in errors.items():
-            log.warning("unregister broker %s from name server %s failed: %s",
-                        self.broker_name, addr, e)
+        _, errors = await self._namesrvs.ask(
+            lambda: RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._identity(),
+                                            version=self.version),
+            self.register_timeout, f"unregister broker {self.broker_name} from name server",
+            read=unregistered, call_timeout=UNREGISTER_TIMEOUT)
         return {addr: errors.get(addr) for addr in self.namesrv_addrs}
 
-    # ------------------------------------------------------------ the periodic task
+    # ------------------------------------------------------------ the periodic tasks
 
     async def start(self) -> list[RegisterResult]:
         """Register now (sync, forced, as BrokerController.start), then every period;
@@ -423,10 +433,11 @@ class BrokerRegistrar:
         except BaseException:
             await self.stop(unregister=False)       # closes the client it made
             raise
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._periodically()))
+        self._tasks.append(asyncio.create_task(self._periodically()))
         if self.light_heartbeat:
-            self._tasks.append(loop.create_task(self._heartbeats()))
+            self._tasks.append(asyncio.create_task(_repeat(
+                self.heartbeat_all, min(1.0, self.heartbeat_interval), self.heartbeat_interval,
+                lambda e: log.debug("heartbeat round failed: %s", e), fixed_rate=False)))
         return results
 
     async def tick(self) -> list[RegisterResult] | None:
@@ -443,30 +454,9 @@ class BrokerRegistrar:
             return None
         return await self.register_broker_all(addrs=changed)
 
-    async def _periodically(self) -> None:
-        await asyncio.sleep(self.first_delay)
-        while True:
-            started = asyncio.get_running_loop().time()
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:      # logged; the next period tries again
-                log.error("periodic registration of broker %s failed: %s", self.broker_name, e)
-            # At a fixed rate, as scheduleAtFixedRate.
-            elapsed = asyncio.get_running_loop().time() - started
-            await asyncio.sleep(max(self.period - elapsed, 0))
-
-    async def _heartbeats(self) -> None:
-        await asyncio.sleep(min(1.0, self.heartbeat_interval))
-        while True:
-            try:
-                await self.heartbeat_all()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.debug("heartbeat round failed: %s", e)
-            await asyncio.sleep(self.heartbeat_interval)
+    def _periodically(self) -> Coroutine[Any, Any, None]:
+        return _repeat(self.tick, self.first_delay, self.period, lambda e: log.error(
+            "periodic registration of broker %s failed: %s", self.broker_name, e))
 
     async def stop(self, unregister: bool = True) -> dict[str, BaseException | None] | None:
         """Stop the periodic tasks and, unless told not to, unregister everywhere."""
@@ -475,13 +465,9 @@ class BrokerRegistrar:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         try:
-            if unregister:
-                return await self.unregister_broker_all()
-            return None
+            return await self.unregister_broker_all() if unregister else None
         finally:
-            if self._own_client and self._client is not None:
-                await self._client.close()
-                self._client = None
+            await self._namesrvs.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -491,9 +477,19 @@ class BrokerRegistrar:
         await self.stop()
 
 
-def _same_data_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    # DataVersion.equals: counter, timestamp and (5.x) stateVersion.
-    return all(a.get(k, 0) == b.get(k, 0) for k in ("counter", "timestamp", "stateVersion"))
+async def _repeat(call: Callable[[], Awaitable[object]], first_delay: float, period: float,
+                  failed: Callable[[Exception], object], fixed_rate: bool = True) -> None:
+    """``call()`` after ``first_delay``, then every ``period`` (at a fixed rate as
+    scheduleAtFixedRate, or after each call) until cancelled; failures go to ``failed``."""
+    await asyncio.sleep(first_delay)
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        try:
+            await call()
+        except Exception as e:          # not CancelledError: that one ends the loop
+            failed(e)
+        await asyncio.sleep(max(period - (loop.time() - started), 0) if fixed_rate else period)
 
 
 def _now_ms() -> int:

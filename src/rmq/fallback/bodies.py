@@ -17,11 +17,20 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from rmq._wire import (
+    DEFAULT_MAX_INFLATED,
+    INFLATE_CHUNK,
+    MAX_INFLATE_RATIO,
+    MIN_INFLATE_LIMIT,
+    broker_data,
+    decode_inflated,
+    encode_compressed_body,
+    inflate_limit,
+)
 from rmq.errors import BodyError
 from rmq.protocol import MAX_JSON_DEPTH
 
@@ -32,18 +41,8 @@ __all__ = [
     "json_loads", "json_dumps",
     "decode_register_broker_body", "encode_register_broker_body",
     "encode_topic_route_data",
-    "DEFAULT_MAX_INFLATED",
+    "DEFAULT_MAX_INFLATED", "MAX_INFLATE_RATIO", "MIN_INFLATE_LIMIT", "INFLATE_CHUNK",
 ]
-
-#: Upper bound for an inflated compressed body: a bomb must not exhaust memory.
-# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
-# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
-# topic tables compress 15-20 times (bench/README.md), a bomb a thousand times; the
-# inflated bytes are the peak a bomb can cost before it is refused.
-DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
-MAX_INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 1024 * 1024
-INFLATE_CHUNK = 1024 * 1024
 
 # A JSON string (kept as is) or an unquoted integer key after '{' or ','.
 _LEGACY_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,][ \t\n\r]*)(-?[0-9]+)([ \t\n\r]*:)')
@@ -164,7 +163,7 @@ def _is_zlib(data: bytes) -> bool:
 def _inflate(data: bytes, max_inflated: int) -> bytes:
     # In chunks, so that a bomb is refused having cost at most the limit (one call
     # with the limit as max_length would hold the inflated bytes twice).
-    max_inflated = min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * len(data)))
+    max_inflated = inflate_limit(len(data), max_inflated)
     d = zlib.decompressobj()
     chunks = []
     total = 0
@@ -188,96 +187,8 @@ def _inflate(data: bytes, max_inflated: int) -> bytes:
     return b"".join(chunks)
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def int32(self, what: str) -> int:
-        if len(self.data) - self.pos < 4:
-            raise BodyError(f"compressed body truncated reading {what} at byte {self.pos}")
-        v: int
-        (v,) = struct.unpack_from(">i", self.data, self.pos)
-        self.pos += 4
-        return v
-
-    def chunk(self, what: str) -> bytes:
-        n = self.int32(what + " length")
-        if n < 0 or n > len(self.data) - self.pos:
-            raise BodyError(f"compressed body: {what} length {n} exceeds the "
-                            f"{len(self.data) - self.pos} bytes left")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-
-def _parse_int(s: str, what: str) -> int:
-    # Java's Integer.parseInt: optional sign, digits only, int32.
-    if not re.fullmatch(r"[+-]?[0-9]+", s):
-        raise BodyError(f"compressed topic config: {what} is not an integer: {s!r}")
-    v = int(s)
-    if not -(1 << 31) <= v < (1 << 31):
-        raise BodyError(f"compressed topic config: {what} out of int32 range: {s}")
-    return v
-
-
-def _decode_topic_config_line(raw: bytes) -> dict[str, Any]:
-    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]".
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BodyError(f"compressed topic config is not valid UTF-8: {raw[:64]!r}") from None
-    parts = line.split(" ")
-    while parts and parts[-1] == "":    # Java's String.split drops trailing empty fields
-        parts.pop()
-    if len(parts) < 5:
-        raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
-    tc: dict[str, Any] = {}
-    if len(parts) >= 6:
-        attrs = json_loads(parts[5].encode("utf-8"))
-        if not isinstance(attrs, dict):
-            raise BodyError(f"compressed topic config attributes are not an object: {parts[5][:100]!r}")
-        tc["attributes"] = attrs
-    tc["order"] = False
-    tc["perm"] = _parse_int(parts[3], "perm")
-    tc["readQueueNums"] = _parse_int(parts[1], "readQueueNums")
-    tc["topicFilterType"] = parts[4]
-    tc["topicName"] = parts[0]
-    tc["topicSysFlag"] = 0
-    tc["writeQueueNums"] = _parse_int(parts[2], "writeQueueNums")
-    return tc
-
-
 def _decode_compressed(data: bytes, max_inflated: int) -> dict[str, Any]:
-    r = _Reader(_inflate(data, max_inflated))
-    wrapper = {"dataVersion": json_loads(r.chunk("dataVersion"))}
-    n = r.int32("topic count")
-    if n < 0 or n > (len(r.data) - r.pos) // 4:
-        raise BodyError(f"compressed body: topic count {n} exceeds what the body can hold")
-    table: dict[str, Any] = {}
-    for _ in range(n):
-        tc = _decode_topic_config_line(r.chunk("topic config"))
-        table[tc["topicName"]] = tc
-    wrapper["topicConfigTable"] = table
-    filter_servers = json_loads(r.chunk("filterServerList"))
-    if len(r.data) - r.pos >= 4:        # 5.x brokers append topic queue mappings
-        m = r.int32("mapping count")
-        if m < 0 or m > (len(r.data) - r.pos) // 4:
-            raise BodyError(f"compressed body: mapping count {m} exceeds what the body can hold")
-        mappings: dict[str, Any] = {}
-        for _ in range(m):
-            info = json_loads(r.chunk("topic queue mapping"))
-            if not isinstance(info, dict):
-                raise BodyError("compressed body: topic queue mapping is not an object")
-            topic = info.get("topic")
-            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
-                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
-                                f"{topic!r:.80}")
-            mappings[topic] = info
-        wrapper["topicQueueMappingInfoMap"] = mappings
-    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+    return decode_inflated(json_loads, _inflate(data, max_inflated))
 
 
 def decode_register_broker_body(data: Buffer, max_inflated: int = DEFAULT_MAX_INFLATED
@@ -293,59 +204,12 @@ def decode_register_broker_body(data: Buffer, max_inflated: int = DEFAULT_MAX_IN
     return body
 
 
-def _int32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
 def encode_register_broker_body(body: dict[str, Any], compressed: bool = False) -> bytes:
     """Encode a RegisterBrokerBody dict: JSON as given, or Java's compressed form."""
-    if not compressed:
-        return json_dumps(body)
-    wrapper = body.get("topicConfigSerializeWrapper") or {}
-    dv = json_dumps(wrapper.get("dataVersion") or {})
-    table = wrapper.get("topicConfigTable") or {}
-    out = [_int32(len(dv)), dv, _int32(len(table))]
-    for tc in table.values():
-        line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
-                         str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
-                         str(tc.get("topicFilterType", "SINGLE_TAG"))))
-        if tc.get("attributes") is not None:
-            line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
-        b = line.encode("utf-8")
-        out += (_int32(len(b)), b)
-    fsl = json_dumps(body.get("filterServerList") or [], legacy=True)
-    out += (_int32(len(fsl)), fsl)
-    mappings = wrapper.get("topicQueueMappingInfoMap")
-    if mappings is not None:
-        out.append(_int32(len(mappings)))
-        for info in mappings.values():
-            b = json_dumps(info, legacy=True)
-            out += (_int32(len(b)), b)
-    return zlib.compress(b"".join(out), 9)
+    return encode_compressed_body(body, json_dumps) if compressed else json_dumps(body)
 
 
 # ---------------------------------------------------------------- TopicRouteData
-
-def _sorted_addrs(addrs: Mapping[Any, Any], legacy: bool) -> dict[int, Any]:
-    # Both forms list broker ids in ascending order: the standard form sorts map
-    # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
-    return {k: v for k, v in sorted(((int(k), v) for k, v in addrs.items()),
-                                    key=lambda kv: kv[0])}
-
-
-def broker_data(bd: Mapping[str, Any], legacy: bool = False) -> dict[str, Any]:
-    """A BrokerData dict as Java writes it: field order, and the 5.x fields only
-    when present (enableActingMaster) or set (zoneName). The one place these rules
-    live; ClusterInfo (rmq.bodies) uses it too, and _core's wb_broker_data is its
-    compiled twin."""
-    out: dict[str, Any] = {"brokerAddrs": _sorted_addrs(bd.get("brokerAddrs") or {}, legacy),
-           "brokerName": bd.get("brokerName"), "cluster": bd.get("cluster")}
-    if "enableActingMaster" in bd:
-        out["enableActingMaster"] = bool(bd["enableActingMaster"])
-    if bd.get("zoneName") is not None:
-        out["zoneName"] = bd["zoneName"]
-    return out
-
 
 def _queue_data(qd: dict[str, Any]) -> dict[str, Any]:
     # Before 4.9.0 Java spelled it topicSynFlag.

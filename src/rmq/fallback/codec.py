@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
+from rmq._wire import ext_str, language_byte, rebuild_command
 from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
 from rmq.fallback.bodies import nesting_exceeds
 from rmq.protocol import (
@@ -115,11 +117,7 @@ class RemotingCommand:
                 f"ext_fields={self.ext_fields!r} body={len(self.body)}B {self.serialize_type}>")
 
 
-def _rebuild_command(code: int, language: str, version: int, opaque: int, flag: int,
-                     remark: str | None, ext_fields: dict[str, str] | None, body: bytes,
-                     stype: str) -> RemotingCommand:
-    return RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag,
-                           remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
+_rebuild_command = partial(rebuild_command, RemotingCommand)
 
 
 # ---------------------------------------------------------------- decoding
@@ -306,18 +304,6 @@ def _check_int32(name: str, v: object) -> None:
         raise ProtocolError(f"{name} must be an int32, got {v!r}")
 
 
-def _ext_str(key: object, v: object) -> str:
-    if not isinstance(key, str):
-        raise ProtocolError(f"ext field names must be strings, got {key!r}")
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    raise ProtocolError(f"ext field {key!r} must be a string, got {type(v).__name__}")
-
-
 def _json_str(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
@@ -333,7 +319,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     if cmd.ext_fields is not None:
         parts.append(',"extFields":{')
         parts.append(",".join(f"{_json_str(k)}:{_json_str(v)}"
-                              for k, v in ((k, _ext_str(k, v)) for k, v in cmd.ext_fields.items())))
+                              for k, v in ((k, ext_str(k, v)) for k, v in cmd.ext_fields.items())))
         parts.append("}")
     parts += [',"flag":', str(cmd.flag), ',"language":', _json_str(cmd.language),
               ',"opaque":', str(cmd.opaque)]
@@ -348,15 +334,6 @@ def _java_utf8(s: str) -> bytes:
     return s.encode("utf-8", "replace")
 
 
-def _language_byte(language: str) -> int:
-    code = LANGUAGE_CODES.get(language)
-    if code is not None:
-        return code
-    if language.isascii() and language.isdigit() and int(language) < 256:
-        return int(language)
-    return LANGUAGE_CODES["OTHER"]
-
-
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     if not -32768 <= cmd.code <= 32767:
         raise ProtocolError(f"code {cmd.code} does not fit the int16 of a ROCKETMQ header")
@@ -366,13 +343,13 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     ext = bytearray()
     if cmd.ext_fields:
         for k, v in cmd.ext_fields.items():
-            vb = _java_utf8(_ext_str(k, v))
+            vb = _java_utf8(ext_str(k, v))
             kb = _java_utf8(k)
             if len(kb) > 32767:
                 raise ProtocolError(f"ext key of {len(kb)} bytes does not fit an int16 length")
             ext += struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
     return b"".join((
-        _BINARY_FIXED.pack(cmd.code, _language_byte(cmd.language), cmd.version,
+        _BINARY_FIXED.pack(cmd.code, language_byte(cmd.language), cmd.version,
                            cmd.opaque, cmd.flag, len(remark)),
         remark, struct.pack(">i", len(ext)), bytes(ext)))
 

@@ -22,30 +22,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rmq.fallback.trace import TRACE_ROW_FIELDS
-from rmq.protocol import IN, OUT
+from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, IN, OUT
+from rmq.rows import (MAX_WAITING, NO_PAIRING, OPEN, PAIRED_ROW_FIELDS, ROW, SETTLED,
+                      TRACE_ROW_FIELDS)
 
-#: A paired row: a trace row, then its answer's time, code and remark (on a request
-#: answered in the same file), and on requests and answers whether its key must be
-#: paired again across the files (None on other rows).
-PAIRED_ROW_FIELDS = TRACE_ROW_FIELDS + ("answer_time_ns", "answer_code", "answer_remark",
-                                        "pair_open")
+__all__ = ["RequestPairer", "MAX_WAITING", "NO_PAIRING", "PAIRED_ROW_FIELDS"]
 
-#: How many requests may wait for their answers before all of them are let go
-#: unanswered: an input holding only one direction of its connections (a capture
-#: filtered on one port) would otherwise keep every request in memory.
-MAX_WAITING = 65536
-
-_F = {name: i for i, name in enumerate(TRACE_ROW_FIELDS)}
 _TIME, _CONN, _DIRECTION, _CODE, _FLAG, _OPAQUE, _REMARK, _ERROR = (
-    _F["time_ns"], _F["conn"], _F["direction"], _F["code"], _F["flag"], _F["opaque"],
-    _F["remark"], _F["decode_error"])
-_RESPONSE, _ONEWAY = 1, 2
-
-#: The pairing fields of a row that is no request or answer.
-NO_PAIRING = (None, None, None, None)
-_SETTLED = (None, None, None, False)
-_OPEN = (None, None, None, True)
+    ROW["time_ns"], ROW["conn"], ROW["direction"], ROW["code"], ROW["flag"], ROW["opaque"],
+    ROW["remark"], ROW["decode_error"])
 
 
 class RequestPairer:
@@ -78,27 +63,27 @@ class RequestPairer:
                 yield row + NO_PAIRING
                 continue
             direction = row[_DIRECTION]
-            if direction == IN and not flag & _RESPONSE:
+            if direction == IN and not flag & FLAG_RESPONSE:
                 key = (row[_CONN], row[_OPAQUE])
                 before = waiting.pop(key, None)
                 if before is not None:          # its next frame is a request: unanswered
-                    yield before + _SETTLED
-                if flag & _ONEWAY:
-                    yield row + _SETTLED
+                    yield before + SETTLED
+                if flag & FLAG_ONEWAY:
+                    yield row + SETTLED
                     continue
                 if len(waiting) >= max_waiting:
                     for before in waiting.values():
-                        yield before + _SETTLED
+                        yield before + SETTLED
                     waiting.clear()
                 waiting[key] = row
-            elif direction == OUT and flag & _RESPONSE:
+            elif direction == OUT and flag & FLAG_RESPONSE:
                 request = waiting.pop((row[_CONN], row[_OPAQUE]), None)
                 if request is None:
-                    yield row + _OPEN
+                    yield row + OPEN
                     continue
                 yield request + (row[_TIME], row[_CODE], row[_REMARK], False)
-                yield row + _SETTLED
+                yield row + SETTLED
             else:
                 yield row + NO_PAIRING
         for request in waiting.values():
-            yield request + _SETTLED
+            yield request + SETTLED

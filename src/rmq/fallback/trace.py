@@ -1,103 +1,17 @@
 """Trace segment records read straight into analysis rows: the reference for
-``rmq._core.TraceRows``.
-
-A segment (:mod:`rmq.trace`) is a msgpack header map followed by one array per
-frame, ``[time_ns, conn, peer, direction, frame]``. :class:`TraceRows` reads the
-records from an offset (after the header) and yields one flat tuple per frame, in
-the order of :data:`TRACE_ROW_FIELDS`, with the frame's header decoded. A frame that
-does not decode is still a row, with ``decode_error`` set. A record cut by the end of
-the data (a crash while writing) ends the reading; so does a record that is not a
-5-array, by raising TraceError.
+``rmq._core.TraceRows``. The rows and the reading are rmq.rows' (shared with the
+compiled core's fallback for the record forms it leaves); here the frames are decoded
+by this reference's codec.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from rmq.fallback.codec import decode_frame
+from rmq.rows import TRACE_ROW_FIELDS, RecordRows
 
-import msgpack
-
-from rmq.errors import TraceError
-from rmq.fallback.codec import RemotingCommand, decode_frame
-from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
-
-if TYPE_CHECKING:
-    from typing_extensions import Buffer
-
-#: The fields of a row, in order. ``conn`` is ``conn_base + `` the record's
-#: connection id; ``body_len`` and ``frame_len`` are in bytes.
-TRACE_ROW_FIELDS = ("file", "file_index", "record", "time_ns", "conn", "peer", "direction",
-                    "code", "flag", "opaque", "language", "version", "remark", "ext",
-                    "body_len", "frame_len", "decode_error")
+__all__ = ["TRACE_ROW_FIELDS", "TraceRows"]
 
 
-class TraceRows:
-    """Rows of the records of ``data`` (a bytes-like segment) from byte ``start``.
-
-    ``record`` numbers start at ``first_record``. After the iteration: ``offset`` is
-    the end of the last complete record, ``records`` the next record's number, and
-    ``stopped`` "end" (all of the data read) or "cut" (the data ends inside a record:
-    ``len(data) - offset`` bytes are left over)."""
-
-    def __init__(self, data: Buffer, start: int, file: Any, file_index: Any, conn_base: int = 0,
-                 first_record: int = 0, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
-        self._data = memoryview(data).cast("B")
-        if not 0 <= start <= len(self._data):
-            raise ValueError(f"start {start} is outside the {len(self._data)} bytes of data")
-        self.offset = start
-        self.records = first_record
-        self.stopped: str | None = None
-        self._rows = self._read(file, file_index, conn_base, max_frame_length)
-
-    def __iter__(self) -> TraceRows:
-        return self
-
-    def __next__(self) -> tuple[Any, ...]:
-        return next(self._rows)
-
-    def _read(self, file: Any, file_index: Any, conn_base: int, max_frame: int
-              ) -> Iterator[tuple[Any, ...]]:
-        data = self._data
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False,
-                                    use_list=False)
-        unpacker.feed(data[self.offset:])
-        base = self.offset
-        tell = unpacker.tell
-        try:
-            for rec in unpacker:
-                if not isinstance(rec, tuple) or len(rec) != 5 or not isinstance(rec[1], int):
-                    raise TraceError(f"{file}: record {self.records} is not "
-                                     f"[time_ns, conn, peer, direction, frame]: {rec!r:.80}")
-                t, conn, peer, direction, frame = rec
-                n = self.records
-                self.records += 1
-                self.offset = base + tell()
-                yield frame_row(file, file_index, n, t, conn_base + conn, peer, direction,
-                                frame, max_frame)
-        except TraceError:
-            raise
-        except (ValueError, msgpack.FormatError, msgpack.StackError) as e:
-            raise TraceError(f"{file}: corrupt record {self.records} ({e})") from None
-        self.stopped = "end" if self.offset == len(data) else "cut"
-
-
-def frame_row(file: Any, file_index: Any, record: int, time_ns: Any, conn: Any, peer: Any,
-              direction: Any, frame: Any, max_frame_length: int,
-              decode: Callable[[Any, int], RemotingCommand] = decode_frame) -> tuple[Any, ...]:
-    """One frame's row; a frame that does not decode (whatever it is) is a row
-    with ``decode_error`` set, the exception's type and message."""
-    try:
-        c = decode(frame, max_frame_length)
-    except Exception as e:
-        return (file, file_index, record, time_ns, conn, peer, direction, None, None, None,
-                None, None, None, None, None, _len(frame), f"{type(e).__name__}: {e}")
-    return (file, file_index, record, time_ns, conn, peer, direction, c.code, c.flag,
-            c.opaque, c.language, c.version, c.remark, c.ext_fields, len(c.body), len(frame),
-            None)
-
-
-def _len(frame: Any) -> int | None:
-    try:
-        return len(frame)
-    except TypeError:
-        return None
+class TraceRows(RecordRows):
+    _decode = staticmethod(decode_frame)
+    __doc__ = RecordRows.__doc__

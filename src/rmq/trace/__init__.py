@@ -10,12 +10,15 @@ then one array per frame::
 connection's id in that process, ``peer`` the client's "ip:port", ``direction`` IN
 (0: towards the NameServer) or OUT (1: from it), and ``frame`` the whole frame
 (length prefix included). The same tuples come out of :func:`read_records` for a
-segment, and out of :mod:`rmq.pcap` for a tcpdump capture.
+segment, and out of :mod:`rmq.trace.pcap` for a tcpdump capture.
 
 Segments are size-bounded and written by one thread fed through a bounded queue
 (:class:`TraceRecorder`): the server only splits its bytes into frames and appends
 them; when the queue is full the frame is dropped and counted, never waited for.
 A segment cut by a crash reads back up to its last complete record.
+
+The rest of the pipeline (the NameServer needs only the recorder): :mod:`.pcap`,
+:mod:`.synth`, :mod:`.analyze` (pyspark), :mod:`.report` (matplotlib); rows: rmq.rows.
 """
 
 from __future__ import annotations
@@ -32,20 +35,22 @@ from typing import IO, TYPE_CHECKING, Any
 
 import msgpack
 
-from rmq.codec import FrameSplitter
+from rmq.codec import FrameSplitter, decode_frame
 from rmq.errors import ProtocolError, TraceError
-from rmq.pcap import CAPTURE_MAGICS
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
+from rmq.rows import MAX_WAITING, NO_PAIRING, PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS, RecordRows
+from rmq.trace.pcap.formats import CAPTURE_MAGICS
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from rmq import _core, fallback
+    from rmq import _core
 
 log = logging.getLogger("rmq.trace")
 
 __all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
-           "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX"]
+           "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX",
+           "TRACE_ROW_FIELDS", "PAIRED_ROW_FIELDS", "MAX_WAITING", "NO_PAIRING"]
 
 SEGMENT_SUFFIX = ".rmqtrace"
 #: What segment_files picks from a directory: segments and captures.
@@ -57,8 +62,6 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_QUEUE_FRAMES = 100_000
 DEFAULT_QUEUE_BYTES = 256 * 1024 * 1024
 
-
-# ---------------------------------------------------------------- writing
 
 class SegmentWriter:
     """Writes records into rotating segment files under ``directory``. Not
@@ -317,23 +320,22 @@ def segment_rows(data: Buffer, file: str, file_index: Any, conn_base: int = 0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  stats: dict[str, int] | None = None) -> Iterator[tuple[Any, ...]]:
     """The frames of one segment (bytes-like) as rows with their headers decoded
-    (``rmq.fallback.trace.TRACE_ROW_FIELDS`` tuples), by the compiled core when it is
+    (``rmq.rows.TRACE_ROW_FIELDS`` tuples), by the compiled core when it is
     loaded. A cut last record ends the rows; ``stats`` (a dict), when given, gets
     "records" and "truncated_bytes" once they are read."""
-    from rmq import fallback
     from rmq._impl import core
 
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
     # the header is small: the first 64 KiB hold it, or the segment is not one
     unpacker.feed(memoryview(data)[:65536])
     _read_header(unpacker, file)
-    rows: _core.TraceRows | fallback.TraceRows = core.TraceRows(data, unpacker.tell(), file, file_index, conn_base, 0,
-                          max_frame_length)
+    rows: _core.TraceRows | RecordRows = core.TraceRows(
+        data, unpacker.tell(), file, file_index, conn_base, 0, max_frame_length)
     try:
         yield from rows
         if rows.stopped == "other":     # a record in a form the compiled reader leaves to it
-            rows = fallback.TraceRows(data, rows.offset, file, file_index, conn_base,
-                                      rows.records, max_frame_length)
+            rows = _CoreRecordRows(data, rows.offset, file, file_index, conn_base,
+                                   rows.records, max_frame_length)
             yield from rows
     finally:
         if stats is not None:
@@ -346,11 +348,11 @@ def read_records(source: str | os.PathLike[str] | Buffer, **pcap_options: Any
                  ) -> Iterator[tuple[Any, ...]]:
     """The records of one trace input (a path, or its bytes: any bytes-like object):
     a segment, or a pcap/pcapng capture (then ``pcap_options`` go to
-    rmq.pcap.PcapReader, e.g. server_ports)."""
+    rmq.trace.pcap.PcapReader, e.g. server_ports)."""
     in_memory = not isinstance(source, (str, os.PathLike))
     # in_memory tells the two kinds of source apart (mypy cannot follow it)
     if is_capture(source if in_memory else _head(source)):  # type: ignore[arg-type]
-        from rmq import pcap
+        from rmq.trace import pcap
         if in_memory:
             source = io.BytesIO(source)  # type: ignore[arg-type, assignment]
         return iter(pcap.PcapReader(source, **pcap_options))  # type: ignore[arg-type]
@@ -367,3 +369,10 @@ def is_capture(data: Buffer) -> bool:
 def _head(path: str | os.PathLike[str]) -> bytes:
     with open(path, "rb") as f:
         return f.read(4)
+
+
+class _CoreRecordRows(RecordRows):
+    """The records the compiled reader leaves (rare forms), their frames decoded by
+    the active core's decode_frame."""
+
+    _decode = staticmethod(decode_frame)

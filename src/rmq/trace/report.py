@@ -103,7 +103,6 @@ def figure_request_mix(summary):
     return fig
 
 
-
 _QUANTILES = ("p50", "p90", "p99", "max")
 
 
@@ -155,7 +154,6 @@ def figure_latency(summary):
     return fig
 
 
-
 def figure_errors(summary):
     errors = summary["errors_per_code"]
     if not errors:
@@ -166,7 +164,6 @@ def figure_errors(summary):
     ax.barh(range(len(errors)), [e["count"] for e in errors], color="tab:red")
     _rows(ax, labels, "answers", "Error answers (answer code != 0) per request code")
     return fig
-
 
 
 def broker_label(b):
@@ -212,7 +209,6 @@ def figure_brokers(summary):
     return fig
 
 
-
 def figure_topics(summary):
     topics = summary["top_topics"]
     if not topics:
@@ -231,7 +227,6 @@ def figure_topics(summary):
     _rows(ax, labels, "GET_ROUTEINFO_BY_TOPIC requests", f"Hottest topics (top {len(topics)})")
     _legend_outside(ax)
     return fig
-
 
 
 def _rows(ax, labels, xlabel, title):

@@ -9,10 +9,10 @@ by ``binaryFiles`` (:data:`READERS`). Outputs under ``--out``:
   cannot be read, is a row with ``decode_error`` set: the job never fails on data);
 - ``requests.parquet``: one row per request, joined by (conn, opaque) to its answer
   with ``latency_us`` (null when oneway or unanswered);
-- ``summary.json``, ``report.html`` and its PNG charts (:mod:`rmq.report`), made
+- ``summary.json``, ``report.html`` and its PNG charts (:mod:`rmq.trace.report`), made
   from small aggregates collected to the driver: the frames never are.
 
-Runs as ``rmq trace analyze`` and as ``spark-submit src/rmq/analyze.py``. Bare input
+Runs as ``rmq trace analyze`` and as ``spark-submit src/rmq/trace/analyze.py``. Bare input
 and output paths are the driver's files (``file:`` URIs for Spark); on a cluster give
 URIs of its storage (``hdfs://``, ``s3a://``).
 """
@@ -465,7 +465,7 @@ class NoInputs(ValueError):
 # ---------------------------------------------------------------- the partition function
 
 def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None, decoded=None):
-    """The rows (rmq.fallback.pairing.PAIRED_ROW_FIELDS tuples) of ``files``, an
+    """The rows (rmq.rows.PAIRED_ROW_FIELDS tuples) of ``files``, an
     iterator of (path, bytes), as ``binaryFiles`` hands them over.
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
@@ -494,7 +494,7 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None, d
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                from rmq.fallback.pairing import NO_PAIRING
+                from rmq.rows import NO_PAIRING
                 yield _input_error(path, _file_index(path, file_indexes), 0, e) + NO_PAIRING
             else:
                 try:
@@ -526,7 +526,7 @@ def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
 
 def _input_rows(path, data, file_indexes, server_ports, conn_spaces):
     from rmq.codec import decode_frame
-    from rmq.fallback.trace import frame_row
+    from rmq.rows import frame_row
     from rmq.trace import is_capture, read_records, segment_rows
 
     index = _file_index(path, file_indexes)
@@ -543,7 +543,7 @@ def _input_rows(path, data, file_indexes, server_ports, conn_spaces):
             stats["records"] = record + 1
             yield frame_row(path, index, record, t, conn_base + conn, peer, direction, frame,
                             _MAX_FRAME, decode_frame)
-    except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.pcap...
+    except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.trace.pcap...
         yield _input_error(path, index, stats["records"], e)
 
 
@@ -619,7 +619,7 @@ def _raw_schema():
     from pyspark.sql.types import (BooleanType, IntegerType, LongType, MapType, StringType,
                                    StructField, StructType)
 
-    from rmq.fallback.pairing import PAIRED_ROW_FIELDS
+    from rmq.rows import PAIRED_ROW_FIELDS
     types = {"file": StringType(), "file_index": LongType(), "record": LongType(),
              "time_ns": LongType(), "conn": LongType(), "peer": StringType(),
              "direction": IntegerType(), "code": IntegerType(), "flag": IntegerType(),
@@ -715,9 +715,10 @@ def _recording(path):
 def _rows_dataframe(spark, rows, schema):
     """``spark.createDataFrame(rows, schema)`` for an RDD of plain tuples already of the
     schema's types, without the two Python passes createDataFrame makes over every
-    row (a check, and a conversion that none of these fields needs): they cost a
-    third of the Python workers' time. The same JVM calls createDataFrame ends in;
-    where they are missing (another Spark, Spark Connect), createDataFrame itself."""
+    row (a check, and a conversion that none of these fields needs): they are much
+    of the Python workers' time (bench/README.md: Traces). The same JVM calls
+    createDataFrame ends in; where they are missing (another Spark, Spark Connect),
+    createDataFrame itself."""
     from pyspark.sql import DataFrame
     try:
         from py4j.protocol import Py4JError
@@ -1048,7 +1049,7 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader
             progress=None):
     """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
     summary.json). ``progress`` (a :class:`Progress`) is told each phase."""
-    from rmq import report
+    from rmq.trace import report
 
     progress = progress or Progress(enabled=False)
     t0 = time.monotonic()
@@ -1106,13 +1107,13 @@ def _sized(paths):
 
 
 if __name__ == "__main__":
-    # spark-submit src/rmq/analyze.py: the script's own directory (src/rmq) would
-    # shadow the standard library (trace); import the package this file is part of.
+    # spark-submit src/rmq/trace/analyze.py: the script's own directory must not
+    # shadow other modules; import the package this file is part of.
     # (The executors import rmq from their own environment: see the README.)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    sys.path.insert(0, os.path.dirname(here))
-    from rmq import analyze as _analyze
+    sys.path.insert(0, os.path.dirname(os.path.dirname(here)))
+    from rmq.trace import analyze as _analyze
     _parser = _analyze.add_arguments(argparse.ArgumentParser(
         prog="spark-submit analyze.py", description="rmq trace analyze"))
     sys.exit(_analyze.main(_parser.parse_args()))

@@ -1,0 +1,200 @@
+"""Wire rules the compiled core and the pure-Python twin share (as msgpack's
+``_unpacker.pyx`` and ``fallback.py`` share ``ext``): code that gains nothing from
+being compiled. rmq.protocol holds the constants, this module the code both run;
+it imports only rmq.errors, rmq.protocol and the standard library."""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from rmq.errors import BodyError, ProtocolError
+from rmq.protocol import LANGUAGE_CODES
+
+_T = TypeVar("_T")
+
+# A compressed RegisterBrokerBody inflates to at most DEFAULT_MAX_INFLATED bytes and
+# at most MAX_INFLATE_RATIO times its own size (never below MIN_INFLATE_LIMIT): real
+# topic tables compress far less than a bomb (bench/README.md); the inflated bytes are
+# the peak a bomb can cost before it is refused.
+DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
+MAX_INFLATE_RATIO = 64
+MIN_INFLATE_LIMIT = 1024 * 1024
+INFLATE_CHUNK = 1024 * 1024
+
+
+def inflate_limit(size: int, max_inflated: int) -> int:
+    """The most a compressed body of ``size`` bytes may inflate to."""
+    return min(max_inflated, max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * size))
+
+
+def rebuild_command(cls: Callable[..., _T], code: int, language: str, version: int, opaque: int,
+                    flag: int, remark: str | None, ext_fields: dict[str, str] | None, body: bytes,
+                    stype: str) -> _T:
+    """Unpickles a RemotingCommand of either implementation (its ``__reduce__``)."""
+    return cls(code, language=language, version=version, opaque=opaque, flag=flag,
+               remark=remark, ext_fields=ext_fields, body=body, serialize_type=stype)
+
+
+def ext_str(key: object, v: object) -> str:
+    """An ext field's value as Java's header carries it: strings, booleans, ints."""
+    if not isinstance(key, str):
+        raise ProtocolError(f"ext field names must be strings, got {key!r}")
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    raise ProtocolError(f"ext field {key!r} must be a string, got {type(v).__name__}")
+
+
+def language_byte(language: str) -> int:
+    """The ROCKETMQ header's language byte: a known name, a number below 256, else OTHER."""
+    code = LANGUAGE_CODES.get(language)
+    if code is not None:
+        return code
+    if language.isascii() and language.isdigit() and int(language) < 256:
+        return int(language)
+    return LANGUAGE_CODES["OTHER"]
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def int32(self, what: str) -> int:
+        if len(self.data) - self.pos < 4:
+            raise BodyError(f"compressed body truncated reading {what} at byte {self.pos}")
+        v: int
+        (v,) = struct.unpack_from(">i", self.data, self.pos)
+        self.pos += 4
+        return v
+
+    def chunk(self, what: str) -> bytes:
+        n = self.int32(what + " length")
+        if n < 0 or n > len(self.data) - self.pos:
+            raise BodyError(f"compressed body: {what} length {n} exceeds the "
+                            f"{len(self.data) - self.pos} bytes left")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+
+def _parse_int(s: str, what: str) -> int:
+    # Java's Integer.parseInt: optional sign, digits only, int32.
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        raise BodyError(f"compressed topic config: {what} is not an integer: {s!r}")
+    v = int(s)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise BodyError(f"compressed topic config: {what} out of int32 range: {s}")
+    return v
+
+
+def _decode_topic_config_line(loads: Callable[[bytes], Any], raw: bytes) -> dict[str, Any]:
+    # TopicConfig.decode: "name readQ writeQ perm filterType [attributesJSON]".
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError(f"compressed topic config is not valid UTF-8: {raw[:64]!r}") from None
+    parts = line.split(" ")
+    while parts and parts[-1] == "":    # Java's String.split drops trailing empty fields
+        parts.pop()
+    if len(parts) < 5:
+        raise BodyError(f"compressed topic config has {len(parts)} fields, needs 5: {line[:100]!r}")
+    tc: dict[str, Any] = {}
+    if len(parts) >= 6:
+        attrs = loads(parts[5].encode("utf-8"))
+        if not isinstance(attrs, dict):
+            raise BodyError(f"compressed topic config attributes are not an object: {parts[5][:100]!r}")
+        tc["attributes"] = attrs
+    tc["order"] = False
+    tc["perm"] = _parse_int(parts[3], "perm")
+    tc["readQueueNums"] = _parse_int(parts[1], "readQueueNums")
+    tc["topicFilterType"] = parts[4]
+    tc["topicName"] = parts[0]
+    tc["topicSysFlag"] = 0
+    tc["writeQueueNums"] = _parse_int(parts[2], "writeQueueNums")
+    return tc
+
+
+def decode_inflated(loads: Callable[[bytes], Any], raw: bytes) -> dict[str, Any]:
+    """A compressed RegisterBrokerBody's inflated bytes, read with the calling
+    implementation's JSON reader (the general path: the scanners take the common case)."""
+    r = _Reader(raw)
+    wrapper = {"dataVersion": loads(r.chunk("dataVersion"))}
+    n = r.int32("topic count")
+    if n < 0 or n > (len(r.data) - r.pos) // 4:
+        raise BodyError(f"compressed body: topic count {n} exceeds what the body can hold")
+    table: dict[str, Any] = {}
+    for _ in range(n):
+        tc = _decode_topic_config_line(loads, r.chunk("topic config"))
+        table[tc["topicName"]] = tc
+    wrapper["topicConfigTable"] = table
+    filter_servers = loads(r.chunk("filterServerList"))
+    if len(r.data) - r.pos >= 4:        # 5.x brokers append topic queue mappings
+        m = r.int32("mapping count")
+        if m < 0 or m > (len(r.data) - r.pos) // 4:
+            raise BodyError(f"compressed body: mapping count {m} exceeds what the body can hold")
+        mappings: dict[str, Any] = {}
+        for _ in range(m):
+            info = loads(r.chunk("topic queue mapping"))
+            if not isinstance(info, dict):
+                raise BodyError("compressed body: topic queue mapping is not an object")
+            topic = info.get("topic")
+            if not isinstance(topic, str):    # Java: put(null, ...) fails the registration
+                raise BodyError(f"compressed body: topic queue mapping topic is not a string: "
+                                f"{topic!r:.80}")
+            mappings[topic] = info
+        wrapper["topicQueueMappingInfoMap"] = mappings
+    return {"filterServerList": filter_servers, "topicConfigSerializeWrapper": wrapper}
+
+
+def _chunk(b: bytes) -> tuple[bytes, bytes]:
+    return struct.pack(">i", len(b)), b
+
+
+def encode_compressed_body(body: Mapping[str, Any], json_dumps: Callable[..., bytes]) -> bytes:
+    """Java's compressed RegisterBrokerBody (zlib over length-prefixed chunks), with the
+    calling implementation's ``json_dumps`` for the JSON pieces."""
+    wrapper = body.get("topicConfigSerializeWrapper") or {}
+    table = wrapper.get("topicConfigTable") or {}
+    out = [*_chunk(json_dumps(wrapper.get("dataVersion") or {})), struct.pack(">i", len(table))]
+    for tc in table.values():
+        line = " ".join((str(tc["topicName"]), str(tc.get("readQueueNums", 16)),
+                         str(tc.get("writeQueueNums", 16)), str(tc.get("perm", 6)),
+                         str(tc.get("topicFilterType", "SINGLE_TAG"))))
+        if tc.get("attributes") is not None:
+            line += " " + json_dumps(tc["attributes"], legacy=True).decode("utf-8")
+        out += _chunk(line.encode("utf-8"))
+    out += _chunk(json_dumps(body.get("filterServerList") or [], legacy=True))
+    mappings = wrapper.get("topicQueueMappingInfoMap")
+    if mappings is not None:
+        out.append(struct.pack(">i", len(mappings)))
+        for info in mappings.values():
+            out += _chunk(json_dumps(info, legacy=True))
+    return zlib.compress(b"".join(out), 9)
+
+
+def broker_data(bd: Mapping[str, Any], legacy: bool = False) -> dict[str, Any]:
+    """A BrokerData dict as Java writes it: field order, and the 5.x fields only
+    when present (enableActingMaster) or set (zoneName). ClusterInfo (rmq.bodies)
+    and the pure TopicRouteData encoder use it; _core's wb_broker_data is its
+    compiled twin."""
+    # Both forms list broker ids in ascending order: the standard form sorts map
+    # keys (MapSortField), and Java's HashMap<Long> iterates small ids in order.
+    addrs = sorted(((int(k), v) for k, v in (bd.get("brokerAddrs") or {}).items()),
+                   key=lambda kv: kv[0])
+    out: dict[str, Any] = {"brokerAddrs": dict(addrs), "brokerName": bd.get("brokerName"),
+                           "cluster": bd.get("cluster")}
+    if "enableActingMaster" in bd:
+        out["enableActingMaster"] = bool(bd["enableActingMaster"])
+    if bd.get("zoneName") is not None:
+        out["zoneName"] = bd["zoneName"]
+    return out
