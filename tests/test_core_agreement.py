@@ -12,6 +12,7 @@ import pytest
 from rmq.errors import BodyError, FrameTooLarge
 from rmq.protocol import (CURRENT_VERSION, DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, FLAG_RESPONSE,
                           LANGUAGES, MAX_JSON_DEPTH, SERIALIZE_TYPES, V4_9_4, RequestCode)
+from support import route_table
 
 ROUTE = RequestCode.GET_ROUTEINFO_BY_TOPIC
 
@@ -83,7 +84,7 @@ def test_route_answer_forms_agree(compiled, fallback, legacy):
     # and the pure table's answer: the same bytes, and the two forms differ.
     answers = set()
     for impl in (compiled, fallback):
-        rt = impl.RouteTable()
+        rt = route_table(impl)()
         register(rt)
         for topic in ("T1", "T2"):
             route = rt.topic_route(topic)

@@ -940,8 +940,6 @@ def test_replay_4_9_8_two_brokers(RT):
 
 
 @pytest.mark.once
-@pytest.mark.xfail(strict=False, reason="rmq.bodies still imports rmq.fallback.bodies."
-                   "broker_data (issue 14: another part removes it)")
 def test_the_name_server_loads_no_fallback_module():
     """With the compiled core, the route tables (rules and C storage) and the rest of
     the NameServer import nothing from the pure-Python reference."""
