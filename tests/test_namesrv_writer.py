@@ -129,3 +129,24 @@ def test_writer_thread_runs_below_the_loop_threads_priority(srv):
     assert WRITER_NICE > 0
     assert nice[writer_tid] == min(19, loop_nice + WRITER_NICE)
     assert sum(n != loop_nice for n in nice.values()) == 1     # only the writer
+
+
+def test_the_switch_interval_is_lowered_while_a_server_runs_and_given_back(tmp_path):
+    """The table thread lowers the process-wide GIL switch interval; the last server
+    to stop gives the process its own value back (several may run at once)."""
+    import sys
+
+    from rmq.namesrv.server import WRITER_SWITCH_INTERVAL, TableThread
+    if TableThread._running:
+        pytest.skip("a server of an earlier test in this process was never closed")
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        with running_namesrv(tmp_path / "a"):
+            assert sys.getswitchinterval() == WRITER_SWITCH_INTERVAL
+            with running_namesrv(tmp_path / "b"):
+                assert sys.getswitchinterval() == WRITER_SWITCH_INTERVAL
+            assert sys.getswitchinterval() == WRITER_SWITCH_INTERVAL    # "a" still runs
+        assert sys.getswitchinterval() == 0.004
+    finally:
+        sys.setswitchinterval(before)

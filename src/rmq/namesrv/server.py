@@ -156,7 +156,7 @@ class Connection(asyncio.Protocol):
         # The client is not reading: stop reading its requests too.
         self.writing_paused = True
         self.transport.pause_reading()
-        self.server.enforce_output_budget()
+        self.server.output.enforce()
 
     def resume_writing(self):
         self.writing_paused = False
@@ -223,7 +223,7 @@ class Connection(asyncio.Protocol):
         # queued), which would let a client that does not read grow memory unbounded.
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         self.transport.write(data)
-        self.server.note_output(len(data))
+        self.server.output.note(len(data))
 
     def _encode(self, cmd, resp):
         try:
@@ -302,9 +302,9 @@ TURN_BYTES = 1024 * 1024
 TABLE_BATCH = 64
 #: The GIL switch interval with a table thread (seconds).
 WRITER_SWITCH_INTERVAL = 0.0005
-#: How much nicer the table thread is than the loop thread: on a busy machine a registration's CPU time
-#: (reading a 1.4 MB body, ~3 ms) yields to the loop thread's route answers
-#: (measured in bench/README.md: route p99 during registrations 0.5-0.7 ms, 1.0-1.7 at 0).
+#: How much nicer the table thread is than the loop thread: on a busy machine a
+#: registration's CPU time yields to the loop thread's route answers (bench/README.md
+#: has route latency during registrations at both priorities).
 WRITER_NICE = 10
 
 
@@ -320,6 +320,94 @@ def _lower_writer_priority():
                        min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE))
     except (OSError, AttributeError):
         pass    # elsewhere the table thread runs at the loop's priority
+
+
+class TableThread:
+    """The thread that owns the tables (see the module doc), at a lower priority.
+
+    While it runs Python code, the loop thread waits for the GIL up to the switch
+    interval each time it comes back from the core: the interval is lowered to
+    WRITER_SWITCH_INTERVAL while any TableThread runs (several servers may share a
+    process), and given back when the last one shuts down, unless someone else
+    changed it meanwhile."""
+
+    _lock = threading.Lock()
+    _running = 0
+    _saved = None               # the process's interval before the first one
+
+    def __init__(self):
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            1, "rmq-tables", initializer=_lower_writer_priority)
+        with TableThread._lock:
+            if TableThread._running == 0:
+                TableThread._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(TableThread._saved, WRITER_SWITCH_INTERVAL))
+            TableThread._running += 1
+        self._stopped = False
+
+    def submit(self, fn, *args):
+        """Run ``fn(*args)`` after the work queued before it; a Future (its errors
+        are logged)."""
+        fut = self.executor.submit(fn, *args)
+        fut.add_done_callback(_log_failure)
+        return fut
+
+    def shutdown(self):
+        """Wait for the queued work; the last one running restores the interval."""
+        self.executor.shutdown()
+        with TableThread._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            TableThread._running -= 1
+            if TableThread._running == 0 and sys.getswitchinterval() == min(
+                    TableThread._saved, WRITER_SWITCH_INTERVAL):
+                sys.setswitchinterval(TableThread._saved)
+
+
+class _OutputBudget:
+    """maxTotalOutputBufferBytes over all connections: once the output queued for
+    them passes 3/4 of it, the connections holding the most, those that stopped
+    reading first, are aborted until it is under 5/8."""
+
+    def __init__(self, connections, limit):
+        self.connections = connections
+        self.limit = limit
+        self._since_check = 0
+
+    def note(self, nbytes):
+        """``nbytes`` more were queued for some connection: every 64th of the
+        budget, check the total (connections grow their output in turns, so none may
+        reach its own limit, and pause, before all together pass the budget)."""
+        self._since_check += nbytes
+        if self._since_check >= self.limit // 64:
+            self._since_check = 0
+            self.enforce()
+
+    def enforce(self):
+        # (aborted connections stay in the set until connection_lost: not counted)
+        sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections
+                 if not c.aborted]
+        total = sum(size for size, _ in sizes)
+        # Headroom for what is not in a transport's buffer yet (answers being encoded,
+        # the checks' interval, the allocator's slack: freed buffers are reused, not
+        # returned): the budget bounds the process's growth, not only the queues;
+        # past 3/4 of it, down to 5/8.
+        if total <= self.limit * 3 // 4:
+            return
+        target = self.limit * 5 // 8
+        stalled = sorted(sizes, key=lambda sc: (sc[1].writing_paused, sc[0]), reverse=True)
+        for size, conn in stalled:
+            log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
+                        "aborting %s (%s, %d bytes queued)", total, self.limit,
+                        conn.peer, "stopped reading" if conn.writing_paused else "reading",
+                        size)
+            conn.closing = conn.aborted = True
+            conn.pending.clear()
+            conn.transport.abort()
+            total -= size
+            if total <= target:
+                break
 
 
 _PASS = object()     # the gate lets the request through
@@ -427,23 +515,15 @@ class NameServerApp:
                                  if config.enableShutdownGracefully else 0)
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
-        self.max_total_output = config.maxTotalOutputBufferBytes
-        self._output_since_check = 0
-        # The table thread (see the module doc). The loop answers route queries from
-        # the tables themselves when they allow concurrent readers (the compiled
-        # core's: a C read lock per answer), else from their cached answers only.
-        self.writer = concurrent.futures.ThreadPoolExecutor(
-            1, "rmq-tables", initializer=_lower_writer_priority)
+        self.connections = set()
+        self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
+        self.table_thread = TableThread()
+        self.writer = self.table_thread.executor
         routes = namesrv.routes
         # What answers route queries on the loop: tables without concurrent readers
         # (the reference's) only from the answers they cached, never a build.
         self._served_routes = routes.route_server(build=routes.concurrent)
         self.served_routes = self._served_routes
-        # While the table thread runs Python code, the loop thread waits for the GIL
-        # up to the switch interval (5 ms by default) each time it comes back from the
-        # core: bound that wait.
-        sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL))
-        self.connections = set()
         self.loop = None
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
         self.go_away_count = 0
@@ -467,48 +547,8 @@ class NameServerApp:
         return self.max_output, self.max_output // 4
 
     def in_table_thread(self, fn, *args):
-        """Run ``fn(*args)`` in the table thread, after the work queued before it;
-        a Future (its errors are logged)."""
-        fut = self.writer.submit(fn, *args)
-        fut.add_done_callback(_log_failure)
-        return fut
-
-    def note_output(self, nbytes):
-        """``nbytes`` more were queued for some connection: every 64th of the
-        budget, check the total (connections grow their output in turns, so none may
-        reach its own limit, and pause, before all together pass the budget)."""
-        self._output_since_check += nbytes
-        if self._output_since_check >= self.max_total_output // 64:
-            self._output_since_check = 0
-            self.enforce_output_budget()
-
-    def enforce_output_budget(self):
-        """Once the output queued for all connections passes 3/4 of
-        maxTotalOutputBufferBytes, abort the connections holding the most, those
-        that stopped reading first, until it is under 5/8."""
-        # (aborted connections stay in the set until connection_lost: not counted)
-        sizes = [(c.transport.get_write_buffer_size(), c) for c in self.connections
-                 if not c.aborted]
-        total = sum(size for size, _ in sizes)
-        # Headroom for what is not in a transport's buffer yet (answers being encoded,
-        # the checks' interval, the allocator's slack: freed buffers are reused, not
-        # returned): the budget bounds the process's growth, not only the queues;
-        # past 3/4 of it, down to 5/8.
-        if total <= self.max_total_output * 3 // 4:
-            return
-        target = self.max_total_output * 5 // 8
-        stalled = sorted(sizes, key=lambda sc: (sc[1].writing_paused, sc[0]), reverse=True)
-        for size, conn in stalled:
-            log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
-                        "aborting %s (%s, %d bytes queued)", total, self.max_total_output,
-                        conn.peer, "stopped reading" if conn.writing_paused else "reading",
-                        size)
-            conn.closing = conn.aborted = True
-            conn.pending.clear()
-            conn.transport.abort()
-            total -= size
-            if total <= target:
-                break
+        """Run ``fn(*args)`` in the table thread, after the work queued before it."""
+        return self.table_thread.submit(fn, *args)
 
     @property
     def sockets(self):
@@ -693,8 +733,8 @@ class NameServerApp:
                 conn.transport.abort()
             await asyncio.sleep(0)      # let connection_lost run for the aborted ones
             await self._server.wait_closed()
-        if self.writer is not None:     # changes under way complete (and persist)
-            await loop.run_in_executor(None, self.writer.shutdown)
+        # changes under way complete (and persist)
+        await loop.run_in_executor(None, self.table_thread.shutdown)
         log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
 
 
