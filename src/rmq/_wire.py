@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from rmq.errors import BodyError, ProtocolError
-from rmq.protocol import LANGUAGE_CODES
+from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH
 
 _T = TypeVar("_T")
 
@@ -24,6 +24,28 @@ DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
 MAX_INFLATE_RATIO = 64
 MIN_INFLATE_LIMIT = 1024 * 1024
 INFLATE_CHUNK = 1024 * 1024
+
+
+def nesting_exceeds(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when containers nest deeper than ``limit`` in ``value`` (each dict or list
+    counts one level; a (key, value) pair tuple is transparent)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, tuple):
+            stack.append((v[1], depth))
+            continue
+        children: Iterable[object]
+        if isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return False
 
 
 def inflate_limit(size: int, max_inflated: int) -> int:

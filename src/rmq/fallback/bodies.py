@@ -18,7 +18,6 @@ import itertools
 import json
 import re
 import zlib
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rmq._wire import (
@@ -54,28 +53,6 @@ def _quote_legacy_keys(text: str) -> str:
 
 def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
-
-
-def nesting_exceeds(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when containers nest deeper than ``limit`` in ``value`` (each dict or list
-    counts one level; a (key, value) pair tuple is transparent)."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, tuple):
-            stack.append((v[1], depth))
-            continue
-        children: Iterable[object]
-        if isinstance(v, dict):
-            children = v.values()
-        elif isinstance(v, list):
-            children = v
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
-    return False
 
 
 def json_loads(data: Buffer) -> Any:

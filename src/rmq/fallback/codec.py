@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from rmq._wire import ext_str, language_byte, rebuild_command
 from rmq.errors import CorruptFrame, FrameTooLarge, HeaderError, ProtocolError, UnknownSerializeType
-from rmq.fallback.bodies import nesting_exceeds
+from rmq._wire import nesting_exceeds
 from rmq.protocol import (
     CURRENT_VERSION,
     DEFAULT_MAX_FRAME_LENGTH,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
-    LANGUAGE_CODES,
     LANGUAGES,
     MAX_JSON_DEPTH,
     SERIALIZE_TYPES,

@@ -45,6 +45,7 @@ import copy
 import functools
 
 from rmq._impl import core
+from rmq._wire import nesting_exceeds
 from rmq.errors import BodyError
 from rmq.javaorder import java_hash_order
 
@@ -97,15 +98,6 @@ def _data_version(dv, now_ms=0):
 _MAX_MAPPING_DEPTH = 16
 
 
-def _nests_deeper(value, limit):
-    """Whether dicts and lists nest more than ``limit`` levels deep in ``value``."""
-    level = [value]
-    for _ in range(limit):
-        level = [c for v in level if isinstance(v, (dict, list))
-                 for c in (v.values() if isinstance(v, dict) else v)]
-    return any(isinstance(v, (dict, list)) for v in level)
-
-
 def _int32(v, what):
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
         raise BodyError(f"{what} is not an int32: {v!r:.80}")
@@ -156,7 +148,7 @@ def _checked_body(body, now_ms):
             raise BodyError(f"topic queue mapping of {topic!r} is not a mapping info: "
                             f"{info!r:.80}")
         # TopicQueueMappingInfo nests two levels (currIdMap); route answers deep-copy it.
-        if _nests_deeper(info, _MAX_MAPPING_DEPTH):
+        if nesting_exceeds(info, _MAX_MAPPING_DEPTH):
             raise BodyError(f"topic queue mapping of {topic!r} nests deeper than "
                             f"{_MAX_MAPPING_DEPTH}")
     filter_servers = body.get("filterServerList") or []
