@@ -941,11 +941,13 @@ def test_replay_4_9_8_two_brokers(RT):
 
 @pytest.mark.once
 def test_the_name_server_loads_no_fallback_module():
-    """With the compiled core, the route tables (rules and C storage) and the rest of
-    the NameServer import nothing from the pure-Python reference."""
+    """With the compiled core, the route tables (rules and C storage), the rest of
+    the NameServer and the other production modules (CLI, broker side, traces) import
+    nothing from the pure-Python reference."""
     import subprocess
     import sys
-    code = ("import sys, rmq._core, rmq.namesrv, rmq.namesrv.server; "
+    code = ("import sys, rmq._core, rmq.namesrv, rmq.namesrv.server, rmq.cli, rmq.registrar, "
+            "rmq.admin, rmq.brokersim, rmq.trace, rmq.trace.pcap, rmq.trace.synth, rmq.routes; "
             "print(sorted(m for m in sys.modules if m.startswith('rmq.fallback')))")
     env = {k: v for k, v in os.environ.items() if k != "RMQ_PUREPYTHON"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
