@@ -6,8 +6,9 @@ cdef extern from "crc32.h" nogil:
     int rmq_crc32_set_kernel(const char* name)
     const char* rmq_crc32_kernels_available()
 
-# Release the GIL only when the CRC takes ~10x what releasing it costs (~30-100 ns);
-# measured per kernel: vpclmulqdq ~1.1 us at 64 KiB, pclmulqdq ~16 KiB, table ~2 KiB.
+# Release the GIL only when the CRC takes about ten times what releasing it costs:
+# the faster the kernel, the larger that size (the per-kernel figures behind these
+# thresholds: bench/README.md, "Figures quoted by the code").
 cdef Py_ssize_t CRC32_NOGIL_THRESHOLD = 64 * 1024
 
 

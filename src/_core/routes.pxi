@@ -98,7 +98,8 @@ cdef inline str _unutf8(const char* p, size_t n):
 
 
 cdef enum:
-    # Topic records applied under one hold of the topic table's write lock (~1 ms).
+    # Topic records applied under one hold of the topic table's write lock: a route
+    # query waits for one slice at most (its duration: bench/README.md).
     APPLY_SLICE = 4096
 
 
