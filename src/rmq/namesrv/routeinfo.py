@@ -77,7 +77,6 @@ REASON_EXPIRED = "expired"
 REASON_CONNECTION_CLOSED = "connection closed"
 
 
-
 def _topic_list_order(topics):
     """A TopicList (``HashSet``, capacity 16) filled from ``topicQueueTable``
     (``HashMap(1024)``) iteration: Java's 206/224/311-313 order."""
@@ -398,26 +397,8 @@ class RouteTable:
         broker_id = int(broker_id)
         dv, tc_table, mappings, filter_servers = parts
         result["topics"] = len(tc_table)
-
-        # init or update the cluster info
-        names = self._clusters.setdefault(cluster, {})
-        added_to_cluster = broker_name not in names
-        names[broker_name] = None
-
-        register_first = False
-        bd = self._brokers.get(broker_name)
-        if bd is None:
-            register_first = True
-            bd = self._brokers[broker_name] = _BrokerData(cluster, broker_name)
-        created = register_first
-
-        old_version_broker = enable_acting_master is None
-        declared = None if old_version_broker else bool(enable_acting_master)
-        if bd.enable_acting_master != declared or bd.zone_name != zone_name:
-            bd.enable_acting_master = declared
-            bd.zone_name = zone_name
-            self._tt.broker_changed(broker_name)
-
+        bd, created, added_to_cluster = self._broker_data(cluster, broker_name, zone_name,
+                                                          enable_acting_master)
         addrs = bd.addrs
         # Switch slave to master: the same ip:port has only one record (any other id goes)
         stale_ids = [i for i, a in addrs.items() if a == broker_addr and i != broker_id]
@@ -427,9 +408,9 @@ class RouteTable:
             self._tt.broker_changed(broker_name)
 
         # Another address at this id with a higher stateVersion wins: ignore this one.
-        old_broker_addr = addrs.get(broker_id)
-        if old_broker_addr is not None and old_broker_addr != broker_addr:
-            old_info = self._live.get((cluster, old_broker_addr))
+        old_addr = addrs.get(broker_id)
+        if old_addr is not None and old_addr != broker_addr:
+            old_info = self._live.get((cluster, old_addr))
             if old_info is not None and old_info.data_version["stateVersion"] > dv["stateVersion"]:
                 self._live.pop((cluster, broker_addr), None)
                 result["ignored"] = True
@@ -447,41 +428,23 @@ class RouteTable:
             result["failed"] = True
             return result
 
-        old_addr = addrs.get(broker_id)
         if old_addr != broker_addr:
             addrs[broker_id] = broker_addr
             self._tt.broker_changed(broker_name)
-        register_first = register_first or not old_addr
-        result["first"] = register_first
-
+        result["first"] = register_first = created or not old_addr
         is_master = broker_id == MASTER_ID
-        is_prime_slave = (not old_version_broker and not is_master
-                          and broker_id == min(addrs))
-        if is_master or is_prime_slave:
+        if is_master or (bd.enable_acting_master is not None and broker_id == min(addrs)):
+            # the master, or the prime slave (never a pre-5.x broker's)
             prev = self._live.get((cluster, broker_addr))
-            dv_changed = prev is None or prev.data_version != dv
-
-            result["changed"] = self._tt.apply_topic_configs(
-                broker_name, tc_table, force=register_first or dv_changed,
+            result["changed"] = self._apply_topics(
+                bd, tc_table, mappings, register_first or prev is None or prev.data_version != dv,
                 # the acting master is read-only
-                readonly=is_prime_slave and bd.acting_master_enabled,
-                # topics the broker no longer reports (static topics not supported)
-                delete_missing=self.delete_topic_with_broker_registration and not mappings)
-
-            if dv_changed or register_first:
-                for topic, info in mappings.items():
-                    by_broker = self._mappings.setdefault(topic, {})
-                    bname = info.get("bname")
-                    if by_broker.get(bname) != info:
-                        by_broker[bname] = copy.deepcopy(info)
-                        self._tt.python_routes = True
-                        self._tt.touch((topic,))
+                readonly=not is_master and bd.acting_master_enabled)
 
         key = (cluster, broker_addr)
         self._live[key] = _LiveInfo(
             now_ms, DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
             dv, conn, ha_server_addr)
-
         if filter_servers is not None:
             if not filter_servers:
                 if self._filters.pop(key, None) is not None:
@@ -490,14 +453,48 @@ class RouteTable:
                 self._filters[key] = list(filter_servers)
                 self._touch_addr(cluster, broker_addr)
 
-        if not is_master:
-            master_addr = addrs.get(MASTER_ID)
-            if master_addr is not None:
-                master_info = self._live.get((cluster, master_addr))
-                if master_info is not None:
-                    result["haServerAddr"] = master_info.ha_server_addr
-                    result["masterAddr"] = master_addr
+        master_addr = None if is_master else addrs.get(MASTER_ID)
+        master_info = self._live.get((cluster, master_addr)) if master_addr is not None else None
+        if master_info is not None:
+            result["haServerAddr"] = master_info.ha_server_addr
+            result["masterAddr"] = master_addr
         return result
+
+    def _broker_data(self, cluster, broker_name, zone_name, enable_acting_master):
+        """A registration's cluster entry and BrokerData: (BrokerData, whether it was
+        created, whether the cluster gained the brokerName)."""
+        names = self._clusters.setdefault(cluster, {})
+        added_to_cluster = broker_name not in names
+        names[broker_name] = None
+        bd = self._brokers.get(broker_name)
+        created = bd is None
+        if created:
+            bd = self._brokers[broker_name] = _BrokerData(cluster, broker_name)
+        # None: a pre-5.x broker, which does not send the header (isOldVersionBroker)
+        declared = None if enable_acting_master is None else bool(enable_acting_master)
+        if bd.enable_acting_master != declared or bd.zone_name != zone_name:
+            bd.enable_acting_master = declared
+            bd.zone_name = zone_name
+            self._tt.broker_changed(bd.broker_name)
+        return bd, created, added_to_cluster
+
+    def _apply_topics(self, bd, tc_table, mappings, changed, readonly):
+        """The topic configs (all of them when ``changed``: a first registration or a
+        new DataVersion; else only topics the broker has no queue data for yet) and
+        the static topics' mappings (when ``changed``). Whether some topic was written."""
+        written = self._tt.apply_topic_configs(
+            bd.broker_name, tc_table, force=changed, readonly=readonly,
+            # topics the broker no longer reports (static topics not supported)
+            delete_missing=self.delete_topic_with_broker_registration and not mappings)
+        if changed:
+            for topic, info in mappings.items():
+                by_broker = self._mappings.setdefault(topic, {})
+                bname = info.get("bname")
+                if by_broker.get(bname) != info:
+                    by_broker[bname] = copy.deepcopy(info)
+                    self._tt.python_routes = True
+                    self._tt.touch((topic,))
+        return written
 
     def _discard_from_cluster(self, cluster, broker_name):
         names = self._clusters.get(cluster)
