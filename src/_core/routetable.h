@@ -5,12 +5,14 @@
  * writer-preferring read/write lock, so that a 10,000-topic registration is
  * applied and a route is built or served with the GIL released. The cold tables
  * (clusters, live brokers, filter servers, mappings: a handful of entries each)
- * stay Python objects in routes.pxi, behind a second rt_rwlock (the table lock,
- * taken before this one); each broker's encoded BrokerData is pushed here
- * whenever it changes (rt_set_broker).
+ * stay Python objects in rmq.namesrv.routeinfo (the rules), behind a second
+ * rt_rwlock (routes.pxi's table lock, taken before this one); each broker's
+ * encoded BrokerData is pushed here whenever it changes (rt_set_broker).
  *
  * Locking: functions marked [W] need the write lock, [R] the read lock (or the
- * write lock). The lock is never held across a call into Python.
+ * write lock); RMQ_DEBUG builds assert it. The lock is never held across a call
+ * into Python: routes.pxi copies what it needs out under it and builds Python
+ * objects after releasing it.
  */
 #ifndef RMQ_ROUTETABLE_H
 #define RMQ_ROUTETABLE_H
