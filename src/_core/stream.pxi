@@ -29,7 +29,8 @@ cdef inline int64_t frame_at(const uint8_t* p, Py_ssize_t n,
 
 cdef class _FrameStream:
     """A byte stream cut at frame boundaries: ``feed`` returns ``emit(frame,
-    length)`` for each frame it completes (``frame`` at the 4-byte prefix). Only
+    length)`` for each frame it completes (``frame`` at the 4-byte prefix): the
+    command for FrameDecoder, the frame's bytes for FrameSplitter. Only
     an incomplete frame is ever copied: complete frames are emitted straight from
     the caller's buffer. After an error the stream is unusable (the server closes
     the connection) and every later ``feed`` raises again.
@@ -41,6 +42,7 @@ cdef class _FrameStream:
     cdef Py_ssize_t cap
     cdef readonly Py_ssize_t max_frame_length
     cdef object error
+    cdef bint whole             # FrameSplitter: frames kept whole, not decoded
 
     def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
         if max_frame_length < 8:
@@ -58,12 +60,15 @@ cdef class _FrameStream:
         """Bytes held for a frame not yet complete."""
         return self.len
 
-    cdef object emit(self, const uint8_t* frame, int32_t length):
-        raise NotImplementedError
+    @cython.final
+    cdef inline object emit(self, const uint8_t* frame, int32_t length):
+        # a flag, not a virtual hook: the call (and every method here, final)
+        # inlines into the loops, which keeps FrameDecoder's speed
+        if self.whole:
+            return PyBytes_FromStringAndSize(<const char*>frame, 4 + <Py_ssize_t>length)
+        return decode_payload(frame + 4, length)
 
-    cdef str what(self):
-        return "stream"
-
+    @cython.final
     cdef int reserve(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t cap = self.cap
         cdef uint8_t* nb
@@ -80,6 +85,7 @@ cdef class _FrameStream:
         self.cap = cap
         return 0
 
+    @cython.final
     cdef void reset(self) noexcept:
         self.len = 0
         if self.cap > KEEP_BUFFER:
@@ -87,6 +93,7 @@ cdef class _FrameStream:
             self.buf = NULL
             self.cap = 0
 
+    @cython.final
     cdef Py_ssize_t take(self, const uint8_t* p, Py_ssize_t n, list out) except -1:
         """Complete the buffered frame from p; returns the bytes of p consumed."""
         cdef Py_ssize_t used = 0, step
@@ -115,6 +122,7 @@ cdef class _FrameStream:
         """Add bytes from the stream; returns what the frames completed by them give."""
         return self._feed(data)
 
+    @cython.final
     cdef list _feed(self, data):
         cdef Py_buffer view
         cdef const uint8_t* p
@@ -122,7 +130,8 @@ cdef class _FrameStream:
         cdef int64_t length
         cdef list out = []
         if self.error is not None:
-            raise type(self.error)(f"{self.what()} failed earlier: {self.error}")
+            raise type(self.error)(f"{'splitter' if self.whole else 'decoder'} failed earlier: "
+                                  f"{self.error}")
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             p = <const uint8_t*>view.buf
@@ -158,12 +167,6 @@ cdef class FrameDecoder(_FrameStream):
     ``feed`` raises again.
     """
 
-    cdef object emit(self, const uint8_t* frame, int32_t length):
-        return decode_payload(frame + 4, length)
-
-    cdef str what(self):
-        return "decoder"
-
 
 @cython.final
 cdef class FrameSplitter(_FrameStream):
@@ -172,8 +175,5 @@ cdef class FrameSplitter(_FrameStream):
     same frames; the length checks and errors are FrameDecoder's, and after an
     error every later ``feed`` raises again."""
 
-    cdef object emit(self, const uint8_t* frame, int32_t length):
-        return PyBytes_FromStringAndSize(<const char*>frame, 4 + <Py_ssize_t>length)
-
-    cdef str what(self):
-        return "splitter"
+    def __cinit__(self, *args, **kwargs):
+        self.whole = True
