@@ -1,6 +1,6 @@
 # The streaming side of the frame codec: one frame-splitting loop (_FrameStream),
-# which FrameDecoder (frames to commands) and FrameSplitter (frames kept whole, for
-# traces) complete with a per-frame ``emit``, as fallback/codec.py's twin does.
+# shared by FrameDecoder (frames to commands) and FrameSplitter (frames kept whole,
+# for traces); fallback/codec.py's _FrameStream is its twin.
 
 # ---------------------------------------------------------------- streaming
 
