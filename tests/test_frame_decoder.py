@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rmq.errors import CorruptFrame
 from support import binary_ext, binary_header, frame, vector_bytes
 
 STREAM_FRAMES = [
@@ -135,6 +136,20 @@ def test_large_frames_and_buffer_reuse(impl):
         out += dec.feed(stream[i:i + 100_003])
     assert out == [impl.decode_frame(f) for f in (big, small, big, small)]
     assert dec.buffered == 0
+
+
+def test_bad_length_is_an_error_and_sticks(impl, expected):
+    # checked as soon as the 4 length bytes are in, whether the frame began in an
+    # earlier feed or not; the commands before it come with the error
+    for cut in (0, len(STREAM_FRAMES[0]) + 2):
+        data = STREAM_FRAMES[0] + b"\xff\xff\xff\xf0rest"
+        dec = impl.FrameDecoder()
+        out = dec.feed(data[:cut])
+        with pytest.raises(CorruptFrame) as e:
+            dec.feed(data[cut:])
+        assert out + e.value.decoded == expected[:1] and dec.buffered == 0
+        with pytest.raises(CorruptFrame, match="decoder failed earlier"):
+            dec.feed(STREAM_FRAMES[1])
 
 
 def test_max_frame_length(impl):

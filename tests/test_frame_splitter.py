@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq.errors import CorruptFrame, FrameTooLarge
+from support import binary_header, frame
 from test_frame_decoder import STREAM, STREAM_FRAMES, held
 
 
@@ -52,7 +53,7 @@ def test_bad_length_is_an_error_and_sticks(impl, prefix, error):
     with pytest.raises(error) as e:
         s.feed(STREAM_FRAMES[0] + prefix + b"rest")
     assert e.value.decoded == [STREAM_FRAMES[0]]
-    with pytest.raises(error, match="failed earlier"):
+    with pytest.raises(error, match="splitter failed earlier"):
         s.feed(STREAM_FRAMES[1])
 
 
@@ -67,3 +68,12 @@ def test_max_frame_length_is_checked(impl):
     with pytest.raises(ValueError, match="at least 8"):
         impl.FrameSplitter(max_frame_length=7)
     assert impl.FrameSplitter(max_frame_length=100).max_frame_length == 100
+
+
+def test_large_frames_and_buffer_reuse(impl):
+    # frames larger than the buffer kept between frames, each split over feeds
+    big = frame(binary_header(code=1), 1, body=bytes(range(256)) * 1200)   # > 256 KiB
+    small = frame(binary_header(code=2), 1, body=b"x")
+    stream = big + small + big + small
+    frames, s = split(impl, [stream[i:i + 100_003] for i in range(0, len(stream), 100_003)])
+    assert frames == [big, small, big, small] and s.buffered == 0

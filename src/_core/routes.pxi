@@ -852,7 +852,7 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
     in C, a bad length) or when the answers reach ``limit``. Returns the bytes
     consumed."""
     cdef Py_ssize_t pos = 0, need = 0
-    cdef int32_t length
+    cdef int64_t length
     cdef int status, legacy
     cdef rq_route req
     cdef const rt_blob* blob
@@ -860,9 +860,9 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
         need = 0
         with nogil:
             rt_rdlock(tt.t)
-            while n - pos >= 4 and (limit < 0 or b.len < limit):
-                length = be32(p + pos)
-                if length < 0 or <Py_ssize_t>length + 4 > max_frame or n - pos - 4 < length:
+            while limit < 0 or b.len < limit:
+                length = frame_at(p + pos, n - pos, max_frame)
+                if length < 0:      # the decoder waits for it or raises
                     break
                 if not rq_scan_route(p + pos + 4, length, &req):
                     break

@@ -1,28 +1,48 @@
-# The streaming side of the frame codec: FrameDecoder (frames to commands) and
-# FrameSplitter (frames kept whole, for traces).
+# The streaming side of the frame codec: one frame-splitting loop (_FrameStream),
+# shared by FrameDecoder (frames to commands) and FrameSplitter (frames kept whole,
+# for traces); fallback/codec.py's _FrameStream is its twin.
 
 # ---------------------------------------------------------------- streaming
 
 cdef enum:
     KEEP_BUFFER = 256 * 1024   # a larger idle buffer is freed, not kept per connection
+    FRAME_INCOMPLETE = -1      # frame_at: fewer bytes than the frame needs
+    FRAME_BAD_LENGTH = -2      # frame_at: check_length would raise
 
 
-@cython.final
-cdef class FrameDecoder:
-    """Splits a byte stream into commands; any chunking gives the same commands.
+cdef inline int64_t frame_at(const uint8_t* p, Py_ssize_t n,
+                             Py_ssize_t max_frame_length) noexcept nogil:
+    """The length of the frame at p[:n] when it is complete there, else
+    FRAME_INCOMPLETE or FRAME_BAD_LENGTH: the check of every splitting loop,
+    check_length's rule for code that may not raise (the nogil serve loop).
+    A bad length is reported as soon as its 4 bytes are in, complete or not."""
+    cdef int32_t length
+    if n < 4:
+        return FRAME_INCOMPLETE
+    length = be32(p)
+    if length < 0 or <Py_ssize_t>length + 4 > max_frame_length:
+        return FRAME_BAD_LENGTH
+    if n - 4 < length:
+        return FRAME_INCOMPLETE
+    return length
 
-    Only an incomplete frame is ever copied: complete frames are decoded
-    straight from the caller's buffer. After an error the stream is unusable
-    (the server closes the connection) and every later ``feed`` raises again.
-    It only splits and decodes: TopicTable.serve_routes (routes.pxi) answers route
-    queries through its cdef surface (``len``, ``take``, ``_feed``, ``error``).
-    """
+
+cdef class _FrameStream:
+    """A byte stream cut at frame boundaries: ``feed`` returns ``emit(frame,
+    length)`` for each frame it completes (``frame`` at the 4-byte prefix): the
+    command for FrameDecoder, the frame's bytes for FrameSplitter. Only
+    an incomplete frame is ever copied: complete frames are emitted straight from
+    the caller's buffer. After an error the stream is unusable (the server closes
+    the connection) and every later ``feed`` raises again.
+    TopicTable.serve_routes (routes.pxi) answers route queries through the cdef
+    surface (``len``, ``take``, ``_feed``, ``reset``, ``error``)."""
 
     cdef uint8_t* buf
     cdef Py_ssize_t len
     cdef Py_ssize_t cap
     cdef readonly Py_ssize_t max_frame_length
     cdef object error
+    cdef bint whole             # FrameSplitter: frames kept whole, not decoded
 
     def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
         if max_frame_length < 8:
@@ -40,6 +60,15 @@ cdef class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return self.len
 
+    @cython.final
+    cdef inline object emit(self, const uint8_t* frame, int32_t length):
+        # a flag, not a virtual hook: the call (and every method here, final)
+        # inlines into the loops, which keeps FrameDecoder's speed
+        if self.whole:
+            return PyBytes_FromStringAndSize(<const char*>frame, 4 + <Py_ssize_t>length)
+        return decode_payload(frame + 4, length)
+
+    @cython.final
     cdef int reserve(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t cap = self.cap
         cdef uint8_t* nb
@@ -56,6 +85,7 @@ cdef class FrameDecoder:
         self.cap = cap
         return 0
 
+    @cython.final
     cdef void reset(self) noexcept:
         self.len = 0
         if self.cap > KEEP_BUFFER:
@@ -63,6 +93,7 @@ cdef class FrameDecoder:
             self.buf = NULL
             self.cap = 0
 
+    @cython.final
     cdef Py_ssize_t take(self, const uint8_t* p, Py_ssize_t n, list out) except -1:
         """Complete the buffered frame from p; returns the bytes of p consumed."""
         cdef Py_ssize_t used = 0, step
@@ -83,23 +114,24 @@ cdef class FrameDecoder:
         self.len += step
         used += step
         if self.len == 4 + <Py_ssize_t>length:
-            cmd = decode_payload(self.buf + 4, length)
+            PyList_Append(out, self.emit(self.buf, length))
             self.reset()
-            PyList_Append(out, cmd)
         return used
 
     def feed(self, data):
-        """Add bytes from the stream; returns the commands completed by them."""
+        """Add bytes from the stream; returns what the frames completed by them give."""
         return self._feed(data)
 
+    @cython.final
     cdef list _feed(self, data):
         cdef Py_buffer view
         cdef const uint8_t* p
         cdef Py_ssize_t n, pos = 0
-        cdef int32_t length
+        cdef int64_t length
         cdef list out = []
         if self.error is not None:
-            raise type(self.error)(f"decoder failed earlier: {self.error}")
+            raise type(self.error)(f"{'splitter' if self.whole else 'decoder'} failed earlier: "
+                                  f"{self.error}")
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             p = <const uint8_t*>view.buf
@@ -107,18 +139,18 @@ cdef class FrameDecoder:
             if self.len:
                 pos = self.take(p, n, out)
             if self.len == 0:
-                while n - pos >= 4:
-                    length = be32(p + pos)
-                    check_length(length, self.max_frame_length)
-                    if n - pos - 4 < length:
+                while True:
+                    length = frame_at(p + pos, n - pos, self.max_frame_length)
+                    if length < 0:
                         break
-                    PyList_Append(out, decode_payload(p + pos + 4, length))
+                    PyList_Append(out, self.emit(p + pos, <int32_t>length))
                     pos += 4 + length
-                if pos < n:
+                if length == FRAME_BAD_LENGTH:
+                    check_length(be32(p + pos), self.max_frame_length)   # raises
+                if pos < n:     # less than a frame: its length, if there, was checked
                     self.take(p + pos, n - pos, out)
         except ProtocolError as e:
             self.error = e
-            self.len = 0
             self.reset()
             e.decoded = out
             raise
@@ -128,73 +160,20 @@ cdef class FrameDecoder:
 
 
 @cython.final
-cdef class FrameSplitter:
+cdef class FrameDecoder(_FrameStream):
+    """Splits a byte stream into commands; any chunking gives the same commands.
+
+    It only splits and decodes (see _FrameStream); after an error every later
+    ``feed`` raises again.
+    """
+
+
+@cython.final
+cdef class FrameSplitter(_FrameStream):
     """Splits a byte stream into whole frames (bytes, 4-byte length prefix
     included) without decoding them: what a trace records. Any chunking gives the
     same frames; the length checks and errors are FrameDecoder's, and after an
     error every later ``feed`` raises again."""
 
-    cdef bytearray partial          # the start of a frame not yet complete
-    cdef readonly Py_ssize_t max_frame_length
-    cdef object error
-
-    def __cinit__(self, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
-        if max_frame_length < 8:
-            raise ValueError(f"max_frame_length must be at least 8, got {max_frame_length}")
-        self.max_frame_length = max_frame_length
-        self.partial = bytearray()
-
-    @property
-    def buffered(self):
-        """Bytes held for a frame not yet complete."""
-        return len(self.partial)
-
-    def feed(self, data):
-        """Add bytes from the stream; returns the frames completed by them."""
-        cdef Py_buffer view
-        cdef const uint8_t* p
-        cdef Py_ssize_t n, pos = 0, have, step
-        cdef int32_t length
-        cdef list out = []
-        if self.error is not None:
-            raise type(self.error)(f"splitter failed earlier: {self.error}")
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            p = <const uint8_t*>view.buf
-            n = view.len
-            try:
-                have = len(self.partial)
-                if have:
-                    # complete the length word, then the frame, from the new bytes
-                    if have < 4:
-                        step = min(4 - have, n)
-                        self.partial += p[:step]
-                        pos = step
-                        have += step
-                    if have >= 4:
-                        length = be32(<const uint8_t*><char*>self.partial)
-                        check_length(length, self.max_frame_length)
-                        step = min(4 + <Py_ssize_t>length - have, n - pos)
-                        self.partial += p[pos:pos + step]
-                        pos += step
-                        if len(self.partial) == 4 + <Py_ssize_t>length:
-                            PyList_Append(out, bytes(self.partial))
-                            self.partial = bytearray()
-                if not len(self.partial):
-                    while n - pos >= 4:
-                        length = be32(p + pos)
-                        check_length(length, self.max_frame_length)
-                        if n - pos - 4 < length:
-                            break
-                        PyList_Append(out, p[pos:pos + 4 + length])
-                        pos += 4 + length
-                    if pos < n:     # less than a frame: its length, if there, was checked
-                        self.partial += p[pos:n]
-            except ProtocolError as e:
-                self.error = e
-                self.partial = bytearray()
-                e.decoded = out
-                raise
-        finally:
-            PyBuffer_Release(&view)
-        return out
+    def __cinit__(self, *args, **kwargs):
+        self.whole = True
