@@ -304,7 +304,12 @@ typedef cur (*member_fn)(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *
 
 /* The object at p ('{'), every member's value read by fn: the position after
  * it, or NULL (slow, or a once-only field repeated). *seen collects the bits.
- * Inlined, so that each caller's fn is a direct call. */
+ * Always inlined, so that each caller's fn is a direct (and inlinable) call. */
+#if defined(__GNUC__)
+#define FLATTEN __attribute__((flatten))
+#else
+#define FLATTEN
+#endif
 static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
 {
     cur k;
@@ -425,7 +430,7 @@ static int rb_no_duplicates(rb_body *out)
 /* topicConfigTable at p ('{'): key -> TopicConfig object. */
 
 /* A member of topicConfigTable: key -> TopicConfig object. */
-static cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
+static FLATTEN cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
     rb_ctx *c = ctx;
     rb_body *b = c->out;
