@@ -303,13 +303,7 @@ static inline cur member_key(cur p, cur end, cur *k, size_t *kn)
 typedef cur (*member_fn)(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit);
 
 /* The object at p ('{'), every member's value read by fn: the position after
- * it, or NULL (slow, or a once-only field repeated). *seen collects the bits.
- * Always inlined, so that each caller's fn is a direct (and inlinable) call. */
-#if defined(__GNUC__)
-#define FLATTEN __attribute__((flatten))
-#else
-#define FLATTEN
-#endif
+ * it, or NULL (slow, or a once-only field repeated). *seen collects the bits. */
 static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
 {
     cur k;
@@ -428,6 +422,14 @@ static int rb_no_duplicates(rb_body *out)
 }
 
 /* topicConfigTable at p ('{'): key -> TopicConfig object. */
+
+/* Once per topic, the registration hot path: flattened, so that its copy of
+ * each_member calls rb_topic_field directly, not through the pointer. */
+#if defined(__GNUC__)
+#define FLATTEN __attribute__((flatten))
+#else
+#define FLATTEN
+#endif
 
 /* A member of topicConfigTable: key -> TopicConfig object. */
 static FLATTEN cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
