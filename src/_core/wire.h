@@ -1,7 +1,7 @@
 /* Wire facts the C files and the Cython code share, written once (jsonio.pxi
  * declares this header for every .pxi): the request code the fast path answers,
- * the version rmq writes, the zlib sniff, big-endian fields, integers, the JSON
- * response header's pieces and the RMQ_DEBUG assertion.
+ * the version rmq writes, the zlib sniff, big-endian fields, the ROCKETMQ header
+ * walker, integers, the JSON response header's pieces and the RMQ_DEBUG assertion.
  */
 #ifndef RMQ_WIRE_H
 #define RMQ_WIRE_H
