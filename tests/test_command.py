@@ -3,10 +3,11 @@ pickling, and what encode_frame accepts or refuses."""
 
 import copy
 import pickle
+import struct
 
 import pytest
 
-from rmq.errors import ProtocolError, UnknownSerializeType
+from rmq.errors import HeaderError, ProtocolError, UnknownSerializeType
 from rmq.protocol import CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE
 
 
@@ -197,3 +198,41 @@ def test_json_header_omits_nulls(impl):
     frame = impl.encode_frame(make(impl, remark=None, ext_fields=None, body=b""))
     assert frame[8:] == (b'{"code":105,"flag":0,"language":"JAVA","opaque":7,'
                          b'"serializeTypeCurrentRPC":"JSON","version":409}')
+
+
+def _binary_frame(header):
+    payload = struct.pack(">I", (1 << 24) | len(header)) + header
+    return struct.pack(">i", len(payload)) + payload
+
+
+_FIXED = struct.pack(">hBhii", 105, 0, 409, 7, 0)     # code, language, version, opaque, flag
+
+
+@pytest.mark.parametrize("header, message", [
+    (bytes(20), "ROCKETMQ header truncated: 20 bytes, the fixed part is 21"),
+    (_FIXED + struct.pack(">ii", 5, 0), "ROCKETMQ header remark length 5 exceeds the header (21 bytes)"),
+    (_FIXED + struct.pack(">ii", -1, 0), "ROCKETMQ header remark length -1 exceeds the header (21 bytes)"),
+    (_FIXED + struct.pack(">ii", 0, 9), "ROCKETMQ header ext length 9 exceeds the header (21 bytes)"),
+    (_FIXED + struct.pack(">i", 1) + b"\xff" + struct.pack(">i", 9), "remark is not valid UTF-8 at byte 0"),
+    (_FIXED + struct.pack(">ii", 0, 1) + b"\0", "ROCKETMQ ext field truncated at byte 21"),
+    (_FIXED + struct.pack(">iih", 0, 4, 5) + b"ab", "ROCKETMQ ext key length 5 exceeds the ext fields"),
+    (_FIXED + struct.pack(">iih", 0, 7, 1) + b"k" + struct.pack(">i", 9),
+     "ROCKETMQ ext value length 9 exceeds the ext fields"),
+    (_FIXED + struct.pack(">iih", 0, 7, 1) + b"\xff" + struct.pack(">i", 9),
+     "ext key is not valid UTF-8 at byte 0"),
+    (_FIXED + struct.pack(">iih", 0, 8, 1) + b"k" + struct.pack(">i", 1) + b"\xff",
+     "ext value is not valid UTF-8 at byte 0"),
+])
+def test_binary_header_errors(impl, header, message):
+    # Which check fails first, and its message, are the same in both implementations.
+    with pytest.raises(HeaderError) as e:
+        impl.decode_frame(_binary_frame(header))
+    assert str(e.value) == message
+
+
+def test_binary_header_walk(impl):
+    header = (_FIXED + struct.pack(">i", 1) + b"r" + struct.pack(">ih", 15, 1) + b"a" + struct.pack(">i", 1)
+              + b"1" + struct.pack(">h", 1) + b"b" + struct.pack(">i", 0))
+    cmd = impl.decode_frame(_binary_frame(header))
+    assert (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields) == (
+        105, "JAVA", 409, 7, 0, "r", {"a": "1", "b": ""})

@@ -319,49 +319,34 @@ cdef object binary_key(const uint8_t* s, Py_ssize_t n):
 
 
 cdef int decode_binary_header(RemotingCommand cmd, const uint8_t* d, Py_ssize_t n) except -1:
-    cdef Py_ssize_t pos, end
-    cdef int32_t remark_len, ext_len, vlen
-    cdef int16_t klen
-    cdef uint8_t lang
+    cdef bheader h
+    cdef int rc = bh_start(d, n, &h)
     cdef dict ext
-    if n < 21:
-        raise HeaderError(f"ROCKETMQ header truncated: {n} bytes, the fixed part is 21")
-    cmd.code = be16(d)
-    lang = d[2]
-    cmd.version = be16(d + 3)
-    cmd.opaque = be32(d + 5)
-    cmd.flag = be32(d + 9)
-    remark_len = be32(d + 13)
-    pos = 17
-    if remark_len < 0 or remark_len > n - pos - 4:
-        raise HeaderError(f"ROCKETMQ header remark length {remark_len} exceeds the header ({n} bytes)")
-    if remark_len:
-        cmd.remark = utf8_field(d + pos, remark_len, "remark")
-    pos += remark_len
-    ext_len = be32(d + pos)
-    pos += 4
-    if ext_len < 0 or ext_len > n - pos:
-        raise HeaderError(f"ROCKETMQ header ext length {ext_len} exceeds the header ({n} bytes)")
-    if ext_len:
+    if rc == BH_SHORT:
+        raise HeaderError(f"ROCKETMQ header truncated: {n} bytes, the fixed part is {BH_FIXED}")
+    if rc == BH_REMARK:
+        raise HeaderError(f"ROCKETMQ header remark length {h.remark_len} exceeds the header ({n} bytes)")
+    if h.remark_len:
+        cmd.remark = utf8_field(d + BH_REMARK_AT, h.remark_len, "remark")
+    if rc == BH_EXT:
+        raise HeaderError(f"ROCKETMQ header ext length {h.ext_len} exceeds the header ({n} bytes)")
+    if h.ext_len:
         ext = {}
-        end = pos + ext_len
-        while pos < end:
-            if end - pos < 2:
-                raise HeaderError(f"ROCKETMQ ext field truncated at byte {pos}")
-            klen = be16(d + pos)
-            pos += 2
-            if klen < 0 or klen > end - pos - 4:
-                raise HeaderError(f"ROCKETMQ ext key length {klen} exceeds the ext fields")
-            k = binary_key(d + pos, klen)
-            pos += klen
-            vlen = be32(d + pos)
-            pos += 4
-            if vlen < 0 or vlen > end - pos:
-                raise HeaderError(f"ROCKETMQ ext value length {vlen} exceeds the ext fields")
-            PyDict_SetItem(ext, k, utf8_field(d + pos, vlen, "ext value"))
-            pos += vlen
+        while (rc := bh_next(d, &h)) != BH_OK:
+            if rc == BH_TRUNCATED:
+                raise HeaderError(f"ROCKETMQ ext field truncated at byte {h.at}")
+            if rc == BH_KEY:
+                raise HeaderError(f"ROCKETMQ ext key length {h.klen} exceeds the ext fields")
+            k = binary_key(d + h.at + 2, h.klen)
+            if rc == BH_VALUE:
+                raise HeaderError(f"ROCKETMQ ext value length {h.vlen} exceeds the ext fields")
+            PyDict_SetItem(ext, k, utf8_field(d + h.at + 6 + h.klen, h.vlen, "ext value"))
         cmd.ext_fields = ext
-    cmd.language = <str>LANGUAGES[lang] if lang < len(LANGUAGES) else str(lang)
+    cmd.code = h.code
+    cmd.version = h.version
+    cmd.opaque = h.opaque
+    cmd.flag = h.flag
+    cmd.language = <str>LANGUAGES[h.language] if h.language < len(LANGUAGES) else str(h.language)
     return 0
 
 

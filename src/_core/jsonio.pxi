@@ -67,6 +67,25 @@ cdef extern from "wire.h" nogil:
     const char* JH_OPAQUE "RMQ_JH_OPAQUE"
     const char* JH_TAIL "RMQ_JH_TAIL"
     Py_ssize_t LIT_LEN "RMQ_LIT_LEN" (const char* literal)
+    # The ROCKETMQ binary header walker (codec.pxi decodes with it, scan.c recognises).
+    enum:
+        BH_FIXED "RMQ_BH_FIXED"
+        BH_REMARK_AT "RMQ_BH_REMARK_AT"
+        BH_OK "RMQ_BH_OK"
+        BH_FIELD "RMQ_BH_FIELD"
+        BH_SHORT "RMQ_BH_SHORT"
+        BH_REMARK "RMQ_BH_REMARK"
+        BH_EXT "RMQ_BH_EXT"
+        BH_TRUNCATED "RMQ_BH_TRUNCATED"
+        BH_KEY "RMQ_BH_KEY"
+        BH_VALUE "RMQ_BH_VALUE"
+    ctypedef struct bheader "rmq_bheader":
+        int16_t code, version, klen
+        uint8_t language
+        int32_t opaque, flag, remark_len, ext_len, vlen
+        size_t pos, end, at
+    int bh_start "rmq_bh_start" (const uint8_t* d, size_t n, bheader* h)
+    int bh_next "rmq_bh_next" (const uint8_t* d, bheader* h)
 
 if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_CURRENT_VERSION) != (_RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                          _PROTOCOL_VERSION):

@@ -298,20 +298,33 @@ static inline cur member_key(cur p, cur end, cur *k, size_t *kn)
     return ws(p + 1, end);
 }
 
-/* After a member's value: ',' (returns the next key's position, *more = 1) or
- * '}' (returns the position after it, *more = 0). */
-static inline cur member_next(cur p, cur end, int *more)
+/* A member's value at p (key k, kn bytes) read into ctx: the position after it,
+ * NULL for slow; *bit: the field's bit if it may appear only once. */
+typedef cur (*member_fn)(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit);
+
+/* The object at p ('{'), every member's value read by fn: the position after
+ * it, or NULL (slow, or a once-only field repeated). *seen collects the bits. */
+static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
 {
-    p = ws(p, end);
-    if (p < end && *p == ',') {
-        *more = 1;
-        return ws(p + 1, end);
-    }
-    if (p < end && *p == '}') {
-        *more = 0;
+    cur k;
+    size_t kn;
+    unsigned bit;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
         return p + 1;
+    for (;;) {
+        bit = 0;
+        if ((p = member_key(p, end, &k, &kn)) == NULL || (p = fn(ctx, p, end, k, kn, &bit)) == NULL
+                || (*seen & bit))
+            return NULL;
+        *seen |= bit;
+        p = ws(p, end);
+        if (p < end && *p == '}')
+            return p + 1;
+        if (p >= end || *p != ',')
+            return NULL;
+        p = ws(p + 1, end);
     }
-    return NULL;
 }
 
 #define KEY_IS(k, n, lit) ((n) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
@@ -332,68 +345,40 @@ static cur rb_int32(cur p, cur end, int32_t *out)
     return p;
 }
 
-/* One TopicConfig object at p ('{'). Any field the checks use twice: slow. */
-static cur rb_topic_config(cur p, rb_ctx *c, rb_topic *t)
+/* A member of a TopicConfig object. Any field the checks use: at most once. */
+static cur rb_topic_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    cur end = c->end, k, s;
-    size_t kn;
-    int more, esc;
-    unsigned seen = 0, bit;
-    t->perm = 6;
-    t->read = 16;
-    t->write = 16;
-    t->sysflag = 0;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
-            return NULL;
-        bit = 0;
-        switch (kn) {
-        case 4:
-            if (bytes_eq(k, "perm", 4)) {
-                bit = 1;
-                p = rb_int32(p, end, &t->perm);
-            }
-            break;
-        case 9:
-            if (bytes_eq(k, "topicName", 9)) {
-                bit = 2;
-                if (p >= end || *p != '"' || (p = scan_str(p, end, &s, &t->name_len, &esc)) == NULL
-                        || esc)
-                    return NULL;
-                t->name = (const char *)s;
-            }
-            break;
-        case 13:
-            if (bytes_eq(k, "readQueueNums", 13)) {
-                bit = 4;
-                p = rb_int32(p, end, &t->read);
-            }
-            break;
-        case 14:
-            if (bytes_eq(k, "writeQueueNums", 14)) {
-                bit = 8;
-                p = rb_int32(p, end, &t->write);
-            }
-            break;
-        case 12:
-            if (bytes_eq(k, "topicSysFlag", 12)) {
-                bit = 16;
-                p = rb_int32(p, end, &t->sysflag);
-            }
-            break;
+    rb_topic *t = ctx;
+    cur s;
+    int esc;
+    switch (kn) {
+    case 4:
+        if (bytes_eq(k, "perm", 4))
+            return *bit = 1, rb_int32(p, end, &t->perm);
+        break;
+    case 9:
+        if (bytes_eq(k, "topicName", 9)) {
+            *bit = 2;
+            if (p >= end || *p != '"' || (p = scan_str(p, end, &s, &t->name_len, &esc)) == NULL || esc)
+                return NULL;
+            t->name = (const char *)s;
+            return p;
         }
-        if (bit == 0)
-            p = skip_value(p, end, 4);
-        else if (seen & bit)
-            return NULL;
-        seen |= bit;
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
-    return p;
+        break;
+    case 13:
+        if (bytes_eq(k, "readQueueNums", 13))
+            return *bit = 4, rb_int32(p, end, &t->read);
+        break;
+    case 14:
+        if (bytes_eq(k, "writeQueueNums", 14))
+            return *bit = 8, rb_int32(p, end, &t->write);
+        break;
+    case 12:
+        if (bytes_eq(k, "topicSysFlag", 12))
+            return *bit = 16, rb_int32(p, end, &t->sysflag);
+        break;
+    }
+    return skip_value(p, end, 4);
 }
 
 /* 1 if two topics share a map key (the general reader keeps one: slow), 0 if
@@ -427,175 +412,122 @@ static int rb_has_duplicate_keys(const rb_body *b)
     return dup;
 }
 
-/* topicConfigTable at p ('{'): key -> TopicConfig object. */
-static cur rb_table(cur p, rb_ctx *c)
+/* RB_OK, or (out freed) RB_SLOW for duplicate keys, RB_NOMEM. */
+static int rb_no_duplicates(rb_body *out)
 {
-    cur end = c->end, k;
-    size_t kn;
-    int more;
+    int dup = rb_has_duplicate_keys(out);
+    if (dup)
+        rb_body_free(out);
+    return dup < 0 ? RB_NOMEM : dup ? RB_SLOW : RB_OK;
+}
+
+/* topicConfigTable at p ('{'): key -> TopicConfig object. */
+
+/* Once per topic, the registration hot path: flattened, so that its copy of
+ * each_member calls rb_topic_field directly, not through the pointer. */
+#if defined(__GNUC__)
+#define FLATTEN __attribute__((flatten))
+#else
+#define FLATTEN
+#endif
+
+/* A member of topicConfigTable: key -> TopicConfig object. */
+static FLATTEN cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
+{
+    rb_ctx *c = ctx;
     rb_body *b = c->out;
     rb_topic *t;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
+    unsigned seen = 0;
+    (void)bit;
+    if (p >= end || *p != '{')          /* a topic config must be an object */
+        return NULL;
+    if (b->ntopics == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 64;
+        rb_topic *nt;
+        if (cap > UINT32_MAX - 1 || (nt = realloc(b->topics, cap * sizeof *nt)) == NULL) {
+            c->nomem = 1;
             return NULL;
-        if (p >= end || *p != '{')          /* a topic config must be an object */
-            return NULL;
-        if (b->ntopics == b->cap) {
-            size_t cap = b->cap ? 2 * b->cap : 64;
-            rb_topic *nt;
-            if (cap > UINT32_MAX - 1 || (nt = realloc(b->topics, cap * sizeof *nt)) == NULL) {
-                c->nomem = 1;
-                return NULL;
-            }
-            b->topics = nt;
-            b->cap = cap;
         }
-        t = &b->topics[b->ntopics];
-        t->key = (const char *)k;
-        t->key_len = kn;
-        t->name = (const char *)k;
-        t->name_len = kn;
-        if ((p = rb_topic_config(p, c, t)) == NULL)
-            return NULL;
+        b->topics = nt;
+        b->cap = cap;
+    }
+    t = &b->topics[b->ntopics];
+    t->key = t->name = (const char *)k;
+    t->key_len = t->name_len = kn;
+    t->perm = 6;
+    t->read = t->write = 16;
+    t->sysflag = 0;
+    if ((p = each_member(p, end, rb_topic_field, t, &seen)) != NULL)
         b->ntopics++;
-        if ((p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
     return p;
 }
 
-/* dataVersion at p ('{'): counter, stateVersion, timestamp (int64 or null; the
- * last of repeated fields wins, as in the general reader's dict). */
-static cur rb_data_version(cur p, rb_ctx *c)
+/* A member of dataVersion: counter, stateVersion, timestamp (int64 or null;
+ * the last of repeated fields wins, as in the general reader's dict). */
+static cur rb_version_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    cur end = c->end, k;
-    size_t kn;
-    int more;
-    int64_t *field;
-    rb_body *b = c->out;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
-            return NULL;
-        field = NULL;
-        if (KEY_IS(k, kn, "counter"))
-            field = &b->counter;
-        else if (KEY_IS(k, kn, "stateVersion"))
-            field = &b->state_version;
-        else if (KEY_IS(k, kn, "timestamp"))
-            field = &b->timestamp;
-        if (field == NULL)
-            p = skip_value(p, end, 3);
-        else if (is_lit(p, end, "null", 4)) {
-            *field = 0;
-            if (field == &b->timestamp)
-                b->has_timestamp = 0;
-            p += 4;
-        } else {
-            p = parse_int(p, end, INT64_MIN, INT64_MAX, field);
-            if (field == &b->timestamp)
-                b->has_timestamp = 1;
-        }
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
-    return p;
+    rb_body *b = ((rb_ctx *)ctx)->out;
+    int64_t *field = NULL;
+    (void)bit;
+    if (KEY_IS(k, kn, "counter"))
+        field = &b->counter;
+    else if (KEY_IS(k, kn, "stateVersion"))
+        field = &b->state_version;
+    else if (KEY_IS(k, kn, "timestamp"))
+        field = &b->timestamp;
+    else
+        return skip_value(p, end, 3);
+    if (field == &b->timestamp)
+        b->has_timestamp = !is_lit(p, end, "null", 4);
+    if (is_lit(p, end, "null", 4)) {
+        *field = 0;
+        return p + 4;
+    }
+    return parse_int(p, end, INT64_MIN, INT64_MAX, field);
 }
 
-/* An empty object or null (topicQueueMappingInfoMap: non-empty ones go to Python). */
-static cur rb_empty_object_or_null(cur p, cur end)
+/* null, or an empty object (open '{') or array ('['): topicQueueMappingInfoMap
+ * and filterServerList, whose non-empty forms go to Python. */
+static cur null_or_empty(cur p, cur end, uint8_t open)
 {
     if (is_lit(p, end, "null", 4))
         return p + 4;
-    if (p >= end || *p != '{')
+    if (p >= end || *p != open)
         return NULL;
     p = ws(p + 1, end);
-    return p < end && *p == '}' ? p + 1 : NULL;
+    return p < end && *p == open + 2 ? p + 1 : NULL;     /* '}' and ']' follow 2 after */
 }
 
-/* A member value that is null (absent) or an object read by parse: NULL (slow)
- * for anything else. */
-static cur null_or_object(cur p, rb_ctx *c, cur (*parse)(cur, rb_ctx *))
+/* A member value that is null (absent) or an object whose members fn reads:
+ * NULL (slow) for anything else. */
+static inline cur null_or_object(cur p, rb_ctx *c, member_fn fn)
 {
+    unsigned seen = 0;
     if (is_lit(p, c->end, "null", 4))
         return p + 4;
-    return p < c->end && *p == '{' ? parse(p, c) : NULL;
+    return p < c->end && *p == '{' ? each_member(p, c->end, fn, c, &seen) : NULL;
 }
 
-/* topicConfigSerializeWrapper at p ('{'). */
-static cur rb_wrapper(cur p, rb_ctx *c)
+/* A member of topicConfigSerializeWrapper. */
+static cur rb_wrapper_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    cur end = c->end, k;
-    size_t kn;
-    int more;
-    unsigned seen = 0, bit;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
-            return NULL;
-        bit = 0;
-        if (KEY_IS(k, kn, "topicConfigTable")) {
-            bit = 1;
-            p = null_or_object(p, c, rb_table);
-        } else if (KEY_IS(k, kn, "dataVersion")) {
-            bit = 2;
-            p = null_or_object(p, c, rb_data_version);
-        } else if (KEY_IS(k, kn, "topicQueueMappingInfoMap")) {
-            bit = 4;
-            p = rb_empty_object_or_null(p, end);
-        } else
-            p = skip_value(p, end, 2);
-        if (seen & bit)
-            return NULL;
-        seen |= bit;
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
-    return p;
+    if (KEY_IS(k, kn, "topicConfigTable"))
+        return *bit = 1, null_or_object(p, ctx, rb_table_entry);
+    if (KEY_IS(k, kn, "dataVersion"))
+        return *bit = 2, null_or_object(p, ctx, rb_version_field);
+    if (KEY_IS(k, kn, "topicQueueMappingInfoMap"))
+        return *bit = 4, null_or_empty(p, end, '{');
+    return skip_value(p, end, 2);
 }
 
-/* The top-level RegisterBrokerBody object at p ('{'). */
-static cur rb_top(cur p, rb_ctx *c)
+/* A member of the top-level RegisterBrokerBody object. */
+static cur rb_top_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    cur end = c->end, k;
-    size_t kn;
-    int more;
-    unsigned seen = 0, bit;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
-            return NULL;
-        bit = 0;
-        if (KEY_IS(k, kn, "topicConfigSerializeWrapper")) {
-            bit = 1;
-            p = null_or_object(p, c, rb_wrapper);
-        } else if (KEY_IS(k, kn, "filterServerList")) {
-            bit = 2;             /* null or []: non-empty lists go to Python */
-            if (is_lit(p, end, "null", 4))
-                p += 4;
-            else if (p < end && *p == '[') {
-                p = ws(p + 1, end);
-                p = p < end && *p == ']' ? p + 1 : NULL;
-            } else
-                return NULL;
-        } else
-            p = skip_value(p, end, 1);
-        if (seen & bit)
-            return NULL;
-        seen |= bit;
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
-    return p;
+    if (KEY_IS(k, kn, "topicConfigSerializeWrapper"))
+        return *bit = 1, null_or_object(p, ctx, rb_wrapper_field);
+    if (KEY_IS(k, kn, "filterServerList"))
+        return *bit = 2, null_or_empty(p, end, '[');
+    return skip_value(p, end, 1);
 }
 
 void rb_body_free(rb_body *b)
@@ -609,8 +541,7 @@ void rb_body_free(rb_body *b)
 int rb_scan_register_body(const char *data, size_t n, rb_body *out)
 {
     cur p = (cur)data, end = p + n;
-    rb_ctx c;
-    int dup;
+    rb_ctx c = {end, out, 0};
     memset(out, 0, sizeof *out);
     /* A zlib stream is the compressed form: not ours. */
     if (rmq_is_zlib(p, n))
@@ -618,27 +549,20 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
     p = ws(p, end);
     if (p >= end || *p != '{')
         return RB_SLOW;
-    c.end = end;
-    c.out = out;
-    c.nomem = 0;
     /* Reserve for the common topic size (about 140 bytes each) up front. */
     out->cap = n / 128 + 16;
     if ((out->topics = malloc(out->cap * sizeof *out->topics)) == NULL) {
         out->cap = 0;
         return RB_NOMEM;
     }
-    p = rb_top(p, &c);
+    p = null_or_object(p, &c, rb_top_field);
     if (p != NULL)
         p = ws(p, end);
     if (p == NULL || p != end) {         /* slow, or extra data after the document */
         rb_body_free(out);
         return c.nomem ? RB_NOMEM : RB_SLOW;
     }
-    if ((dup = rb_has_duplicate_keys(out)) != 0) {
-        rb_body_free(out);
-        return dup < 0 ? RB_NOMEM : RB_SLOW;
-    }
-    return RB_OK;
+    return rb_no_duplicates(out);
 }
 
 /* ---------------------------------------------------------------- RegisterBrokerBody (compressed) */
@@ -740,24 +664,14 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
     cur p = (cur)data, end = p + n, s, q;
     size_t k;
     int32_t count, i;
-    rb_ctx c;
-    int dup;
+    rb_ctx c = {end, out, 0};
     memset(out, 0, sizeof *out);
-    c.end = end;
-    c.out = out;
-    c.nomem = 0;
     /* dataVersion: null or an object (other JSON the general path reads
      * through "or {}" or rejects: slow). */
     if ((s = cz_chunk(&p, end, &k)) == NULL)
         return RB_SLOW;
     c.end = s + k;
-    q = ws(s, c.end);
-    if (is_lit(q, c.end, "null", 4))
-        q += 4;
-    else if (q < c.end && *q == '{')
-        q = rb_data_version(q, &c);
-    else
-        q = NULL;
+    q = null_or_object(ws(s, c.end), &c, rb_version_field);
     if (q == NULL || ws(q, c.end) != c.end)
         return RB_SLOW;
     c.end = end;
@@ -780,26 +694,14 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
         out->ntopics++;
     }
     /* filterServerList: null or [] (addresses go to Python). */
-    if ((s = cz_chunk(&p, end, &k)) == NULL)
-        goto slow;
-    q = ws(s, s + k);
-    if (is_lit(q, s + k, "null", 4))
-        q += 4;
-    else if (q < s + k && *q == '[' && (q = ws(q + 1, s + k)) < s + k && *q == ']')
-        q++;
-    else
-        goto slow;
-    if (ws(q, s + k) != s + k)
+    if ((s = cz_chunk(&p, end, &k)) == NULL || (q = null_or_empty(ws(s, s + k), s + k, '[')) == NULL
+            || ws(q, s + k) != s + k)
         goto slow;
     /* 5.x topic queue mappings: none, or a count of 0 (the rest is ignored,
      * as by the general path). */
     if (end - p >= 4 && rmq_be32(p) != 0)
         goto slow;
-    if ((dup = rb_has_duplicate_keys(out)) != 0) {
-        rb_body_free(out);
-        return dup < 0 ? RB_NOMEM : RB_SLOW;
-    }
-    return RB_OK;
+    return rb_no_duplicates(out);
 slow:
     rb_body_free(out);
     return RB_SLOW;
@@ -830,69 +732,51 @@ static inline int rq_ext_key(cur k, size_t n)
     return 0;
 }
 
-/* JSON extFields at p ('{'); *seen: RQ_TOPIC / RQ_ACCEPT found. The two fields
- * must be plain strings (acceptStandardJsonOnly may be a boolean), at most once. */
-static cur rq_json_ext(cur p, cur end, rq_route *out, int *seen)
+/* A member of the JSON extFields. topic and acceptStandardJsonOnly must be
+ * plain strings (acceptStandardJsonOnly may be a boolean), at most once. */
+static cur rq_ext_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    cur k, s;
-    size_t kn, n;
-    int more, which, esc, is_int, t;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
+    rq_route *out = ctx;
+    cur s;
+    size_t n;
+    int which = rq_ext_key(k, kn), esc, is_int, t;
+    *bit = (unsigned)which;
+    if (p >= end)
+        return NULL;
+    if (*p == '"') {
+        if ((p = scan_str(p, end, &s, &n, &esc)) == NULL || (which && esc))
             return NULL;
-        which = rq_ext_key(k, kn);
-        if (*seen & which)
-            return NULL;
-        *seen |= which;
-        if (p >= end)
-            return NULL;
-        if (*p == '"') {
-            if ((p = scan_str(p, end, &s, &n, &esc)) == NULL || (which && esc))
+        if (which == RQ_TOPIC) {
+            out->topic = (const char *)s;
+            out->topic_len = n;
+        } else if (which == RQ_ACCEPT) {
+            if ((t = rq_is_true(s, n)) < 0)
                 return NULL;
-            if (which == RQ_TOPIC) {
-                out->topic = (const char *)s;
-                out->topic_len = n;
-            } else if (which == RQ_ACCEPT) {
-                if ((t = rq_is_true(s, n)) < 0)
-                    return NULL;
-                out->accept_standard = t;
-            }
-        } else if (which == RQ_ACCEPT && is_lit(p, end, "true", 4)) {
-            out->accept_standard = 1;
-            p += 4;
-        } else if (which == RQ_ACCEPT && is_lit(p, end, "false", 5)) {
-            out->accept_standard = 0;
-            p += 5;
-        } else if (which)
-            return NULL;
-        else if (*p == '-' || is_digit(*p))
-            p = scan_num(p, end, &is_int);          /* kept as its text */
-        else if (is_lit(p, end, "true", 4) || is_lit(p, end, "null", 4))
-            p += 4;
-        else if (is_lit(p, end, "false", 5))
-            p += 5;
-        else
-            return NULL;                             /* objects, arrays: HeaderError */
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return NULL;
-    } while (more);
-    return p;
+            out->accept_standard = t;
+        }
+        return p;
+    }
+    if (which == RQ_ACCEPT && is_lit(p, end, "true", 4))
+        return out->accept_standard = 1, p + 4;
+    if (which == RQ_ACCEPT && is_lit(p, end, "false", 5))
+        return out->accept_standard = 0, p + 5;
+    if (which)
+        return NULL;
+    if (*p == '-' || is_digit(*p))
+        return scan_num(p, end, &is_int);            /* kept as its text */
+    if (is_lit(p, end, "true", 4) || is_lit(p, end, "null", 4))
+        return p + 4;
+    return is_lit(p, end, "false", 5) ? p + 5 : NULL;   /* objects, arrays: HeaderError */
 }
 
 /* A JSON int32 header field or null (0). */
 static cur rq_int32(cur p, cur end, int32_t *out)
 {
-    int64_t v;
     if (is_lit(p, end, "null", 4)) {
         *out = 0;
         return p + 4;
     }
-    if ((p = parse_int(p, end, INT32_MIN, INT32_MAX, &v)) != NULL)
-        *out = (int32_t)v;
-    return p;
+    return rb_int32(p, end, out);
 }
 
 /* A JSON string header field (escapes validated) or null. */
@@ -908,107 +792,74 @@ static cur rq_opt_string(cur p, cur end)
     return scan_str(p, end, &s, &n, &esc);
 }
 
+typedef struct {
+    rq_route *out;
+    int32_t code, flag;
+    unsigned ext_seen;
+} rq_ctx;
+
+/* A member of the JSON header: each known field at most once. */
+static cur rq_header_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
+{
+    rq_ctx *c = ctx;
+    if (KEY_IS(k, kn, "code"))
+        return *bit = 1, rq_int32(p, end, &c->code);
+    if (KEY_IS(k, kn, "opaque"))
+        return *bit = 2, rq_int32(p, end, &c->out->opaque);
+    if (KEY_IS(k, kn, "flag"))
+        return *bit = 4, rq_int32(p, end, &c->flag);
+    if (KEY_IS(k, kn, "version"))
+        return *bit = 8, rq_int32(p, end, &c->out->version);
+    if (KEY_IS(k, kn, "extFields")) {
+        *bit = 16;      /* null (no extFields) or not an object (a HeaderError): slow */
+        return p < end && *p == '{' ? each_member(p, end, rq_ext_field, c->out, &c->ext_seen) : NULL;
+    }
+    if (KEY_IS(k, kn, "language"))
+        return *bit = 32, rq_opt_string(p, end);
+    if (KEY_IS(k, kn, "remark"))
+        return *bit = 64, rq_opt_string(p, end);
+    return skip_value(p, end, 0);
+}
+
 static int rq_json(cur p, cur end, rq_route *out)
 {
-    cur k;
-    size_t kn;
-    int more, ext_seen = 0;
-    unsigned seen = 0, bit;
-    int32_t code = 0, flag = 0;
+    rq_ctx c = {out, 0, 0, 0};
+    unsigned seen = 0;
     p = ws(p, end);
-    if (p >= end || *p != '{')
+    if (p >= end || *p != '{' || (p = each_member(p, end, rq_header_field, &c, &seen)) == NULL
+            || ws(p, end) != end)
         return 0;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return 0;                                /* no code, no extFields */
-    do {
-        if ((p = member_key(p, end, &k, &kn)) == NULL)
-            return 0;
-        bit = 0;
-        if (KEY_IS(k, kn, "code")) {
-            bit = 1;
-            p = rq_int32(p, end, &code);
-        } else if (KEY_IS(k, kn, "opaque")) {
-            bit = 2;
-            p = rq_int32(p, end, &out->opaque);
-        } else if (KEY_IS(k, kn, "flag")) {
-            bit = 4;
-            p = rq_int32(p, end, &flag);
-        } else if (KEY_IS(k, kn, "version")) {
-            bit = 8;
-            p = rq_int32(p, end, &out->version);
-        } else if (KEY_IS(k, kn, "extFields")) {
-            bit = 16;
-            if (p >= end || *p != '{')
-                return 0;                        /* null (no extFields) or a HeaderError */
-            p = rq_json_ext(p, end, out, &ext_seen);
-        } else if (KEY_IS(k, kn, "language")) {
-            bit = 32;
-            p = rq_opt_string(p, end);
-        } else if (KEY_IS(k, kn, "remark")) {
-            bit = 64;
-            p = rq_opt_string(p, end);
-        } else
-            p = skip_value(p, end, 0);
-        if (seen & bit)
-            return 0;
-        seen |= bit;
-        if (p == NULL || (p = member_next(p, end, &more)) == NULL)
-            return 0;
-    } while (more);
-    if (ws(p, end) != end)
-        return 0;
-    return code == RMQ_GET_ROUTEINFO_BY_TOPIC && (flag & 3) == 0 && (ext_seen & RQ_TOPIC);
+    return c.code == RMQ_GET_ROUTEINFO_BY_TOPIC && (c.flag & 3) == 0 && (c.ext_seen & RQ_TOPIC);
 }
 
 static int rq_binary(cur d, size_t n, rq_route *out)
 {
-    size_t pos, end;
-    int32_t remark_len, ext_len, vlen;
-    int16_t klen;
-    int seen = 0, which, t;
-    if (n < 21 || rmq_be16(d) != RMQ_GET_ROUTEINFO_BY_TOPIC || (rmq_be32(d + 9) & 3) != 0)
-        return 0;
-    out->version = rmq_be16(d + 3);
-    out->opaque = rmq_be32(d + 5);
-    remark_len = rmq_be32(d + 13);
-    pos = 17;
-    if (remark_len < 0 || (size_t)remark_len > n - pos - 4 || !valid_utf8(d + pos, (size_t)remark_len))
-        return 0;
-    pos += (size_t)remark_len;
-    ext_len = rmq_be32(d + pos);
-    pos += 4;
+    rmq_bheader h;
+    int seen = 0, which, t, rc;
+    cur k, v;
     /* No ext fields, or bytes after them (the general decoder ignores those): unusual. */
-    if (ext_len <= 0 || (size_t)ext_len != n - pos)
+    if (rmq_bh_start(d, n, &h) != RMQ_BH_OK || h.code != RMQ_GET_ROUTEINFO_BY_TOPIC || (h.flag & 3)
+            || h.ext_len == 0 || h.end != n || !valid_utf8(d + RMQ_BH_REMARK_AT, (size_t)h.remark_len))
         return 0;
-    end = n;
-    while (pos < end) {
-        if (end - pos < 6)
-            return 0;
-        klen = rmq_be16(d + pos);
-        pos += 2;
-        if (klen < 0 || (size_t)klen > end - pos - 4 || !valid_utf8(d + pos, (size_t)klen))
-            return 0;
-        which = rq_ext_key(d + pos, (size_t)klen);
-        pos += (size_t)klen;
-        vlen = rmq_be32(d + pos);
-        pos += 4;
-        if (vlen < 0 || (size_t)vlen > end - pos || !valid_utf8(d + pos, (size_t)vlen))
-            return 0;
-        if (seen & which)
+    out->version = h.version;
+    out->opaque = h.opaque;
+    while ((rc = rmq_bh_next(d, &h)) == RMQ_BH_FIELD) {
+        k = d + h.at + 2;
+        v = k + h.klen + 4;
+        which = rq_ext_key(k, (size_t)h.klen);
+        if ((seen & which) || !valid_utf8(k, (size_t)h.klen) || !valid_utf8(v, (size_t)h.vlen))
             return 0;
         seen |= which;
         if (which == RQ_TOPIC) {
-            out->topic = (const char *)d + pos;
-            out->topic_len = (size_t)vlen;
+            out->topic = (const char *)v;
+            out->topic_len = (size_t)h.vlen;
         } else if (which == RQ_ACCEPT) {
-            if ((t = rq_is_true(d + pos, (size_t)vlen)) < 0)
+            if ((t = rq_is_true(v, (size_t)h.vlen)) < 0)
                 return 0;
             out->accept_standard = t;
         }
-        pos += (size_t)vlen;
     }
-    return (seen & RQ_TOPIC) != 0;
+    return rc == RMQ_BH_END && (seen & RQ_TOPIC);
 }
 
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
@@ -1041,7 +892,7 @@ static size_t rq_header_len(const rq_route *req)
 {
     char digits[24];
     if (req->serialize_type == 1)
-        return 21;
+        return RMQ_BH_FIXED;
     return sizeof JSON_HEAD - 1 + rmq_fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
            + rmq_fmt_int(digits, RMQ_CURRENT_VERSION) + 1;
 }
@@ -1070,7 +921,7 @@ ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
         rmq_put_be32(p + 9, 1);                       /* flag: response */
         rmq_put_be32(p + 13, 0);                      /* no remark */
         rmq_put_be32(p + 17, 0);                      /* no extFields */
-        p += 21;
+        p += RMQ_BH_FIXED;
     } else {
         memcpy(p, JSON_HEAD, sizeof JSON_HEAD - 1);
         p += sizeof JSON_HEAD - 1;

@@ -1,7 +1,7 @@
 /* Wire facts the C files and the Cython code share, written once (jsonio.pxi
  * declares this header for every .pxi): the request code the fast path answers,
- * the version rmq writes, the zlib sniff, big-endian fields, integers, the JSON
- * response header's pieces and the RMQ_DEBUG assertion.
+ * the version rmq writes, the zlib sniff, big-endian fields, the ROCKETMQ header
+ * walker, integers, the JSON response header's pieces and the RMQ_DEBUG assertion.
  */
 #ifndef RMQ_WIRE_H
 #define RMQ_WIRE_H
@@ -35,6 +35,62 @@ static inline void rmq_put_be32(char *p, uint32_t v)
     p[1] = (char)(v >> 16);
     p[2] = (char)(v >> 8);
     p[3] = (char)v;
+}
+
+/* The ROCKETMQ binary header, walked once for codec.pxi's decoder and scan.c's
+ * route recogniser: the fixed 21 bytes, the remark, then [int16 klen][key]
+ * [int32 vlen][value] ext fields. Lengths only: UTF-8 is each caller's check. */
+enum { RMQ_BH_FIXED = 21, RMQ_BH_REMARK_AT = 17 };   /* the fixed part's size; the remark's offset */
+enum { RMQ_BH_OK = 0, RMQ_BH_END = 0, RMQ_BH_FIELD = 1, RMQ_BH_SHORT, RMQ_BH_REMARK, RMQ_BH_EXT,
+       RMQ_BH_TRUNCATED, RMQ_BH_KEY, RMQ_BH_VALUE };
+
+typedef struct {
+    int16_t code, version, klen;
+    uint8_t language;
+    int32_t opaque, flag, remark_len, ext_len, vlen;
+    size_t pos, end, at;    /* the next ext field, the end of the ext fields, where the last began */
+} rmq_bheader;
+
+/* The fixed part and the remark/ext lengths of the header d[0, n): RMQ_BH_OK, or
+ * the first length that does not fit (RMQ_BH_SHORT, _REMARK, _EXT). */
+static inline int rmq_bh_start(const uint8_t *d, size_t n, rmq_bheader *h)
+{
+    if (n < RMQ_BH_FIXED)
+        return RMQ_BH_SHORT;
+    h->code = rmq_be16(d);
+    h->language = d[2];
+    h->version = rmq_be16(d + 3);
+    h->opaque = rmq_be32(d + 5);
+    h->flag = rmq_be32(d + 9);
+    h->remark_len = rmq_be32(d + 13);
+    if (h->remark_len < 0 || (size_t)h->remark_len > n - RMQ_BH_FIXED)
+        return RMQ_BH_REMARK;
+    h->pos = RMQ_BH_FIXED + (size_t)h->remark_len;
+    h->ext_len = rmq_be32(d + h->pos - 4);
+    if (h->ext_len < 0 || (size_t)h->ext_len > n - h->pos)
+        return RMQ_BH_EXT;
+    h->end = h->pos + (size_t)h->ext_len;
+    return RMQ_BH_OK;
+}
+
+/* The next ext field (key d + h->at + 2, value after it): RMQ_BH_FIELD, RMQ_BH_END,
+ * or the length that does not fit (RMQ_BH_TRUNCATED, _KEY, _VALUE). */
+static inline int rmq_bh_next(const uint8_t *d, rmq_bheader *h)
+{
+    size_t left = h->end - h->pos;
+    h->at = h->pos;
+    if (left == 0)
+        return RMQ_BH_END;
+    if (left < 2)
+        return RMQ_BH_TRUNCATED;
+    h->klen = rmq_be16(d + h->pos);
+    if (h->klen < 0 || (size_t)h->klen + 6 > left)
+        return RMQ_BH_KEY;
+    h->vlen = rmq_be32(d + h->pos + 2 + h->klen);
+    if (h->vlen < 0 || (size_t)h->vlen > left - 6 - (size_t)h->klen)
+        return RMQ_BH_VALUE;
+    h->pos += 6 + (size_t)h->klen + (size_t)h->vlen;
+    return RMQ_BH_FIELD;
 }
 
 /* The decimal digits of v into buf (room for 20); returns their count. */
