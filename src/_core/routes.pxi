@@ -249,7 +249,7 @@ cdef bytes _qd_prefix(str name, bint legacy):
     cdef WBuf b
     wb_init(&b, 64)
     try:
-        wb_put(&b, b'{"brokerName":', 14)
+        wb_lit(&b, b'{"brokerName":')
         wb_str(&b, name, not legacy)
         return wb_bytes(&b)
     finally:
