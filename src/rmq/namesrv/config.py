@@ -111,71 +111,66 @@ def _logical_lines(text: str) -> Iterator[str]:
     """
     n = len(text)
     i = 0
-    buf: list[str] = []
-    skip_ws = True
-    is_comment = False
-    is_newline = True
-    appended_begin = False
-    preceding_bs = False
-    skip_lf = False
-    while True:
-        if i >= n:
-            if not buf or is_comment:
+    while True:                 # one logical line per pass
+        buf: list[str] = []
+        skip_ws = True
+        is_comment = False
+        is_newline = True
+        appended_begin = False
+        preceding_bs = False
+        skip_lf = False
+        while True:
+            if i >= n:
+                if not buf or is_comment:
+                    return
+                if preceding_bs:
+                    buf.pop()
+                yield "".join(buf)
+                return
+            c = text[i]
+            i += 1
+            if skip_lf:
+                skip_lf = False
+                if c == "\n":
+                    continue
+            if skip_ws:
+                if c in _WS:
+                    continue
+                if not appended_begin and c in _NL:
+                    continue
+                skip_ws = False
+                appended_begin = False
+            if is_newline:
+                is_newline = False
+                if c == "#" or c == "!":
+                    is_comment = True
+                    continue
+            if c not in _NL:
+                buf.append(c)
+                preceding_bs = (not preceding_bs) if c == "\\" else False
+                continue
+            # end of a natural line
+            if is_comment or not buf:
+                is_comment = False
+                is_newline = True
+                skip_ws = True
+                buf = []
+                continue
+            if i >= n:
+                if preceding_bs:
+                    buf.pop()
+                yield "".join(buf)
                 return
             if preceding_bs:
                 buf.pop()
-            yield "".join(buf)
-            return
-        c = text[i]
-        i += 1
-        if skip_lf:
-            skip_lf = False
-            if c == "\n":
-                continue
-        if skip_ws:
-            if c in _WS:
-                continue
-            if not appended_begin and c in _NL:
-                continue
-            skip_ws = False
-            appended_begin = False
-        if is_newline:
-            is_newline = False
-            if c == "#" or c == "!":
-                is_comment = True
-                continue
-        if c not in _NL:
-            buf.append(c)
-            preceding_bs = (not preceding_bs) if c == "\\" else False
-            continue
-        # end of a natural line
-        if is_comment or not buf:
-            is_comment = False
-            is_newline = True
-            skip_ws = True
-            buf = []
-            continue
-        if i >= n:
-            if preceding_bs:
-                buf.pop()
-            yield "".join(buf)
-            return
-        if preceding_bs:
-            buf.pop()
-            skip_ws = True
-            appended_begin = True
-            preceding_bs = False
-            if c == "\r":
-                skip_lf = True
-        else:
-            yield "".join(buf)
-            buf = []
-            skip_ws = True
-            is_comment = False
-            is_newline = True
-            appended_begin = False
-            preceding_bs = False
-            skip_lf = False
+                skip_ws = True
+                appended_begin = True
+                preceding_bs = False
+                if c == "\r":
+                    skip_lf = True
+            else:
+                yield "".join(buf)
+                break               # the next logical line starts from a fresh state
 
 
 _ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "f": "\f"}
