@@ -82,7 +82,7 @@ class Connection(asyncio.Protocol):
         self.id = next(_conn_ids)
         self.transport = None
         self.peer = None
-        self.decoder = FrameDecoder(server.max_frame_length)
+        self.decoder = FrameDecoder(server.settings.max_frame_length)
         self.pending = collections.deque()   # decoded requests waiting their turn
         self.busy = False                    # a request of ours runs in the table thread
         self.lost = False
@@ -107,14 +107,15 @@ class Connection(asyncio.Protocol):
         if self.server.trace is not None:
             self.trace = self.server.trace.connection(self.id, self.peer)
             self.transport = transport = _TracedTransport(transport, self.trace)
-        if len(self.server.connections) >= self.server.max_connections:
+        if len(self.server.connections) >= self.server.settings.max_connections:
             log.warning("connection limit %d reached: closing %s",
-                        self.server.max_connections, self.peer)
+                        self.server.settings.max_connections, self.peer)
             self.closing = True
             transport.abort()
             return
-        self.server.tune_socket(transport)
-        transport.set_write_buffer_limits(high=self.server.write_high, low=self.server.write_low)
+        self.server.settings.tune(transport)
+        transport.set_write_buffer_limits(high=self.server.settings.write_high,
+                                         low=self.server.settings.write_low)
         self.server.connections.add(self)
 
     def data_received(self, data):
@@ -128,7 +129,7 @@ class Connection(asyncio.Protocol):
         # With output backed up there is no room: decode only, answer on drain.
         backed_up = self.pending or self.writing_paused or self.busy
         room = 0 if backed_up else max(
-            self.server.max_output - self.transport.get_write_buffer_size(), 0)
+            self.server.settings.max_output - self.transport.get_write_buffer_size(), 0)
         answers, cmds, error = self.server.served_routes(self.decoder, data, room)
         if answers:
             self._send((answers,))
@@ -490,19 +491,13 @@ class _TracedTransport:
         return getattr(self._transport, name)
 
 
-class NameServerApp:
-    """Listens, owns the connections and the periodic tasks of a NameServer.
+class Settings:
+    """The network layer's limits, periods and socket options, read from the config
+    once at start, as Java reads them: a remote UPDATE_NAMESRV_CONFIG shows the new
+    value but cannot lift a limit."""
 
-    ``trace``: a rmq.trace.TraceRecorder that gets every frame read and written
-    (``rmq namesrv --trace-dir``); the caller closes it after the server."""
-
-    def __init__(self, namesrv, *, trace=None):
-        self.namesrv = namesrv
-        self.trace = trace
-        self._namesrv = namesrv      # namesrv is a _Gate while one is needed
-        self.config = config = namesrv.config
-        # Limits and periods are fixed at start, as Java reads them once: a remote
-        # UPDATE_NAMESRV_CONFIG shows the new value but cannot lift a limit.
+    def __init__(self, config):
+        self.config = config
         self.max_frame_length = config.maxFrameLength
         self.max_connections = config.maxConnections
         self.max_output = config.maxOutputBufferBytes
@@ -515,23 +510,6 @@ class NameServerApp:
                                  if config.enableShutdownGracefully else 0)
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
-        self.connections = set()
-        self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
-        self.table_thread = TableThread()
-        self.writer = self.table_thread.executor
-        routes = namesrv.routes
-        # What answers route queries on the loop: tables without concurrent readers
-        # (the reference's) only from the answers they cached, never a build.
-        self._served_routes = routes.route_server(build=routes.concurrent)
-        self.served_routes = self._served_routes
-        self.loop = None
-        self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
-        self.go_away_count = 0
-        self._ready_at = None        # loop time route queries are answered from
-        self._server = None
-        self._tasks = []
-        self._closing = None
-        self._hurry = None
 
     def _water_marks(self, config):
         """(high, low) output bounds: Java's water marks when both are set (as
@@ -546,39 +524,8 @@ class NameServerApp:
                 return high, min(low, high)
         return self.max_output, self.max_output // 4
 
-    def in_table_thread(self, fn, *args):
-        """Run ``fn(*args)`` in the table thread, after the work queued before it."""
-        return self.table_thread.submit(fn, *args)
-
-    @property
-    def sockets(self):
-        return self._server.sockets if self._server else ()
-
-    # ---------------------------------------------------------------- start
-
-    async def start(self, host, port):
-        self.loop = asyncio.get_running_loop()
-        if self.wait_for_service:
-            # Java counts from the processor's creation, just before it listens.
-            self._ready_at = self.loop.time() + self.wait_for_service
-            self._use_gate()
-        self._server = await self.loop.create_server(
-            lambda: Connection(self), host, port, reuse_address=True,
-            backlog=self.config.serverSocketBacklog)
-        for sock in self._server.sockets:
-            # Inherited by the accepted sockets; RCVBUF before listen() also sizes
-            # the window scale offered in the handshake.
-            self._set_buffers(sock)
-        self._tasks = [self.loop.create_task(self._scan_brokers()),
-                       self.loop.create_task(self._close_idle())]
-        if self._ready_at is not None:
-            self._tasks.append(self.loop.create_task(self._wait_for_service()))
-        addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
-        log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
-        self._log_settings()
-        return self
-
-    def _log_settings(self):
+    def log(self):
+        """What differs from the defaults, at start."""
         c = self.config
         if self.sndbuf:
             log.info("server set SO_SNDBUF to %d", self.sndbuf)
@@ -600,21 +547,84 @@ class NameServerApp:
             log.info("accepted without effect (one event loop, no thread pools): %s",
                      ", ".join(changed))
 
-    def _set_buffers(self, sock):
+    def set_buffers(self, sock):
         if self.sndbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
         if self.rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
 
-    def tune_socket(self, transport):
+    def tune(self, transport):
         """Socket options of an accepted connection (Java's childOption)."""
         if self.sndbuf or self.rcvbuf:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 try:
-                    self._set_buffers(sock)
+                    self.set_buffers(sock)
                 except OSError as e:
                     log.warning("cannot set the socket buffers of a connection: %s", e)
+
+
+class NameServerApp:
+    """Listens, owns the connections and the periodic tasks of a NameServer.
+
+    ``trace``: a rmq.trace.TraceRecorder that gets every frame read and written
+    (``rmq namesrv --trace-dir``); the caller closes it after the server."""
+
+    def __init__(self, namesrv, *, trace=None):
+        self.namesrv = namesrv
+        self.trace = trace
+        self._namesrv = namesrv      # namesrv is a _Gate while one is needed
+        self.config = config = namesrv.config
+        self.settings = Settings(config)
+        self.connections = set()
+        self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
+        self.table_thread = TableThread()
+        self.writer = self.table_thread.executor
+        routes = namesrv.routes
+        # What answers route queries on the loop: tables without concurrent readers
+        # (the reference's) only from the answers they cached, never a build.
+        self._served_routes = routes.route_server(build=routes.concurrent)
+        self.served_routes = self._served_routes
+        self.loop = None
+        self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
+        self.go_away_count = 0
+        self._ready_at = None        # loop time route queries are answered from
+        self._server = None
+        self._tasks = []
+        self._closing = None
+        self._hurry = None
+
+    def in_table_thread(self, fn, *args):
+        """Run ``fn(*args)`` in the table thread, after the work queued before it."""
+        return self.table_thread.submit(fn, *args)
+
+    @property
+    def sockets(self):
+        return self._server.sockets if self._server else ()
+
+    # ---------------------------------------------------------------- start
+
+    async def start(self, host, port):
+        self.loop = asyncio.get_running_loop()
+        if self.settings.wait_for_service:
+            # Java counts from the processor's creation, just before it listens.
+            self._ready_at = self.loop.time() + self.settings.wait_for_service
+            self._use_gate()
+        self._server = await self.loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True,
+            backlog=self.config.serverSocketBacklog)
+        for sock in self._server.sockets:
+            # Inherited by the accepted sockets; RCVBUF before listen() also sizes
+            # the window scale offered in the handshake.
+            self.settings.set_buffers(sock)
+        self._tasks = [self.loop.create_task(self._scan_brokers()),
+                       self.loop.create_task(self._close_idle())]
+        if self._ready_at is not None:
+            self._tasks.append(self.loop.create_task(self._wait_for_service()))
+        addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
+        log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
+        self.settings.log()
+        return self
 
     # ---------------------------------------------------------------- gate
 
@@ -642,7 +652,7 @@ class NameServerApp:
 
     async def _scan_brokers(self):
         while True:
-            await asyncio.sleep(self.scan_interval)
+            await asyncio.sleep(self.settings.scan_interval)
             try:
                 dropped = await asyncio.wrap_future(
                     self.in_table_thread(self.namesrv.scan_not_active_brokers))
@@ -658,7 +668,7 @@ class NameServerApp:
 
     async def _close_idle(self):
         while True:
-            idle = self.idle_seconds
+            idle = self.settings.idle_seconds
             await asyncio.sleep(min(max(idle / 4, 0.05), 5.0))
             if idle <= 0:
                 continue
@@ -698,15 +708,15 @@ class NameServerApp:
     async def _close(self):
         loop = self.loop or asyncio.get_running_loop()
         started = loop.time()
-        if self._server is not None and self.graceful_seconds:
+        if self._server is not None and self.settings.graceful_seconds:
             log.info("shutting down gracefully: answering GO_AWAY to clients above "
-                     "V5_3_1 for %d s (%d connections)", self.graceful_seconds,
+                     "V5_3_1 for %d s (%d connections)", self.settings.graceful_seconds,
                      len(self.connections))
             self.going_away = True
             self._use_gate()
             self._hurry = asyncio.Event()
             try:
-                await asyncio.wait_for(self._hurry.wait(), self.graceful_seconds)
+                await asyncio.wait_for(self._hurry.wait(), self.settings.graceful_seconds)
             except asyncio.TimeoutError:
                 pass
             log.info("GO_AWAY period over: %d GO_AWAY answers sent", self.go_away_count)
