@@ -97,7 +97,7 @@ def _scan_register_body(data):
 
 def _scan_compressed_body(data):
     """Test hook: _scan_register_body for a compressed body (inflated first, as
-    RouteTable._read_body inflates it; BodyError if it does not inflate)."""
+    TopicTable.read_body inflates it; BodyError if it does not inflate)."""
     cdef bytes raw = inflate(data, DEFAULT_MAX_INFLATED)
     cdef rb_body b
     cdef rb_topic* t
