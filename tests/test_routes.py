@@ -953,3 +953,48 @@ def test_the_name_server_loads_no_fallback_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_many_brokers_expiring_at_once_go_and_the_rest_stay(RT):
+    """2,000 brokers, 1,000 of them silent: one scan drops exactly those, with their
+    topics; the others (heartbeats, a re-registration with a shorter timeout, one
+    whose clock went back) expire at their own deadlines, not before."""
+    rt = RT()
+    for i in range(2000):
+        reg(rt, [f"T{i}", f"U{i}"], name=f"b{i}", addr=f"10.0.{i // 250}.{i % 250}:10911",
+            now=0, conn=i)
+    for i in range(1000, 2000):                         # the second half stays alive
+        rt.heartbeat(CLUSTER, f"10.0.{i // 250}.{i % 250}:10911", now_ms=60_000)
+    assert rt.scan_not_active(120_000) == []            # last + timeout == now: kept
+    dropped = rt.scan_not_active(120_001)
+    assert sorted(d["conn"] for d in dropped) == list(range(1000))
+    assert {d["reason"] for d in dropped} == {"expired"}
+    assert len(rt.all_topics()) == 2000 and rt.topic_route("T0") is None
+    assert rt.topic_route("T1999") is not None
+    # a shorter timeout on re-registration is honoured although the broker was queued later
+    reg(rt, ["T1500", "U1500"], name="b1500", addr="10.0.6.0:10911", now=130_000, timeout_ms=1_000,
+        conn=1500)
+    assert [d["conn"] for d in rt.scan_not_active(131_001)] == [1500]
+    # a heartbeat with an earlier clock moves the deadline back, and the scan sees it
+    rt.heartbeat(CLUSTER, "10.0.7.249:10911", now_ms=10_000)
+    assert [d["conn"] for d in rt.scan_not_active(131_002)] == [1999]
+    assert len(rt.live_brokers()) == 998
+    assert len(rt.scan_not_active(180_001)) == 998      # the rest, at their deadline
+
+
+def test_the_liveness_index_holds_each_live_broker_once(RT):
+    """Heartbeats and re-registrations do not grow the deadline index: it holds one
+    entry per live broker (the scan re-queues those it finds alive)."""
+    rt = RT()
+    addrs = [f"10.1.0.{i}:10911" for i in range(50)]
+    for i, a in enumerate(addrs):
+        reg(rt, [f"T{i}", f"U{i}"], name=f"b{i}", addr=a, now=0)
+    for t in range(1_000, 400_000, 1_000):
+        for i, a in enumerate(addrs):
+            rt.heartbeat(CLUSTER, a, now_ms=t)
+            if t % 30_000 == 0:
+                reg(rt, [f"T{i}", f"U{i}"], name=f"b{i}", addr=a, now=t, counter=t)
+        if t % 5_000 == 0:
+            assert rt.scan_not_active(t) == []
+        assert len(rt._deadlines) <= len(addrs)
+    assert len(rt.live_brokers()) == len(addrs)

@@ -43,6 +43,7 @@ Its interface, which both implement and only this module uses:
 
 import copy
 import functools
+import heapq
 
 from rmq._impl import core
 from rmq._wire import nesting_exceeds
@@ -251,6 +252,11 @@ class RouteTable:
         self._brokers = {}          # brokerName -> _BrokerData
         self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
         self._live = {}             # (cluster, addr) -> _LiveInfo
+        # The liveness scan's index: a heap of (deadline ms, key), a key queued once
+        # at the deadline in _queued (an earlier one, after a shorter timeout, queues
+        # it again); a heartbeat moves nothing: the scan re-queues what it finds alive.
+        self._deadlines = []
+        self._queued = {}           # (cluster, addr) -> its deadline in the heap
         self._filters = {}          # (cluster, addr) -> [filter server]
         self._mappings = {}         # topic -> {bname -> TopicQueueMappingInfo dict}
         self._support_acting_master = bool(support_acting_master)
@@ -442,9 +448,10 @@ class RouteTable:
                 readonly=not is_master and bd.acting_master_enabled)
 
         key = (cluster, broker_addr)
-        self._live[key] = _LiveInfo(
+        self._live[key] = info = _LiveInfo(
             now_ms, DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
             dv, conn, ha_server_addr)
+        self._queue(key, info)
         if filter_servers is not None:
             if not filter_servers:
                 if self._filters.pop(key, None) is not None:
@@ -561,11 +568,20 @@ class RouteTable:
 
     def _drop(self, keys, reason):
         dropped = []
+        # (cluster, addr) -> (brokerName, id), built once: _find_broker for each key
+        # would walk every BrokerData per dropped broker. Exact while dropping: a
+        # drop removes only its own address, never another key's owner.
+        owners = {}
+        if len(keys) > 1:
+            for bd in self._brokers.values():
+                for i, a in bd.addrs.items():
+                    owners.setdefault((bd.cluster, a), (bd.broker_name, i))
         for cluster, addr in keys:
             info = self._live.get((cluster, addr))
             if info is None:
                 continue
-            name, broker_id = self._find_broker(cluster, addr)
+            name, broker_id = (owners.get((cluster, addr), (None, None)) if owners
+                               else self._find_broker(cluster, addr))
             if name is not None:
                 self.unregister_broker(cluster, addr, name, broker_id)
             else:
@@ -576,14 +592,36 @@ class RouteTable:
                             "brokerId": broker_id, "reason": reason, "conn": info.conn})
         return dropped
 
+    def _queue(self, key, info):
+        """Index the live entry's deadline unless it is queued at that time or earlier."""
+        deadline = info.last_update + info.timeout_ms
+        queued = self._queued.get(key)
+        if queued is None or deadline < queued:
+            self._queued[key] = deadline
+            heapq.heappush(self._deadlines, (deadline, key))
+
     @_writes
     def scan_not_active(self, now_ms):
         """scanNotActiveBroker: drops every broker whose last registration/heartbeat is
-        older than its own timeout (``last + timeout < now``, strictly). Returns
-        ``[{"cluster", "brokerName", "brokerAddr", "brokerId", "reason", "conn"}]``;
-        Java also closes each dropped broker's connection (``conn``)."""
-        expired = [k for k, info in self._live.items()
-                   if info.last_update + info.timeout_ms < now_ms]
+        older than its own timeout (``last + timeout < now``, strictly), in deadline
+        order. Returns ``[{"cluster", "brokerName", "brokerAddr", "brokerId", "reason",
+        "conn"}]``; Java also closes each dropped broker's connection (``conn``).
+        Deviation: Java walks every live broker; this looks only at the brokers
+        whose deadline passed (found alive, they are queued at their new one)."""
+        expired = []
+        heap, queued = self._deadlines, self._queued
+        while heap and heap[0][0] < now_ms:
+            deadline, key = heapq.heappop(heap)
+            if queued.get(key) != deadline:
+                continue                # queued again, at an earlier deadline
+            del queued[key]
+            info = self._live.get(key)
+            if info is None:
+                continue                # unregistered or dropped meanwhile
+            if info.last_update + info.timeout_ms < now_ms:
+                expired.append(key)
+            else:
+                self._queue(key, info)
         return self._drop(expired, REASON_EXPIRED)
 
     @_writes
@@ -600,6 +638,7 @@ class RouteTable:
         info = self._live.get((cluster, broker_addr))
         if info is not None:
             info.last_update = now_ms
+            self._queue((cluster, broker_addr), info)
 
     @_writes
     def query_data_version(self, cluster, broker_addr, broker_name, broker_id, data_version, *,
@@ -612,6 +651,7 @@ class RouteTable:
         if info is None:
             return changed, None
         info.last_update = now_ms
+        self._queue((cluster, broker_addr), info)
         return changed, dict(info.data_version)
 
     @_reads
