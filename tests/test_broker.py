@@ -1,4 +1,4 @@
-"""rmq.broker.BrokerRegistrar against real rmq NameServers over TCP (and, where a
+"""rmq.registrar.BrokerRegistrar against real rmq NameServers over TCP (and, where a
 NameServer must misbehave or its requests be seen, small socket peers)."""
 
 import asyncio

@@ -54,8 +54,8 @@ def test_limits_agree(compiled, fallback):
         impl.json_loads(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH)
         with pytest.raises(BodyError):
             impl.json_loads(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1))
-        assert (impl.DEFAULT_MAX_INFLATED, impl.MAX_INFLATE_RATIO, impl.MIN_INFLATE_LIMIT) == (
-            fallback.DEFAULT_MAX_INFLATED, fallback.MAX_INFLATE_RATIO, fallback.MIN_INFLATE_LIMIT)
+    assert (compiled.DEFAULT_MAX_INFLATED, compiled.MAX_INFLATE_RATIO, compiled.MIN_INFLATE_LIMIT) == (
+        fallback.DEFAULT_MAX_INFLATED, fallback.MAX_INFLATE_RATIO, fallback.MIN_INFLATE_LIMIT)
 
 
 @pytest.mark.parametrize("stype", SERIALIZE_TYPES)

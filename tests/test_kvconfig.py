@@ -1,4 +1,4 @@
-"""rmq.kvconfig: the KV table of Java's KVConfigManager, journaled and compacted into
+"""rmq.namesrv.kvconfig: the KV table of Java's KVConfigManager, journaled and compacted into
 Java's kvConfig.json."""
 
 import json
@@ -27,7 +27,7 @@ from rmq.namesrv.kvconfig import (
     read_table,
 )
 
-# rmq.kvconfig is Python whichever core is selected.
+# rmq.namesrv.kvconfig is Python whichever core is selected.
 pytestmark = pytest.mark.once
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")

@@ -118,7 +118,7 @@ from rmq.admin import AddressResult, ClusterList, NamesrvAdmin
 from rmq.registrar import BrokerRegistrar, RegisterResult, RegistrationError
 from rmq.client import BlockingRemotingClient, RemotingClient
 from rmq.namesrv.config import NamesrvConfig
-from rmq.pcap import PcapReader, TraceRecord
+from rmq.trace.pcap import PcapReader, TraceRecord
 from rmq.protocol import RequestCode, ResponseCode
 from rmq.trace import SegmentReader, read_records
 

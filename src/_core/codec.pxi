@@ -8,7 +8,8 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 from rmq.errors import (CorruptFrame, FrameTooLarge, HeaderError, ProtocolError,
                         UnknownSerializeType, BodyError)
-from rmq.protocol import CURRENT_VERSION as _CURRENT_VERSION, LANGUAGES as _LANGUAGES_T, V4_9_4 as _V4_9_4
+from rmq.protocol import (LANGUAGE_CODES as _LANGUAGE_CODES, LANGUAGES as _LANGUAGES_T,
+                          V4_9_4 as _V4_9_4)
 from rmq._wire import ext_str as _ext_str, language_byte as _language_byte, rebuild_command as _rebuild
 from functools import partial as _partial
 
@@ -19,9 +20,10 @@ cdef enum:
     FLAG_ONEWAY = 2
     DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
-cdef int CURRENT_VERSION = _CURRENT_VERSION
+cdef int CURRENT_VERSION = RMQ_CURRENT_VERSION     # wire.h's, checked against rmq.protocol
 cdef int V4_9_4 = _V4_9_4     # from here on clients get the standard route form
 cdef tuple LANGUAGES = tuple(_LANGUAGES_T)      # interned names, index = binary code
+cdef dict LANGUAGE_CODES = _LANGUAGE_CODES
 cdef str LANG_JAVA = LANGUAGES[0]
 cdef str S_JSON = "JSON"
 cdef str S_ROCKETMQ = "ROCKETMQ"
@@ -332,7 +334,7 @@ cdef int decode_binary_header(RemotingCommand cmd, const uint8_t* d, Py_ssize_t 
         raise HeaderError(f"ROCKETMQ header ext length {h.ext_len} exceeds the header ({n} bytes)")
     if h.ext_len:
         ext = {}
-        while (rc := bh_next(d, &h)) != BH_OK:
+        while (rc := bh_next(d, &h)) != BH_END:
             if rc == BH_TRUNCATED:
                 raise HeaderError(f"ROCKETMQ ext field truncated at byte {h.at}")
             if rc == BH_KEY:
@@ -466,7 +468,8 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
     if not -32768 <= cmd.version <= 32767:
         raise ProtocolError(f"version {cmd.version} does not fit the int16 of a ROCKETMQ header")
     wb_be16(b, <int16_t>cmd.code)
-    wb_byte(b, <char><int>_language_byte(cmd.language))
+    code = LANGUAGE_CODES.get(cmd.language)      # the names; _wire's rule for the rest
+    wb_byte(b, <char><int>(code if code is not None else _language_byte(cmd.language)))
     wb_be16(b, <int16_t>cmd.version)
     wb_be32(b, cmd.opaque)
     wb_be32(b, cmd.flag)

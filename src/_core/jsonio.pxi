@@ -54,7 +54,6 @@ cdef extern from "wire.h" nogil:
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
     bint DEBUG_BUILD "RMQ_DEBUG"        # setup.py: RMQ_DEBUG=1 builds
     int32_t be32 "rmq_be32" (const uint8_t* p)
-    int16_t be16 "rmq_be16" (const uint8_t* p)
     void put_be32 "rmq_put_be32" (char* p, uint32_t v)
     size_t fmt_int "rmq_fmt_int" (char* buf, int64_t v)
     const uint8_t* scan_num "rmq_scan_num" (const uint8_t* p, const uint8_t* end, int* is_int,
@@ -72,7 +71,7 @@ cdef extern from "wire.h" nogil:
         BH_FIXED "RMQ_BH_FIXED"
         BH_REMARK_AT "RMQ_BH_REMARK_AT"
         BH_OK "RMQ_BH_OK"
-        BH_FIELD "RMQ_BH_FIELD"
+        BH_END "RMQ_BH_END"
         BH_SHORT "RMQ_BH_SHORT"
         BH_REMARK "RMQ_BH_REMARK"
         BH_EXT "RMQ_BH_EXT"

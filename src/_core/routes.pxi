@@ -12,10 +12,8 @@
 #   never wait for a registration's Python half.
 
 from cpython.pythread cimport PyThread_get_thread_ident
-from libc.stdlib cimport calloc
 
 from rmq.javaorder import java_spread_hash as _java_spread_hash
-from rmq.protocol import RequestCode as _RequestCode
 
 cdef extern from "routetable.h" nogil:
     ctypedef struct rt_blob:
@@ -255,9 +253,6 @@ cdef bytes _qd_prefix(str name, bint legacy):
     finally:
         wb_free(&b)
 
-
-
-cdef int GET_ROUTEINFO_BY_TOPIC = _RequestCode.GET_ROUTEINFO_BY_TOPIC
 
 
 ctypedef struct _found:         # a topic a reader asked for, copied out under the lock
@@ -778,13 +773,14 @@ cdef class TopicTable:
         cdef list cmds = [], others = []
         cdef WBuf b
         cdef Py_buffer view
-        cdef Py_ssize_t pos = 0
+        cdef Py_ssize_t pos = 0, n = -1
         cdef bint in_order = False
         error = None
         wb_init(&b, 64 * 1024)      # a read's worth of answers: no regrowth per read
         try:
             if decoder.error is None:
                 PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+                n = view.len
                 try:
                     if decoder.len:     # first complete the frame a previous read began
                         try:
@@ -801,7 +797,7 @@ cdef class TopicTable:
                                                    self, &b, limit)
                 finally:
                     PyBuffer_Release(&view)
-            if error is None:
+            if error is None and pos != n:     # not all answered in C: decode the rest
                 try:
                     cmds = decoder._feed(data if pos == 0 else memoryview(data)[pos:])
                 except ProtocolError as e:
@@ -823,7 +819,7 @@ cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list 
         if in_order:
             others.append(cmd)
             continue
-        if cmd.code != GET_ROUTEINFO_BY_TOPIC:
+        if cmd.code != RMQ_GET_ROUTEINFO_BY_TOPIC:
             in_order = True     # it may change routes: the rest waits for it
         elif (cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY)) == 0 \
                 and cmd.ext_fields is not None and (limit < 0 or b.len < limit):

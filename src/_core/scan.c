@@ -821,7 +821,7 @@ static cur rq_header_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned
     return skip_value(p, end, 0);
 }
 
-static int rq_json(cur p, cur end, rq_route *out)
+static FLATTEN int rq_json(cur p, cur end, rq_route *out)
 {
     rq_ctx c = {out, 0, 0, 0};
     unsigned seen = 0;

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from rmq.errors import BodyError, ProtocolError
-from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH
+from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, V4_9_4
 
 _T = TypeVar("_T")
 
@@ -72,6 +72,13 @@ def ext_str(key: object, v: object) -> str:
     if isinstance(v, int):
         return str(v)
     raise ProtocolError(f"ext field {key!r} must be a string, got {type(v).__name__}")
+
+
+def standard_route_form(cmd: Any) -> bool:
+    """Whether a route query gets the standard JSON form: from V4_9_4 on, or when it
+    asks (acceptStandardJsonOnly=true); else the legacy one."""
+    accept: str = (cmd.ext_fields or {}).get("acceptStandardJsonOnly", "")
+    return bool(cmd.version >= V4_9_4 or accept.lower() == "true")
 
 
 def language_byte(language: str) -> int:
@@ -204,7 +211,7 @@ def encode_compressed_body(body: Mapping[str, Any], json_dumps: Callable[..., by
     return zlib.compress(b"".join(out), 9)
 
 
-def broker_data(bd: Mapping[str, Any], legacy: bool = False) -> dict[str, Any]:
+def broker_data(bd: Mapping[str, Any]) -> dict[str, Any]:
     """A BrokerData dict as Java writes it: field order, and the 5.x fields only
     when present (enableActingMaster) or set (zoneName). ClusterInfo (rmq.bodies)
     and the pure TopicRouteData encoder use it; _core's wb_broker_data is its

@@ -107,7 +107,7 @@ def encode_cluster_info(broker_addr_table: Mapping[str, Mapping[str, Any]],
     """
     body = {
         "brokerAddrTable": {name: broker_data(bd if "brokerName" in bd
-                                              else {**bd, "brokerName": name}, legacy=True)
+                                              else {**bd, "brokerName": name})
                             for name, bd in broker_addr_table.items()},
         "clusterAddrTable": {c: list(names) for c, names in cluster_addr_table.items()},
     }

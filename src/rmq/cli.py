@@ -253,7 +253,7 @@ def _add_admin_parser(sub):
 
 
 def _add_trace_parser(sub):
-    # rmq.analyze imports pyspark only when run: it says itself when pyspark is missing
+    # rmq.trace.analyze imports pyspark only when run: it says itself when pyspark is missing
     from rmq.trace import analyze, synth
     p = sub.add_parser("trace", help="analyze recorded traffic with Spark; synthesize traces")
     verbs = p.add_subparsers(dest="verb", required=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-log = logging.getLogger("rmq.registrar")
+log = logging.getLogger("rmq.broker")      # its name before the move, for logging configs
 
 __all__ = ["BrokerRegistrar", "RegisterResult", "RegistrationError", "register_period"]
 

@@ -198,7 +198,7 @@ def _queue_data(qd: dict[str, Any]) -> dict[str, Any]:
 
 def encode_topic_route_data(route: dict[str, Any], legacy: bool = False) -> bytes:
     """TopicRouteData in Java's field order; ``legacy`` selects the old JSON form."""
-    out: dict[str, Any] = {"brokerDatas": [broker_data(bd, legacy) for bd in route.get("brokerDatas") or ()]}
+    out: dict[str, Any] = {"brokerDatas": [broker_data(bd) for bd in route.get("brokerDatas") or ()]}
     fst = route.get("filterServerTable") or {}
     out["filterServerTable"] = fst if legacy else dict(sorted(fst.items()))
     if route.get("orderTopicConf") is not None:

@@ -10,7 +10,8 @@ One thread uses it: its lock does nothing and ``concurrent`` is False.
 from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
 from rmq.javaorder import java_hash_order
-from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, V4_9_4, RequestCode
+from rmq._wire import standard_route_form
+from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
 __all__ = ["TopicTable"]
@@ -152,7 +153,7 @@ class TopicTable:
     def read_body(self, body, now_ms, check):
         """(dataVersion, topic configs, mappings, filter servers): ``check``'s."""
         if isinstance(body, (bytes, bytearray, memoryview)):
-            body = _bodies.decode_register_broker_body(bytes(body))
+            body = _bodies.decode_register_broker_body(body)
         return check(body, now_ms)[1:]
 
     def apply_topic_configs(self, broker_name, configs, *, force, readonly, delete_missing):
@@ -197,9 +198,7 @@ class TopicTable:
                     and not 0 <= limit <= size:
                 topic = cmd.ext_fields.get("topic")
                 if isinstance(topic, str):
-                    accept = cmd.ext_fields.get("acceptStandardJsonOnly")
-                    std = cmd.version >= V4_9_4 or (accept is not None and accept.lower() == "true")
-                    body = route_body(topic, not std)
+                    body = route_body(topic, not standard_route_form(cmd))
             if body is None:        # answered by the caller: the rest waits, in order
                 return b"".join(answers), cmds[i:], error
             answers.append(encode_frame(cmd.response(0, body=body)))

@@ -324,7 +324,7 @@ FIELDS = (
     Field("enableControllerInNamesrv", "bool", False, _NS5),
     # Route queries answer SYSTEM_ERROR "name server not ready" for the first
     # waitSecondsForService s (ClientRequestProcessor, fixed by apache/rocketmq#9183;
-    # rmq.server does it): brokers re-register within 30 s of a restart.
+    # rmq.namesrv.server does it): brokers re-register within 30 s of a restart.
     Field("needWaitForService", "bool", False, _NS5),
     Field("waitSecondsForService", "int", 45, _NS5),
     Field("deleteTopicWithBrokerRegistration", "bool", False, _NS5),

@@ -2,7 +2,7 @@
 
 ``NameServer.handle(cmd, conn)`` takes a decoded request and returns the response
 command (or None for oneway requests). No I/O here: the network layer lives in
-``rmq.server``, the tables in ``RouteTable``, the KV table in ``KVConfig``.
+``rmq.namesrv.server``, the tables in ``RouteTable``, the KV table in ``KVConfig``.
 
 Java reference: namesrv/processor/DefaultRequestProcessor and ClientRequestProcessor
 (4.9.x and 5.x). Where they differ, rmq answers as 5.x does (e.g. code 3 for an
@@ -18,7 +18,8 @@ from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
-from rmq.protocol import V4_9_4, RequestCode as RC, ResponseCode as R, parse_java_int
+from rmq._wire import standard_route_form
+from rmq.protocol import RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.namesrv.routeinfo import RouteTable
 
 log = logging.getLogger("rmq.namesrv")
@@ -62,11 +63,6 @@ def _bool_field(cmd, name):
 def _opt_bool_field(cmd, name):
     v = (cmd.ext_fields or {}).get(name)
     return None if v is None else v.lower() == "true"
-
-
-def _standard_json(cmd):
-    # Route answers in the standard JSON form from V4_9_4 on, or when asked.
-    return cmd.version >= V4_9_4 or _bool_field(cmd, "acceptStandardJsonOnly")
 
 
 def _now_ms():
@@ -167,7 +163,7 @@ class NameServer:
             topic = (cmd.ext_fields or {}).get("topic")
             if not isinstance(topic, str) or cmd.is_oneway:
                 return NEEDS_TABLE
-            body = self.routes.cached_route_body(topic, legacy=not _standard_json(cmd))
+            body = self.routes.cached_route_body(topic, legacy=not standard_route_form(cmd))
             return NEEDS_TABLE if body is None else cmd.response(R.SUCCESS, body=body)
         if code in _LIST_ANSWERS:
             resp = self._cached_answer(cmd)
@@ -401,7 +397,7 @@ class NameServer:
 
     def get_route_info(self, cmd, conn):
         (topic,) = _required(cmd, "topic")
-        body = self.routes.route_body(topic, legacy=not _standard_json(cmd))
+        body = self.routes.route_body(topic, legacy=not standard_route_form(cmd))
         if body is None:
             return cmd.response(R.TOPIC_NOT_EXIST,
                                 f"No topic route info in name server for the topic: {topic}"

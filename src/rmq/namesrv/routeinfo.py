@@ -304,7 +304,8 @@ class RouteTable:
         ProtocolError that ended the stream or None. Past ``limit`` bytes of answers
         (-1: none) or after another request (it may change routes), queries are
         handed back, so that answers keep the requests' order."""
-        return self.route_server(build)(decoder, data, limit)
+        return self._tt.serve_routes(self.route_body if build else self.cached_route_body,
+                                     decoder, data, limit)
 
     def route_server(self, build=True):
         """``serve_routes`` as a function ``(decoder, data, limit)``, bound once."""
@@ -555,33 +556,22 @@ class RouteTable:
 
     # ------------------------------------------------------------ liveness
 
-    def _find_broker(self, cluster, broker_addr):
-        """setupUnRegisterRequest: (brokerName, brokerId) holding ``broker_addr`` among
-        the BrokerData of ``cluster``, or (None, None)."""
-        for bd in self._brokers.values():
-            if bd.cluster != cluster:
-                continue
-            for i, a in bd.addrs.items():
-                if a == broker_addr:
-                    return bd.broker_name, i
-        return None, None
-
     def _drop(self, keys, reason):
-        dropped = []
-        # (cluster, addr) -> (brokerName, id), built once: _find_broker for each key
-        # would walk every BrokerData per dropped broker. Exact while dropping: a
-        # drop removes only its own address, never another key's owner.
+        if not keys:
+            return []
+        # setupUnRegisterRequest: the (brokerName, brokerId) holding each address among
+        # the BrokerData of its cluster (the first in table order), found in one pass.
+        # Exact while dropping: a drop removes only its own address.
         owners = {}
-        if len(keys) > 1:
-            for bd in self._brokers.values():
-                for i, a in bd.addrs.items():
-                    owners.setdefault((bd.cluster, a), (bd.broker_name, i))
+        for bd in self._brokers.values():
+            for i, a in bd.addrs.items():
+                owners.setdefault((bd.cluster, a), (bd.broker_name, i))
+        dropped = []
         for cluster, addr in keys:
             info = self._live.get((cluster, addr))
             if info is None:
                 continue
-            name, broker_id = (owners.get((cluster, addr), (None, None)) if owners
-                               else self._find_broker(cluster, addr))
+            name, broker_id = owners.get((cluster, addr), (None, None))
             if name is not None:
                 self.unregister_broker(cluster, addr, name, broker_id)
             else:

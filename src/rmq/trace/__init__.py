@@ -38,8 +38,7 @@ import msgpack
 from rmq.codec import FrameSplitter, decode_frame
 from rmq.errors import ProtocolError, TraceError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
-from rmq.rows import MAX_WAITING, NO_PAIRING, PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS, RecordRows
-from rmq.trace.pcap.formats import CAPTURE_MAGICS
+from rmq.rows import RecordRows
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -49,8 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rmq.trace")
 
 __all__ = ["IN", "OUT", "SegmentWriter", "TraceRecorder", "ConnectionTrace", "read_records",
-           "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX",
-           "TRACE_ROW_FIELDS", "PAIRED_ROW_FIELDS", "MAX_WAITING", "NO_PAIRING"]
+           "segment_rows", "is_capture", "segment_files", "TraceError", "SEGMENT_SUFFIX"]
 
 SEGMENT_SUFFIX = ".rmqtrace"
 #: What segment_files picks from a directory: segments and captures.
@@ -362,6 +360,7 @@ def read_records(source: str | os.PathLike[str] | Buffer, **pcap_options: Any
 def is_capture(data: Buffer) -> bool:
     """Whether ``data`` (a bytes-like file content, or its first bytes) begins like a
     pcap or pcapng capture rather than a trace segment."""
+    from rmq.trace.pcap.formats import CAPTURE_MAGICS     # the capture reader only when needed
     with memoryview(data) as view:
         return bytes(view[:4]) in CAPTURE_MAGICS
 

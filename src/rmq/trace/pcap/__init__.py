@@ -145,11 +145,12 @@ class PcapReader:
         window = self._sort_window_ns
         newest = -1 << 63
         stats = self.stats
+        feed = self._tcp.segment
         try:
             for time_ns, linktype, data in self._packets:
                 segment = tcp_segment(linktype, data, stats)
                 if segment is not None:
-                    self._tcp.segment(time_ns, *segment)
+                    feed(time_ns, *segment)
                 if time_ns > newest:
                     newest = time_ns
                 if ready and window is not None:
