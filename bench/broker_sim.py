@@ -119,18 +119,34 @@ class SimBroker:
         self.sock = None
         self.decoder = FrameDecoder(64 * 1024 * 1024)
         self._ready = []
+        self._channel = self        # whose connection this broker talks over
 
     def __repr__(self):
         return f"<SimBroker {self.name} {self.addr}>"
 
+    def sibling(self, index, **kwargs):
+        """Another broker (``index``) that registers over this broker's connection.
+
+        A NameServer drops every broker of a closed connection, so brokers that must
+        outlive each other take separate connections; thousands of brokers fit on a
+        few connections this way. One request at a time per connection."""
+        b = SimBroker(self.namesrv, index, cluster=self.cluster, timeout=self.timeout,
+                      **kwargs)
+        b._channel = self._channel
+        return b
+
     def connect(self):
+        if self._channel is not self:
+            self._channel.connect()
+            return self
         if self.sock is None:
             self.sock = socket.create_connection(_parse_addr(self.namesrv), timeout=self.timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self
 
     def close(self):
-        if self.sock is not None:
+        """Close the connection (a sibling leaves its owner's open)."""
+        if self._channel is self and self.sock is not None:
             try:
                 self.sock.close()
             finally:
@@ -138,18 +154,19 @@ class SimBroker:
 
     def call(self, cmd):
         """Send ``cmd``, return the response with its opaque (blocking)."""
-        self.connect()
-        self.sock.sendall(encode_frame(cmd))
+        ch = self._channel
+        ch.connect()
+        ch.sock.sendall(encode_frame(cmd))
         while True:
-            for i, resp in enumerate(self._ready):
+            for i, resp in enumerate(ch._ready):
                 if resp.is_response and resp.opaque == cmd.opaque:
-                    del self._ready[i]
+                    del ch._ready[i]
                     return resp
-            data = self.sock.recv(1 << 20)
+            data = ch.sock.recv(1 << 20)
             if not data:
-                self.close()
+                ch.close()
                 raise ConnectionError(f"{self.name}: connection closed by the NameServer")
-            self._ready.extend(self.decoder.feed(data))
+            ch._ready.extend(ch.decoder.feed(data))
 
     def _ext(self):
         return {"brokerAddr": self.addr, "brokerId": str(self.broker_id),
@@ -206,7 +223,7 @@ def register_brokers(namesrv, count, topics, *, counter=1, queues=8, compressed=
 def close_all(brokers, unregister=False):
     for b in brokers:
         try:
-            if unregister and b.sock is not None:
+            if unregister and b._channel.sock is not None:
                 b.unregister()
         except OSError as e:
             print(f"broker_sim: unregister {b.name}: {e}", file=sys.stderr)

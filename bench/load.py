@@ -154,9 +154,12 @@ def cpu_model():
 
 
 class Server:
-    """``python -m rmq namesrv`` in a subprocess."""
+    """``python -m rmq namesrv`` in a subprocess.
 
-    def __init__(self, workdir, log_level="info", pin_cpu=None, trace=False):
+    ``properties``: namesrv.properties keys (``{"maxConnections": "20000"}``), written
+    to the work directory and passed with ``-c``; none: no file, every default."""
+
+    def __init__(self, workdir, log_level="info", pin_cpu=None, trace=False, properties=None):
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.workdir = Path(workdir)
@@ -166,6 +169,12 @@ class Server:
                     "--kv-config", str(self.workdir / "kvConfig.json"), "--log-level", log_level]
         if trace:
             self.cmd += ["--trace-dir", str(self.workdir / "trace")]
+        self.properties = dict(properties or {})
+        if self.properties:
+            path = self.workdir / "namesrv.properties"
+            path.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()),
+                            encoding="latin-1")
+            self.cmd += ["-c", str(path)]
         self.pin_cpu = pin_cpu
         self.proc = None
 
@@ -227,12 +236,14 @@ def query_route(address, topic):
 
 
 def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rate=0,
-                pin_cpu=None, profile=None):
+                pin_cpu=None, profile=None, extra=()):
+    """Run bench/loadgen against ``server``; ``extra``: more loadgen arguments."""
     cmd = [str(LOADGEN), "--port", str(server.port), "--conns", str(conns),
            "--inflight", str(inflight), "--duration", str(duration), "--warmup", str(warmup),
            "--topics", str(topics), "--label", label]
     if rate:
         cmd += ["--rate", str(rate)]
+    cmd += [str(a) for a in extra]
     cpu0, ccpu0 = proc_cpu_seconds(server.pid), children_cpu_seconds()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if pin_cpu is not None:

@@ -16,6 +16,11 @@
  * matched by opaque; an answer counts as an error unless its flag has the
  * response bit and its code is 0.
  *
+ * --samples FILE writes every measured answer as a 16-byte little-endian record
+ * (int64 CLOCK_REALTIME ns of the send or due time, uint32 latency ns saturated,
+ * int32 response code), so that a caller can cut out the window of a server-side
+ * event from the server's log timestamps.
+ *
  * Prints one JSON line on stdout (latencies in microseconds). Exit status: 0,
  * 1 when some requests failed or went unanswered, 2 on usage or connect errors.
  *
@@ -135,6 +140,7 @@ static long opt_topic_start = 0;
 static int opt_version = 409;
 static const char *opt_language = "JAVA";
 static const char *opt_label = "";
+static const char *opt_samples = NULL;  /* file of per-answer records; NULL: none */
 
 /* ------------------------------------------------------------------ request encoding */
 
@@ -264,6 +270,29 @@ static int64_t err_code[MAX_CODES];
 static uint64_t err_count[MAX_CODES];
 static int n_err_codes;
 static uint64_t not_response;
+/* every answer, warmup included: a route query answered with a non-zero code
+ * before the measured window is a failure too */
+static uint64_t answers_all, errors_all;
+
+typedef struct { int64_t t_real_ns; uint32_t lat_ns; int32_t code; } sample_t;
+_Static_assert(sizeof(sample_t) == 16, "the --samples record is 16 bytes");
+static sample_t *samples;
+static size_t n_samples, cap_samples;
+static int64_t real_minus_mono;      /* CLOCK_REALTIME - CLOCK_MONOTONIC at start, ns */
+
+static void note_sample(uint64_t t, uint64_t lat, int64_t code) {
+    if (n_samples == cap_samples) {
+        size_t cap = cap_samples ? cap_samples * 2 : 65536;
+        sample_t *ns = realloc(samples, cap * sizeof *ns);
+        if (!ns) { perror("realloc"); exit(2); }
+        samples = ns;
+        cap_samples = cap;
+    }
+    sample_t *x = &samples[n_samples++];
+    x->t_real_ns = (int64_t)t + real_minus_mono;
+    x->lat_ns = lat > UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
+    x->code = (int32_t)code;
+}
 
 static long topic_rr = 0;
 static uint64_t t_measure, t_end;
@@ -417,10 +446,14 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
     done_total++;
     int ok = (flag & 1) && code == 0;
     if (!(flag & 1)) not_response++;
+    answers_all++;
+    if (!ok) errors_all++;
     if (s->measured) {
+        uint64_t lat = now > s->t ? now - s->t : 0;
         measured_done++;
-        hist_record(&hist, now > s->t ? now - s->t : 0);
+        hist_record(&hist, lat);
         if (!ok) { errors++; note_error_code(code); }
+        if (opt_samples) note_sample(s->t, lat, (flag & 1) ? code : -1);
     }
 }
 
@@ -515,6 +548,8 @@ static void usage(FILE *f) {
 "      --drain S            seconds to wait for answers after sending stops (5)\n"
 "      --connect-timeout S  per connection (5)\n"
 "      --label S            copied into the JSON output\n"
+"      --samples FILE       write each measured answer: int64 realtime ns of its send\n"
+"                           (due) time, uint32 latency ns, int32 code (-1: not a response)\n"
 "  -h, --help\n");
 }
 
@@ -528,7 +563,7 @@ int main(int argc, char **argv) {
         {"width", required_argument, 0, 2}, {"topic-start", required_argument, 0, 3},
         {"version", required_argument, 0, 4}, {"language", required_argument, 0, 5},
         {"drain", required_argument, 0, 6}, {"connect-timeout", required_argument, 0, 7},
-        {"label", required_argument, 0, 8}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"label", required_argument, 0, 8}, {"samples", required_argument, 0, 9}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "H:p:c:n:d:w:r:R:t:h", longopts, NULL)) != -1) {
         switch (o) {
@@ -549,6 +584,7 @@ int main(int argc, char **argv) {
         case 6: opt_drain = atof(optarg); break;
         case 7: opt_connect_timeout = atof(optarg); break;
         case 8: opt_label = optarg; break;
+        case 9: opt_samples = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -610,6 +646,11 @@ int main(int argc, char **argv) {
     freeaddrinfo(ai);
 
     uint64_t t_start = now_ns();
+    {
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        real_minus_mono = ((int64_t)rt.tv_sec * 1000000000ll + rt.tv_nsec) - (int64_t)now_ns();
+    }
     t_measure = t_start + (uint64_t)(opt_warmup * 1e9);
     t_end = t_measure + (uint64_t)(opt_duration * 1e9);
     uint64_t t_last_done = t_measure;
@@ -723,13 +764,23 @@ int main(int argc, char **argv) {
            hist.over_1ms, hist.over_10ms, hist.over_100ms, bytes_in, bytes_out);
     for (int i = 0; i < n_err_codes; i++)
         printf("%s\"%" PRId64 "\":%" PRIu64, i ? "," : "", err_code[i], err_count[i]);
-    printf("},\"not_response\":%" PRIu64, not_response);
+    printf("},\"not_response\":%" PRIu64 ",\"answers_all\":%" PRIu64 ",\"errors_all\":%" PRIu64,
+           not_response, answers_all, errors_all);
+    if (opt_samples) {
+        FILE *sf = fopen(opt_samples, "wb");
+        size_t w = sf ? fwrite(samples, sizeof *samples, n_samples, sf) : 0;
+        if (!sf || w != n_samples || fclose(sf) != 0) {
+            fprintf(stderr, "loadgen: cannot write %s: %s\n", opt_samples, strerror(errno));
+            printf(",\"samples_error\":1");
+        }
+        printf(",\"samples\":%zu", n_samples);
+    }
     if (opt_rate > 0)
         printf(",\"send_lag_p50_us\":%.1f,\"send_lag_p99_us\":%.1f,\"send_lag_max_us\":%.1f",
                hist_pct(&lag_hist, 50) / us, hist_pct(&lag_hist, 99) / us, lag_hist.max / us);
     printf("}\n");
     fflush(stdout);
-    int bad = errors || timeouts || lost || conn_errors || protocol_errors || unmatched ||
+    int bad = errors || errors_all || timeouts || lost || conn_errors || protocol_errors || unmatched ||
               measured_done == 0;
     return bad ? 1 : 0;
 }
