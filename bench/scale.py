@@ -21,8 +21,8 @@ from the defaults below and ``--set KEY=VALUE``) and stops it at the end.
   their own connections with a heartbeatTimeoutMillis chosen so that their deadlines
   fall together; scanNotActiveBrokerInterval 1000 ms. While they expire, loadgen at a
   fixed rate (open loop) queries the topics of the brokers that stay; the server log
-  dates the drops, and the answers whose time in flight overlaps the scan window give
-  its p99 and max (target: none above 5 ms).
+  dates the drops, and the answers whose time in flight overlaps the scan window (from
+  the deadline to the last logged drop) give its p99 and max (target: none above 5 ms).
 
 Prints a table and one JSON line (also written to --json-out). Bounded: every step has
 a timeout, --deadline caps the whole run, the server is stopped whatever happens.
@@ -391,9 +391,12 @@ def run_expiry(args, report):
         first, last = min(expired), max(expired + closes + removed)
         out["first_drop_after_deadline_ms"] = round((first - target_epoch) * 1000)
         out["drop_log_span_ms"] = round((last - first) * 1000)
-        # Answers in flight at any moment of the scan window: the scan itself runs just
-        # before the first 'broker expired' line, the connection closes after the last.
-        lo, hi = first - args.window_margin, last + args.window_margin
+        # The scan window: from the deadline (no scan drops them before it, and the scans
+        # before it find nothing due) to the last drop or connection-close line (the
+        # drops are logged after the scan, the closes after the drops). The server's
+        # deadline is a little later than this client's, never earlier. Every answer in
+        # flight at any moment of it counts.
+        lo, hi = target_epoch, last + args.window_margin
         samples = read_samples(samples_path)
         inside = [s for s in samples if s[0] / 1e9 <= hi and (s[0] + s[1]) / 1e9 >= lo]
         outside = [s for s in samples if not (s[0] / 1e9 <= hi and (s[0] + s[1]) / 1e9 >= lo)]
@@ -482,6 +485,9 @@ def print_table(rep):
             print(f"  {name:28} n={s['n']:>7}  p50 {fmt(s.get('p50_us'))} us  p99 "
                   f"{fmt(s.get('p99_us'))} us  max {fmt(s.get('max_us'))} us  >5 ms "
                   f"{fmt(s.get('over_5ms'))}  code!=0 {fmt(s.get('errors'))}")
+        print("  slowest answers (sent ms from the first drop line: us): "
+              + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}"
+                          for x in e["slowest"]))
         lg = e["loadgen"]
         print(f"  whole run: {lg['rps']:,.0f} req/s, p99 {lg['p99_us']} us, max {lg['max_us']} "
               f"us, code!=0 {lg['errors_all']}, unanswered {lg['timeouts'] + lg['lost']}")
@@ -529,7 +535,7 @@ def main(argv=None):
     p.add_argument("--expiry-inflight", type=int, default=512,
                    help="expiry: cap of requests in flight per connection")
     p.add_argument("--window-margin", type=float, default=0.25,
-                   help="expiry: seconds added to each side of the logged drops")
+                   help="expiry: seconds the scan window extends past the last logged drop")
     p.add_argument("--set", type=parse_set, action="append", default=[], metavar="KEY=VALUE",
                    help="a namesrv property (repeatable), e.g. routeCacheBytes=268435456")
     p.add_argument("--step-timeout", type=float, default=120.0,
