@@ -403,6 +403,18 @@ def run_expiry(args, report):
         out["window_ms"] = round((hi - lo) * 1000)
         out["window"] = window_stats(inside)
         out["outside"] = window_stats(outside)
+        # The shape of the stall: the slowest answer sent in each step from a second
+        # before the deadline to a second after the last drop line.
+        step = args.series_ms / 1000
+        series = {}
+        for t_ns, lat_ns, _code in samples:
+            t = t_ns / 1e9
+            if target_epoch - 1 <= t <= last + 1:
+                i = int((t - target_epoch + 1) // step)
+                series[i] = max(series.get(i, 0), lat_ns)
+        out["series_step_ms"] = args.series_ms
+        out["series_max_us"] = [round(series.get(i, 0) / 1000)
+                                for i in range(int((last + 2 - target_epoch) // step) + 1)]
         out["slowest"] = [{"at_ms_from_first_drop": round((s[0] / 1e9 - first) * 1000, 1),
                            "us": round(s[1] / 1000, 1)}
                           for s in sorted(samples, key=lambda s: -s[1])[:5]]
@@ -488,6 +500,9 @@ def print_table(rep):
         print("  slowest answers (sent ms from the first drop line: us): "
               + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}"
                           for x in e["slowest"]))
+        print(f"  slowest answer (us) per {e['series_step_ms']} ms, from 1 s before the deadline "
+              f"(dropped at +{e['first_drop_after_deadline_ms'] + 1000} ms): "
+              + " ".join(str(v) for v in e["series_max_us"]))
         lg = e["loadgen"]
         print(f"  whole run: {lg['rps']:,.0f} req/s, p99 {lg['p99_us']} us, max {lg['max_us']} "
               f"us, code!=0 {lg['errors_all']}, unanswered {lg['timeouts'] + lg['lost']}")
@@ -534,6 +549,8 @@ def main(argv=None):
     p.add_argument("--expiry-conns", type=int, default=2, help="expiry: loadgen connections")
     p.add_argument("--expiry-inflight", type=int, default=512,
                    help="expiry: cap of requests in flight per connection")
+    p.add_argument("--series-ms", type=int, default=250,
+                   help="expiry: step of the slowest-answer series around the scan (250)")
     p.add_argument("--window-margin", type=float, default=0.25,
                    help="expiry: seconds the scan window extends past the last logged drop")
     p.add_argument("--set", type=parse_set, action="append", default=[], metavar="KEY=VALUE",
