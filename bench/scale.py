@@ -63,9 +63,8 @@ WIDTH_W4 = 8
 #: the idle-connection close nor the 120 s broker expiry may end them mid-run.
 DEFAULT_PROPERTIES = {"serverChannelMaxIdleTimeSeconds": "3600"}
 
-CACHE_LINE = re.compile(r"route cache: hits=(\d+) misses=(\d+) evictions=(\d+) bytes=(\d+) "
-                        r"entries=(\d+) budget=(\d+)")
-CACHE_KEYS = ("hits", "misses", "evictions", "bytes", "entries", "budget")
+CACHE_LINE = re.compile(r"route cache: (.*)$", re.M)
+CACHE_FIELD = re.compile(r"(\w+)=(\S+)")
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 EXPIRED = "broker expired: "
 CLOSED_EXPIRED = "of expired broker "
@@ -119,7 +118,14 @@ def cache_lines(server):
         text = server.log_path.read_text(errors="replace")
     except OSError:
         return []
-    return [dict(zip(CACHE_KEYS, map(int, m.groups()))) for m in CACHE_LINE.finditer(text)]
+    out = []
+    # Every key=value of the line, numbers as int: the server may add counters.
+    for m in CACHE_LINE.finditer(text):
+        fields = {k: int(v) if re.fullmatch(r"-?\d+", v) else v
+                  for k, v in CACHE_FIELD.findall(m.group(1))}
+        if isinstance(fields.get("hits"), int) and isinstance(fields.get("misses"), int):
+            out.append(fields)
+    return out
 
 
 def cache_stats(server, timeout=5.0):
@@ -477,7 +483,7 @@ def print_table(rep):
               f"{w['rss_after_pass_mib']}, end {w['rss_end_mib']}; VmHWM {w['hwm_end_mib']}")
         c = w["q1k"]["cache"]
         print(f"  route cache after the {w['q1k']['conns']}-connection phase: "
-              + (", ".join(f"{k}={c[k]}" for k in CACHE_KEYS) if c else
+              + (", ".join(f"{k}={v}" for k, v in c.items()) if c else
                  "no 'route cache:' line (the server has no SIGUSR1 report)"))
     e = rep.get("expiry")
     if e:
