@@ -16,10 +16,11 @@
  * matched by opaque; an answer counts as an error unless its flag has the
  * response bit and its code is 0.
  *
- * --samples FILE writes every measured answer as a 16-byte little-endian record
- * (int64 CLOCK_REALTIME ns of the send or due time, uint32 latency ns saturated,
- * int32 response code), so that a caller can cut out the window of a server-side
- * event from the server's log timestamps.
+ * --samples FILE writes every measured answer as a 24-byte little-endian record
+ * (int64 CLOCK_REALTIME ns of the send or due time, uint32 latency ns and uint32
+ * send lag ns (open loop: send - due), both saturated, int32 response code, int32 0),
+ * so that a caller can cut out the window of a server-side event from the server's
+ * log timestamps, and tell the generator's own lateness from the server's.
  *
  * Prints one JSON line on stdout (latencies in microseconds). Exit status: 0,
  * 1 when some requests failed or went unanswered, 2 on usage or connect errors.
@@ -244,6 +245,7 @@ typedef struct {
     int used;
     int measured;
     uint64_t t;              /* when sent (closed loop) or due (open loop) */
+    uint64_t lag;            /* open loop: when sent - when due */
 } slot_t;
 
 typedef struct {
@@ -274,13 +276,15 @@ static uint64_t not_response;
  * before the measured window is a failure too */
 static uint64_t answers_all, errors_all;
 
-typedef struct { int64_t t_real_ns; uint32_t lat_ns; int32_t code; } sample_t;
-_Static_assert(sizeof(sample_t) == 16, "the --samples record is 16 bytes");
+typedef struct {
+    int64_t t_real_ns; uint32_t lat_ns, lag_ns; int32_t code, pad;
+} sample_t;
+_Static_assert(sizeof(sample_t) == 24, "the --samples record is 24 bytes");
 static sample_t *samples;
 static size_t n_samples, cap_samples;
 static int64_t real_minus_mono;      /* CLOCK_REALTIME - CLOCK_MONOTONIC at start, ns */
 
-static void note_sample(uint64_t t, uint64_t lat, int64_t code) {
+static void note_sample(uint64_t t, uint64_t lat, uint64_t lag, int64_t code) {
     if (n_samples == cap_samples) {
         size_t cap = cap_samples ? cap_samples * 2 : 65536;
         sample_t *ns = realloc(samples, cap * sizeof *ns);
@@ -291,7 +295,9 @@ static void note_sample(uint64_t t, uint64_t lat, int64_t code) {
     sample_t *x = &samples[n_samples++];
     x->t_real_ns = (int64_t)t + real_minus_mono;
     x->lat_ns = lat > UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
+    x->lag_ns = lag > UINT32_MAX ? UINT32_MAX : (uint32_t)lag;
     x->code = (int32_t)code;
+    x->pad = 0;
 }
 
 static long topic_rr = 0;
@@ -358,7 +364,7 @@ static void wbuf_reserve(conn_t *c, size_t more) {
 }
 
 /* Queue one request on c (the caller flushes). Returns 0 when no slot is free. */
-static int queue_request(conn_t *c, uint64_t t, int measured) {
+static int queue_request(conn_t *c, uint64_t t, uint64_t lag, int measured) {
     slot_t *s = &c->slots[(uint32_t)c->next_opaque & c->mask];
     if (s->used) return 0;
     wbuf_reserve(c, max_frame_len);
@@ -369,6 +375,7 @@ static int queue_request(conn_t *c, uint64_t t, int measured) {
     s->used = 1;
     s->measured = measured;
     s->t = t;
+    s->lag = lag;
     c->next_opaque = (int32_t)((uint32_t)c->next_opaque + 1u);
     c->inflight++;
     sent_total++;
@@ -387,7 +394,7 @@ static void fill_closed(conn_t *c, uint64_t now) {
     if (c->state != C_OPEN) return;
     int queued = 0;
     while (c->inflight < opt_inflight && may_send(now)) {
-        if (!queue_request(c, now, now >= t_measure)) break;
+        if (!queue_request(c, now, 0, now >= t_measure)) break;
         queued++;
     }
     if (queued) conn_flush(c);
@@ -412,7 +419,7 @@ static void fill_rate(uint64_t now) {
             }
         }
         if (!c) break;        /* every slot busy: the request stays due, its clock running */
-        queue_request(c, next_due, next_due >= t_measure);
+        queue_request(c, next_due, now - next_due, next_due >= t_measure);
         if (next_due >= t_measure) hist_record(&lag_hist, now - next_due);
         next_due += due_interval;
         touched = 1;
@@ -453,7 +460,7 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
         measured_done++;
         hist_record(&hist, lat);
         if (!ok) { errors++; note_error_code(code); }
-        if (opt_samples) note_sample(s->t, lat, (flag & 1) ? code : -1);
+        if (opt_samples) note_sample(s->t, lat, s->lag, (flag & 1) ? code : -1);
     }
 }
 
@@ -549,7 +556,8 @@ static void usage(FILE *f) {
 "      --connect-timeout S  per connection (5)\n"
 "      --label S            copied into the JSON output\n"
 "      --samples FILE       write each measured answer: int64 realtime ns of its send\n"
-"                           (due) time, uint32 latency ns, int32 code (-1: not a response)\n"
+"                           (due) time, uint32 latency ns, uint32 send lag ns, int32 code\n"
+"                           (-1: not a response), int32 0\n"
 "  -h, --help\n");
 }
 

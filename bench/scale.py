@@ -69,7 +69,8 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 EXPIRED = "broker expired: "
 CLOSED_EXPIRED = "of expired broker "
 CONN_REMOVED = "broker connection closed, removed: "
-SAMPLE = struct.Struct("<qIi")
+#: loadgen --samples: due time (realtime ns), latency from it, send lag (ns), code, 0
+SAMPLE = struct.Struct("<qIIii")
 
 
 # ---------------------------------------------------------------- server side
@@ -175,6 +176,27 @@ def dropped_brokers(server):
     return expired, closes, removed
 
 
+def machine_busy_seconds():
+    """CPU seconds all CPUs spent busy since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def loadgen(server, **kwargs):
+    """run_loadgen, plus the share of a CPU that other processes (neither the server,
+    nor loadgen, nor this script) used meanwhile: the machine is shared, and what else
+    ran there is what to look at first when a figure moves."""
+    busy0, self0, t0 = machine_busy_seconds(), time.process_time(), time.monotonic()
+    r = run_loadgen(server, **kwargs)
+    wall = time.monotonic() - t0
+    other = (machine_busy_seconds() - busy0 - r["server_cpu_s"] - r["loadgen_cpu_s"]
+             - (time.process_time() - self0))
+    r["other_cpu_pct"] = round(max(other, 0.0) * 100 / wall) if wall > 0 else None
+    return r
+
+
 def rss(server):
     s = proc_status(server.pid)
     return round(s["VmRSS"], 1), round(s["VmHWM"], 1)
@@ -260,7 +282,7 @@ def run_routes(workload, args, report):
         for key, conns, inflight, duration, warmup in phases:
             log(f"  routes: {conns} connections x {inflight} in flight, {duration:g} s "
                 f"(+{warmup:g} s warmup)")
-            r = run_loadgen(server, label=f"{workload}_{key}", conns=conns, inflight=inflight,
+            r = loadgen(server, label=f"{workload}_{key}", conns=conns, inflight=inflight,
                             duration=duration, warmup=warmup, topics=nt)
             after = cache_stats(server)
             r["cache"], r["hit_rate"] = after, hit_rate(cache, after)
@@ -276,7 +298,7 @@ def run_routes(workload, args, report):
         out["register_warm"] = register_round(brokers, rounds[2])
         log(f"  re-registration, cache warm: median {out['register_warm']['median_ms']} ms, "
             f"max {out['register_warm']['max_ms']} ms")
-        r = run_loadgen(server, label=f"{workload}_after_reregister", conns=4, inflight=16,
+        r = loadgen(server, label=f"{workload}_after_reregister", conns=4, inflight=16,
                         duration=args.after_duration, warmup=0, topics=nt)
         after = cache_stats(server)
         r["cache"], r["hit_rate"] = after, hit_rate(cache, after)
@@ -310,19 +332,30 @@ def expiry_body(i):
 
 
 def read_samples(path):
+    """[(due s, latency from due s, latency from send s, code)] of loadgen --samples."""
     data = Path(path).read_bytes()
-    return list(SAMPLE.iter_unpack(data[:len(data) - len(data) % SAMPLE.size]))
+    return [(t / 1e9, lat / 1e9, (lat - min(lag, lat)) / 1e9, code)
+            for t, lat, lag, code, _ in SAMPLE.iter_unpack(data[:len(data) - len(data) % SAMPLE.size])]
+
+
+def _pct(sorted_values, p):
+    return sorted_values[min(len(sorted_values) - 1, max(0, -(-p * len(sorted_values) // 100) - 1))]
 
 
 def window_stats(samples):
-    lat = sorted(s[1] / 1000 for s in samples)
-    if not lat:
+    """Latency from the due time (what a client waiting on a schedule sees) and from the
+    send (the server's part: a server stall shows in both, the generator's own
+    lateness only in the first)."""
+    if not samples:
         return {"n": 0}
-    p99 = lat[min(len(lat) - 1, max(0, -(-99 * len(lat) // 100) - 1))]
-    return {"n": len(lat), "p50_us": round(statistics.median(lat), 1), "p99_us": round(p99, 1),
-            "max_us": round(lat[-1], 1), "over_1ms": sum(v > 1000 for v in lat),
-            "over_5ms": sum(v > 5000 for v in lat),
-            "errors": sum(s[2] != 0 for s in samples)}
+    due = sorted(s[1] * 1e6 for s in samples)
+    sent = sorted(s[2] * 1e6 for s in samples)
+    return {"n": len(due), "p50_us": round(statistics.median(due), 1),
+            "p99_us": round(_pct(due, 99), 1), "max_us": round(due[-1], 1),
+            "over_1ms": sum(v > 1000 for v in due), "over_5ms": sum(v > 5000 for v in due),
+            "sent_p99_us": round(_pct(sent, 99), 1), "sent_max_us": round(sent[-1], 1),
+            "sent_over_5ms": sum(v > 5000 for v in sent),
+            "errors": sum(s[3] != 0 for s in samples)}
 
 
 def run_expiry(args, report):
@@ -379,14 +412,15 @@ def run_expiry(args, report):
 
         samples_path = Path(workdir) / "samples.bin"
         duration = left + 2 * interval / 1000 + args.expiry_tail
-        r = run_loadgen(server, label="expiry", conns=args.expiry_conns,
+        r = loadgen(server, label="expiry", conns=args.expiry_conns,
                         inflight=args.expiry_inflight, duration=duration, warmup=0.5,
                         topics=2 * staying, rate=args.expiry_rate,
                         extra=["--samples", samples_path])
         out["loadgen"] = {key: r[key] for key in ("rps", "requests", "errors", "errors_all",
                                                   "timeouts", "lost", "p50_us", "p99_us",
                                                   "max_us", "over_1ms", "over_10ms",
-                                                  "send_lag_p99_us", "send_lag_max_us")}
+                                                  "send_lag_p99_us", "send_lag_max_us",
+                                                  "other_cpu_pct")}
         expired, closes, removed = dropped_brokers(server)
         out["dropped"] = len(expired)
         out["connections_closed"] = len(closes)
@@ -404,8 +438,8 @@ def run_expiry(args, report):
         # flight at any moment of it counts.
         lo, hi = target_epoch, last + args.window_margin
         samples = read_samples(samples_path)
-        inside = [s for s in samples if s[0] / 1e9 <= hi and (s[0] + s[1]) / 1e9 >= lo]
-        outside = [s for s in samples if not (s[0] / 1e9 <= hi and (s[0] + s[1]) / 1e9 >= lo)]
+        inside = [s for s in samples if s[0] <= hi and s[0] + s[1] >= lo]
+        outside = [s for s in samples if not (s[0] <= hi and s[0] + s[1] >= lo)]
         out["window_ms"] = round((hi - lo) * 1000)
         out["window"] = window_stats(inside)
         out["outside"] = window_stats(outside)
@@ -413,16 +447,15 @@ def run_expiry(args, report):
         # before the deadline to a second after the last drop line.
         step = args.series_ms / 1000
         series = {}
-        for t_ns, lat_ns, _code in samples:
-            t = t_ns / 1e9
+        for t, lat, _sent, _code in samples:
             if target_epoch - 1 <= t <= last + 1:
                 i = int((t - target_epoch + 1) // step)
-                series[i] = max(series.get(i, 0), lat_ns)
+                series[i] = max(series.get(i, 0), lat)
         out["series_step_ms"] = args.series_ms
-        out["series_max_us"] = [round(series.get(i, 0) / 1000)
+        out["series_max_us"] = [round(series.get(i, 0) * 1e6)
                                 for i in range(int((last + 2 - target_epoch) // step) + 1)]
-        out["slowest"] = [{"at_ms_from_first_drop": round((s[0] / 1e9 - first) * 1000, 1),
-                           "us": round(s[1] / 1000, 1)}
+        out["slowest"] = [{"at_ms_from_first_drop": round((s[0] - first) * 1000, 1),
+                           "us": round(s[1] * 1e6, 1), "from_send_us": round(s[2] * 1e6, 1)}
                           for s in sorted(samples, key=lambda s: -s[1])[:5]]
         out["rss_end_mib"], out["hwm_end_mib"] = rss(server)
         log(f"  {k} dropped {out['first_drop_after_deadline_ms']} ms after their deadline "
@@ -467,7 +500,7 @@ def print_table(rep):
             s = w[key]
             print(f"  {name:36} median {s['median_ms']:>8} ms   max {s['max_ms']:>8} ms")
         hdr = (f"  {'':36} {'req/s':>9} {'p50 us':>9} {'p99 us':>9} {'max us':>10} "
-               f"{'code!=0':>7} {'lost':>5} {'hit rate':>8} {'RSS MiB':>8}")
+               f"{'code!=0':>7} {'lost':>5} {'hit rate':>8} {'RSS MiB':>8} {'other CPU':>9}")
         print(hdr)
         for key, name in (("q16", "routes, 4 conns x 16 in flight"),
                           ("q1k", f"routes, {w['q1k']['conns']} conns x 1 in flight"),
@@ -476,7 +509,7 @@ def print_table(rep):
             print(f"  {name:36} {r['rps']:>9,.0f} {r['p50_us']:>9.1f} {r['p99_us']:>9.1f} "
                   f"{r['max_us']:>10.1f} {r['errors_all']:>7} "
                   f"{r['timeouts'] + r['lost']:>5} {fmt(r['hit_rate'], '.1%'):>8} "
-                  f"{fmt(r.get('rss_mib'), '.1f'):>8}")
+                  f"{fmt(r.get('rss_mib'), '.1f'):>8} {fmt(r.get('other_cpu_pct')):>8}%")
         print(f"  RSS MiB: start {w['rss_start_mib']}, after registration "
               f"{w['rss_after_register_mib']}, after re-registration "
               f"{w['rss_after_reregister_mib']}, after one pass of queries "
@@ -497,23 +530,32 @@ def print_table(rep):
         print(f"  dropped {e['dropped']} (log), {e['first_drop_after_deadline_ms']} ms after "
               f"their deadline, drop and close lines over {e['drop_log_span_ms']} ms; "
               f"{e['connections_closed']} connections closed")
+        print(f"  {'latency in us':28} {'answers':>8} {'p50':>8} {'p99':>8} {'max':>8} "
+              f"{'>5 ms':>6} {'code!=0':>7} | from the send: {'p99':>8} {'max':>8} {'>5 ms':>6}")
         for key, name in (("window", f"scan window ({e['window_ms']} ms)"),
                           ("outside", "rest of the run")):
             s = e[key]
-            print(f"  {name:28} n={s['n']:>7}  p50 {fmt(s.get('p50_us'))} us  p99 "
-                  f"{fmt(s.get('p99_us'))} us  max {fmt(s.get('max_us'))} us  >5 ms "
-                  f"{fmt(s.get('over_5ms'))}  code!=0 {fmt(s.get('errors'))}")
-        print("  slowest answers (sent ms from the first drop line: us): "
-              + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}"
+            print(f"  {name:28} {s['n']:>8} {fmt(s.get('p50_us')):>8} {fmt(s.get('p99_us')):>8} "
+                  f"{fmt(s.get('max_us')):>8} {fmt(s.get('over_5ms')):>6} "
+                  f"{fmt(s.get('errors')):>7} | {'':14} {fmt(s.get('sent_p99_us')):>8} "
+                  f"{fmt(s.get('sent_max_us')):>8} {fmt(s.get('sent_over_5ms')):>6}")
+        print("  (latency counted from the due time, as loadgen's open loop does; 'from the "
+              "send' leaves out the generator's own lateness)")
+        print("  slowest answers (due ms from the first drop line: us from due / from send): "
+              + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}/{x['from_send_us']:.0f}"
                           for x in e["slowest"]))
         print(f"  slowest answer (us) per {e['series_step_ms']} ms, from 1 s before the deadline "
               f"(dropped at +{e['first_drop_after_deadline_ms'] + 1000} ms): "
               + " ".join(str(v) for v in e["series_max_us"]))
         lg = e["loadgen"]
         print(f"  whole run: {lg['rps']:,.0f} req/s, p99 {lg['p99_us']} us, max {lg['max_us']} "
-              f"us, code!=0 {lg['errors_all']}, unanswered {lg['timeouts'] + lg['lost']}")
-        print(f"  no answer above 5 ms in the scan window: "
-              f"{load.verdict(e['window'].get('over_5ms', 1) == 0)}")
+              f"us, code!=0 {lg['errors_all']}, unanswered {lg['timeouts'] + lg['lost']}; "
+              f"loadgen's own send lag p99 {lg['send_lag_p99_us']} us, max "
+              f"{lg['send_lag_max_us']} us; other processes {lg['other_cpu_pct']}% of a CPU")
+        w = e["window"]
+        print(f"  no answer above 5 ms in the scan window: from the due time "
+              f"{load.verdict(w.get('over_5ms', 1) == 0)}, from the send "
+              f"{load.verdict(w.get('sent_over_5ms', 1) == 0)}")
 
 
 def parse_set(text):
