@@ -58,9 +58,9 @@ from load import (BenchError, Deadline, Server, build_loadgen, describe_server_p
 from rmq.namesrv.config import NamesrvConfig  # noqa: E402
 
 WIDTH_W4 = 8
-#: Set for every workload unless --set names them: brokers sit silent on their
-#: connections for the whole run (a real broker re-registers every 30 s), so neither
-#: the idle-connection close nor the 120 s broker expiry may end them mid-run.
+#: Set for every workload unless --set names them: the simulated brokers sit silent on
+#: their connections between rounds (a real broker re-registers every 30 s), and the
+#: idle-connection close must not drop them mid-run (their expiry: --broker-timeout-ms).
 DEFAULT_PROPERTIES = {"serverChannelMaxIdleTimeSeconds": "3600"}
 
 CACHE_LINE = re.compile(r"route cache: (.*)$", re.M)
@@ -225,8 +225,8 @@ def register_round(brokers, bodies):
 
 
 def run_routes(workload, args, report):
-    nb, nt = args.brokers or (300 if workload == "w3" else 1000), \
-        args.topics or (10_000 if workload == "w3" else 1000)
+    nb = args.brokers or (300 if workload == "w3" else 1000)
+    nt = args.topics or (10_000 if workload == "w3" else 1000)
     names = broker_sim.topic_names(nt)
     per, width = layout(workload, nb, nt)
     t = time.perf_counter()
@@ -283,7 +283,7 @@ def run_routes(workload, args, report):
             log(f"  routes: {conns} connections x {inflight} in flight, {duration:g} s "
                 f"(+{warmup:g} s warmup)")
             r = loadgen(server, label=f"{workload}_{key}", conns=conns, inflight=inflight,
-                            duration=duration, warmup=warmup, topics=nt)
+                        duration=duration, warmup=warmup, topics=nt)
             after = cache_stats(server)
             r["cache"], r["hit_rate"] = after, hit_rate(cache, after)
             cache = after
@@ -299,7 +299,7 @@ def run_routes(workload, args, report):
         log(f"  re-registration, cache warm: median {out['register_warm']['median_ms']} ms, "
             f"max {out['register_warm']['max_ms']} ms")
         r = loadgen(server, label=f"{workload}_after_reregister", conns=4, inflight=16,
-                        duration=args.after_duration, warmup=0, topics=nt)
+                    duration=args.after_duration, warmup=0, topics=nt)
         after = cache_stats(server)
         r["cache"], r["hit_rate"] = after, hit_rate(cache, after)
         out["q16_after_reregister"] = r
@@ -542,10 +542,10 @@ def print_table(rep):
         print("  (latency counted from the due time, as loadgen's open loop does; 'from the "
               "send' leaves out the generator's own lateness)")
         print("  slowest answers (due ms from the first drop line: us from due / from send): "
-              + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}/{x['from_send_us']:.0f}"
-                          for x in e["slowest"]))
-        print(f"  slowest answer (us) per {e['series_step_ms']} ms, from 1 s before the deadline "
-              f"(dropped at +{e['first_drop_after_deadline_ms'] + 1000} ms): "
+              + ", ".join(f"{x['at_ms_from_first_drop']:+.0f}: {x['us']:.0f}/"
+                          f"{x['from_send_us']:.0f}" for x in e["slowest"]))
+        print(f"  slowest answer (us) per {e['series_step_ms']} ms, from 1 s before the "
+              f"deadline (dropped at +{e['first_drop_after_deadline_ms'] + 1000} ms): "
               + " ".join(str(v) for v in e["series_max_us"]))
         lg = e["loadgen"]
         print(f"  whole run: {lg['rps']:,.0f} req/s, p99 {lg['p99_us']} us, max {lg['max_us']} "
