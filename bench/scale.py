@@ -334,8 +334,9 @@ def expiry_body(i):
 def read_samples(path):
     """[(due s, latency from due s, latency from send s, code)] of loadgen --samples."""
     data = Path(path).read_bytes()
+    data = data[:len(data) - len(data) % SAMPLE.size]
     return [(t / 1e9, lat / 1e9, (lat - min(lag, lat)) / 1e9, code)
-            for t, lat, lag, code, _ in SAMPLE.iter_unpack(data[:len(data) - len(data) % SAMPLE.size])]
+            for t, lat, lag, code, _ in SAMPLE.iter_unpack(data)]
 
 
 def _pct(sorted_values, p):
