@@ -63,8 +63,10 @@ def encode_body(topics, counter, *, timestamp=None, queues=8, perm=6, compressed
     """A RegisterBrokerBody (bytes) carrying ``topics`` with DataVersion ``counter``.
 
     ``queues``: read and write queue numbers of every topic (vary it between
-    registrations to change every route, not only the DataVersion)."""
-    configs = [bodies.topic_config(t, queues, queues, perm) for t in topics]
+    registrations to change every route, not only the DataVersion), or one number per
+    topic (a sequence as long as ``topics``)."""
+    per_topic = queues if isinstance(queues, (list, tuple)) else [queues] * len(topics)
+    configs = [bodies.topic_config(t, q, q, perm) for t, q in zip(topics, per_topic)]
     dv = {"counter": int(counter), "stateVersion": 0,
           "timestamp": int(time.time() * 1000) if timestamp is None else int(timestamp)}
     return bodies.encode_register_broker_body(bodies.register_broker_body(configs, dv),

@@ -205,15 +205,28 @@ def rss(server):
 # ---------------------------------------------------------------- W3 / W4
 
 def layout(workload, brokers, topics):
-    """Per broker, the indices of its topics; and the route width of every topic."""
+    """Per broker, the indices of its topics and, per topic, the position of the broker
+    in the topic's route (0 .. width-1); and the route width of every topic."""
     if workload == "w3":
-        return [range(topics)] * brokers, brokers
+        return [(range(topics), [b] * topics) for b in range(brokers)], brokers
     width = min(WIDTH_W4, brokers)
-    per = [[] for _ in range(brokers)]
+    per = [([], []) for _ in range(brokers)]
     for i in range(topics):
         for j in range(width):
-            per[(i * width + j) % brokers].append(i)
+            idx, pos = per[(i * width + j) % brokers]
+            idx.append(i)
+            pos.append(j)
     return per, width
+
+
+def queue_numbers(idx, pos, distinct):
+    """8 queues everywhere; with ``distinct``, 9 instead on the topic's j-th broker when
+    bit j of the topic's index is set (j < 20), so that no two topics have the same route
+    answer (the answer names no topic: topics with the same brokers and queues answer
+    the same bytes)."""
+    if not distinct:
+        return 8
+    return [8 + ((i >> j) & 1 if j < 20 else 0) for i, j in zip(idx, pos)]
 
 
 def register_round(brokers, bodies):
@@ -230,17 +243,22 @@ def run_routes(workload, args, report):
     names = broker_sim.topic_names(nt)
     per, width = layout(workload, nb, nt)
     t = time.perf_counter()
-    if workload == "w3":
-        shared = [broker_sim.encode_body(names, c) for c in (1, 2, 3)]
-        rounds = [[body] * nb for body in shared]
-    else:
-        rounds = [[broker_sim.encode_body([names[i] for i in idx], c) for idx in per]
-                  for c in (1, 2, 3)]
+    rounds = [[], [], []]
+    encoded = {}            # the same topics and queues: one body, shared by the brokers
+    for idx, pos in per:
+        queues = queue_numbers(idx, pos, args.distinct_routes)
+        key = (tuple(idx), tuple(queues) if isinstance(queues, list) else queues)
+        if key not in encoded:
+            topics = [names[i] for i in idx]
+            encoded[key] = [broker_sim.encode_body(topics, c, queues=queues) for c in (1, 2, 3)]
+        for r, body in zip(rounds, encoded[key]):
+            r.append(body)
     log(f"{workload}: {nb} brokers x {nt} topics, width {width}; bodies encoded in "
         f"{time.perf_counter() - t:.1f} s")
     big = max(args.conns_many, 4)
     needed = nb + big + 16
-    out = {"brokers": nb, "topics": nt, "width": width,
+    out = {"brokers": nb, "topics": nt, "width": width, "distinct_routes": args.distinct_routes,
+           "distinct_bodies": len(encoded),
            "body_bytes_max": max(len(b) for b in rounds[0]),
            "fd": check_fd_limit(needed)}
     props, notes = properties_for(args, needed)
@@ -491,7 +509,8 @@ def print_table(rep):
             continue
         print()
         print(f"{wl.upper()}: {w['brokers']} brokers x {w['topics']} topics, route width "
-              f"{w['width']} (answer {w['route_body_bytes']:,} B, largest register body "
+              f"{w['width']}{', distinct answers' if w['distinct_routes'] else ''} "
+              f"(answer {w['route_body_bytes']:,} B, largest register body "
               f"{w['body_bytes_max']:,} B); properties: "
               + ", ".join(f"{k}={v}" for k, v in w["properties"].items()))
         print("  " + "; ".join(w["notes"] + [w["fd"]]))
@@ -578,6 +597,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=float, help="warmup seconds per query phase (2; quick 0.5)")
     p.add_argument("--after-duration", type=float,
                    help="seconds of the query phase after the warm re-registration (3; quick 1)")
+    p.add_argument("--distinct-routes", action="store_true",
+                   help="W3/W4: queue numbers that make every topic's route answer distinct "
+                        "(by default every W3 topic has the same answer bytes)")
     p.add_argument("--conns-many", type=int, default=1000,
                    help="connections of the 1-in-flight phase (1000)")
     p.add_argument("--broker-timeout-ms", type=int, default=600_000,
