@@ -27,10 +27,11 @@ from the defaults below and ``--set KEY=VALUE``) and stops it at the end.
 Prints a table and one JSON line (also written to --json-out). Bounded: every step has
 a timeout, --deadline caps the whole run, the server is stopped whatever happens.
 
-    .venv/bin/python bench/scale.py --workload w3            # full W3, ~2 min
-    .venv/bin/python bench/scale.py --workload w4
-    .venv/bin/python bench/scale.py --workload expiry
-    .venv/bin/python bench/scale.py --quick                  # all three, small
+    .venv/bin/python bench/scale.py --workload w3            # ~45 s
+    .venv/bin/python bench/scale.py --workload w4            # ~30 s
+    .venv/bin/python bench/scale.py --workload expiry        # ~25 s
+    .venv/bin/python bench/scale.py --quick                  # all three, small: ~30 s
+    .venv/bin/python bench/scale.py --workload w3 --set routeCacheBytes=67108864
 """
 
 import argparse
