@@ -311,6 +311,18 @@ static void unlink_topic(rt_table *t, rt_topic *e)
 
 /* ---------------------------------------------------------------- values */
 
+/* Double a slot array's capacity (16 first): 0, or RT_NOMEM with nothing changed. */
+static int grow_slots(void **slots, int32_t *cap, size_t size)
+{
+    int32_t n = *cap ? *cap * 2 : 16;
+    void *p = realloc(*slots, (size_t)n * size);
+    if (!p)
+        return RT_NOMEM;
+    *slots = p;
+    *cap = n;
+    return 0;
+}
+
 /* QueueData values are interned: a cluster's topics mostly share a handful of
  * (perm, queue counts, flag), so a QueueData holds a slot, not four numbers. */
 
@@ -357,14 +369,8 @@ static int32_t val_ref(rt_table *t, int32_t perm, int32_t read, int32_t write, i
         v = t->free_val - 1;
         t->free_val = t->vals[v].next;
     } else {
-        if (t->nvals == t->cap_vals) {
-            int32_t cap = t->cap_vals ? t->cap_vals * 2 : 16;
-            rt_val *nv = realloc(t->vals, (size_t)cap * sizeof(rt_val));
-            if (!nv)
-                return RT_NOMEM;
-            t->vals = nv;
-            t->cap_vals = cap;
-        }
+        if (t->nvals == t->cap_vals && grow_slots((void **)&t->vals, &t->cap_vals, sizeof(rt_val)))
+            return RT_NOMEM;
         v = t->nvals++;
     }
     t->vals[v] = (rt_val){perm, read, write, sysflag, 1, h, t->val_buckets[h & t->val_mask]};
@@ -762,14 +768,9 @@ int32_t rt_new_broker(rt_table *t)
         t->free_head = t->brokers[b].next_free;
         t->nfree--;
     } else {
-        if (t->nbrokers == t->cap_brokers) {
-            int32_t cap = t->cap_brokers ? t->cap_brokers * 2 : 16;
-            rt_broker *nb = realloc(t->brokers, (size_t)cap * sizeof(rt_broker));
-            if (!nb)
-                return RT_NOMEM;
-            t->brokers = nb;
-            t->cap_brokers = cap;
-        }
+        if (t->nbrokers == t->cap_brokers
+            && grow_slots((void **)&t->brokers, &t->cap_brokers, sizeof(rt_broker)))
+            return RT_NOMEM;
         b = t->nbrokers++;
     }
     memset(&t->brokers[b], 0, sizeof(rt_broker));
