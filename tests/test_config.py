@@ -46,7 +46,7 @@ BEYOND_4_9_8 = {
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
     "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
-    "maxKvTableBytes",
+    "maxKvTableBytes", "routeCacheBytes",
 }
 
 

@@ -20,6 +20,8 @@ cdef extern from "routetable.h" nogil:
         size_t len
         char data[1]
     ctypedef struct rt_qd:
+        int32_t broker
+    ctypedef struct rt_qdv:
         int32_t broker, perm, read, write, sysflag
     ctypedef struct rt_topic:
         rt_topic* next
@@ -41,6 +43,7 @@ cdef extern from "routetable.h" nogil:
         uint64_t version
         int32_t nbrokers, nfree
         int python_routes
+        size_t budget
     enum: RT_OK, RT_NOT_FOUND, RT_PYTHON, RT_NOMEM
     rt_table* rt_new()
     void rt_free(rt_table* t)
@@ -63,7 +66,7 @@ cdef extern from "routetable.h" nogil:
                       const char* legacy, size_t legacy_len, const char* qd_std,
                       size_t qd_std_len, const char* qd_legacy, size_t qd_legacy_len,
                       uint32_t jhash, int python_only)
-    int rt_put(rt_table* t, const char* name, size_t len, const rt_qd* qd)
+    int rt_put(rt_table* t, const char* name, size_t len, const rt_qdv* qd)
     int rt_remove(rt_table* t, const char* name, size_t len, int32_t broker)
     size_t rt_remove_broker(rt_table* t, int32_t broker)
     size_t rt_write_perm(rt_table* t, int32_t broker, int wipe)
@@ -73,16 +76,30 @@ cdef extern from "routetable.h" nogil:
                          int readonly, uint8_t* only, int* taken)
     void rt_forget(rt_table* t, const char* name, size_t len)
     rt_topic* rt_find(const rt_table* t, const char* name, size_t len)
-    const rt_blob* rt_route(rt_table* t, const char* name, size_t len, int legacy, int* status)
+    const rt_blob* rt_route(rt_table* t, const char* name, size_t len, int legacy, int* status,
+                            rt_blob** temp)
     int rt_store(rt_table* t, const char* name, size_t len, int legacy, const char* body,
                  size_t body_len, uint64_t version)
-    void rt_java_order(const rt_table* t, const rt_topic* e, int32_t* order)
+    int rt_topic_qds(const rt_table* t, const rt_topic* e, rt_qdv* out)
+    int64_t rt_first_flag(const rt_table* t, const rt_topic* e)
+    ctypedef struct rt_cache_stats:
+        uint64_t hits, misses, shared, evictions, refused
+        size_t bytes, budget, answers, entries
+    void rt_set_budget(rt_table* t, size_t budget)
+    void rt_get_cache_stats(rt_table* t, rt_cache_stats* out)
+    uint64_t rt_work(const rt_table* t)
 
 
 cdef enum:
     # Removing a broker's QueueData from this many topics gives the freed memory
     # back to the system (rt_trim): a large broker's topics are megabytes.
     TRIM_AFTER_QUEUE_DATAS = 4096
+
+
+cdef size_t _budget(value) except? 0:
+    if value < 0:
+        raise ValueError(f"the route cache budget must be >= 0 bytes, not {value}")
+    return value
 
 
 cdef inline bytes _utf8(str s):
@@ -283,8 +300,7 @@ cdef int _copy_topics(rt_table* t, int form, bint want_flags, const uint8_t* mem
     in ``members`` (NULL: all), into C arrays, the read lock held; -1: no memory."""
     cdef size_t i, n = 0, total = 0
     cdef rt_topic* e
-    cdef int32_t small[64]
-    cdef int32_t* order
+    cdef int64_t flag
     for i in range(t.mask + 1):
         e = t.buckets[i]
         while e != NULL:
@@ -306,14 +322,10 @@ cdef int _copy_topics(rt_table* t, int form, bint want_flags, const uint8_t* mem
                 total += e.len
                 found[0][n].has_flag = want_flags and e.nqd > 0
                 if found[0][n].has_flag:
-                    order = &small[0] if e.nqd <= 64 else <int32_t*>malloc(
-                        e.nqd * sizeof(int32_t))
-                    if order == NULL:
+                    flag = rt_first_flag(t, e)
+                    if flag == RT_NOMEM:
                         return -1
-                    rt_java_order(t, e, order)
-                    found[0][n].flag = e.qds[order[0]].sysflag
-                    if order != &small[0]:
-                        free(order)
+                    found[0][n].flag = <int32_t>flag
                 n += 1
             e = e.next
     count[0] = n
@@ -343,8 +355,10 @@ cdef class TopicTable:
         self.index = {}
         self.slot_names = []
 
-    def __init__(self, broker_state=None):
+    def __init__(self, broker_state=None, cache_bytes=None):
         self.broker_state = broker_state
+        if cache_bytes is not None:
+            self.cache_budget = cache_bytes
 
     def __dealloc__(self):
         rt_free(self.t)
@@ -368,6 +382,38 @@ cdef class TopicTable:
             self.t.python_routes = v
             rt_wrunlock(self.t)
 
+    @property
+    def cache_budget(self):
+        """The answer cache's byte budget (None: unbounded)."""
+        return None if self.t.budget == <size_t>-1 else self.t.budget
+
+    @cache_budget.setter
+    def cache_budget(self, value):
+        cdef size_t budget = <size_t>-1 if value is None else _budget(value)
+        with nogil:
+            rt_wrlock(self.t)
+            rt_set_budget(self.t, budget)
+            rt_wrunlock(self.t)
+
+    def cache_stats(self):
+        """The answer cache's counters since start (hits, misses: answers built or
+        found shared; shared; evictions; refused: built but not admitted) and its
+        size now (bytes, budget, answers: distinct ones held, entries: topic forms
+        pointing at one)."""
+        cdef rt_cache_stats st
+        with nogil:
+            rt_rdlock(self.t)
+            rt_get_cache_stats(self.t, &st)
+            rt_rdunlock(self.t)
+        return {"hits": st.hits, "misses": st.misses, "shared": st.shared,
+                "evictions": st.evictions, "refused": st.refused, "bytes": st.bytes,
+                "budget": None if st.budget == <size_t>-1 else st.budget,
+                "answers": st.answers, "entries": st.entries}
+
+    def _work(self):
+        """Entries probed and topics walked since start: what operations cost, for tests."""
+        return rt_work(self.t)
+
     def encode_topic_route_data(self, route, legacy=False):
         return encode_topic_route_data(route, legacy)
 
@@ -379,12 +425,13 @@ cdef class TopicTable:
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name), blen = 0
         cdef const rt_blob* blob
+        cdef rt_blob* temp
         cdef char* copy = NULL
         cdef int status = RT_OK
         cdef uint64_t version
         with nogil:
             rt_rdlock(self.t)
-            blob = rt_route(self.t, p, n, legacy, &status)
+            blob = rt_route(self.t, p, n, legacy, &status, &temp)
             version = self.t.version
             if blob != NULL:
                 blen = blob.len
@@ -392,6 +439,7 @@ cdef class TopicTable:
                 if copy != NULL:
                     memcpy(copy, blob.data, blen)
             rt_rdunlock(self.t)
+            free(temp)
         if blob != NULL:
             try:
                 if copy == NULL:
@@ -543,16 +591,17 @@ cdef class TopicTable:
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name)
         cdef rt_topic* e
-        cdef rt_qd* qds = NULL
+        cdef rt_qdv* qds = NULL
         cdef int32_t i, nqd = -1
         with nogil:
             rt_rdlock(self.t)
             e = rt_find(self.t, p, n)
             if e != NULL:
                 nqd = e.nqd
-                qds = <rt_qd*>malloc(max(nqd, 1) * sizeof(rt_qd))
-                if qds != NULL:
-                    memcpy(qds, e.qds, nqd * sizeof(rt_qd))
+                qds = <rt_qdv*>malloc(max(nqd, 1) * sizeof(rt_qdv))
+                if qds != NULL and rt_topic_qds(self.t, e, qds) != 0:
+                    free(qds)
+                    qds = NULL
             rt_rdunlock(self.t)
         if nqd < 0:
             return None
@@ -700,7 +749,7 @@ cdef class TopicTable:
 
     def put_queue_data(self, str topic, dict qd):
         cdef bytes name = _utf8(topic)
-        cdef rt_qd q
+        cdef rt_qdv q
         cdef int rc
         q.broker = self._broker(qd["brokerName"])
         q.perm, q.read, q.write, q.sysflag = (qd["perm"], qd["readQueueNums"],
@@ -852,6 +901,7 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
     cdef int status, legacy
     cdef rq_route req
     cdef const rt_blob* blob
+    cdef rt_blob* temp = NULL
     while True:
         need = 0
         with nogil:
@@ -863,7 +913,7 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
                 if not rq_scan_route(p + pos + 4, length, &req):
                     break
                 legacy = 0 if req.version >= V4_9_4 or req.accept_standard else 1
-                blob = rt_route(tt.t, req.topic, req.topic_len, legacy, &status)
+                blob = rt_route(tt.t, req.topic, req.topic_len, legacy, &status, &temp)
                 if blob == NULL:
                     break
                 need = rq_route_answer_size(&req, blob.len)
@@ -871,9 +921,12 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
                     break
                 b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req,
                                                blob.data, blob.len)
+                free(temp)      # an answer the cache refused: built for this query only
+                temp = NULL
                 need = 0
                 pos += 4 + length
             rt_rdunlock(tt.t)
+            free(temp)
         if need == 0:
             return pos
         wb_grow(b, need)

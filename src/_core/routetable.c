@@ -13,6 +13,8 @@
 #define PERM_READ 4
 #define PERM_WRITE 2
 #define INITIAL_BUCKETS 1024
+#define INITIAL_ANSWER_BUCKETS 64
+#define INITIAL_VAL_BUCKETS 16
 
 /* ---------------------------------------------------------------- the lock */
 
@@ -80,41 +82,84 @@ void rt_unlock_write(rt_rwlock *l)
 #define HOLDS_WRITE(t) RMQ_ASSERT((t)->lock.writer && pthread_equal((t)->lock.owner, pthread_self()))
 #define HOLDS_LOCK(t) RMQ_ASSERT((t)->lock.writer || (t)->lock.readers > 0)
 
+static void free_grave(rt_blob *b)
+{
+    while (b) {
+        rt_blob *next = b->next;
+        free(b);
+        b = next;
+    }
+}
+
 void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
-void rt_rdunlock(rt_table *t) { rt_unlock_read(&t->lock); }
-void rt_wrlock(rt_table *t) { rt_lock_write(&t->lock); }
+
+/* The last reader out frees what readers evicted: no one can hold those answers
+ * any more (readers use an answer only while they hold the lock). */
+void rt_rdunlock(rt_table *t)
+{
+    rt_rwlock *l = &t->lock;
+    rt_blob *grave = NULL;
+    pthread_mutex_lock(&l->m);
+    if (--l->readers == 0) {
+        grave = t->grave;
+        t->grave = NULL;
+        for (rt_blob *b = grave; b; b = b->next)
+            t->bytes -= b->size;
+        if (l->waiting_writers)
+            pthread_cond_signal(&l->writers_cv);
+    }
+    pthread_mutex_unlock(&l->m);
+    free_grave(grave);
+}
+
+void rt_wrlock(rt_table *t)
+{
+    rt_lock_write(&t->lock);
+    if (t->grave) {
+        for (rt_blob *b = t->grave; b; b = b->next)
+            t->bytes -= b->size;
+        free_grave(t->grave);
+        t->grave = NULL;
+    }
+}
+
 void rt_wrunlock(rt_table *t) { rt_unlock_write(&t->lock); }
+
+uint64_t rt_work(const rt_table *t) { return __atomic_load_n(&t->work, __ATOMIC_RELAXED); }
+
+static inline void add_work(rt_table *t, uint64_t n)
+{
+    __atomic_fetch_add(&((rt_table *)t)->work, n, __ATOMIC_RELAXED);
+}
 
 /* ---------------------------------------------------------------- blobs */
 
-static rt_blob *blob_new(const char *data, size_t len)
+static rt_blob *blob_alloc(size_t len, int32_t nkey)
 {
-    rt_blob *b = malloc(sizeof(rt_blob) + len);
+    size_t size = sizeof(rt_blob) + ((len + 3) & ~(size_t)3) + (size_t)nkey * sizeof(int32_t);
+    rt_blob *b = malloc(size);
     if (b) {
+        b->next = NULL;
+        b->hash = 0;
+        b->refs = 0;
+        b->nkey = nkey;
+        b->size = size;
         b->len = len;
-        memcpy(b->data, data, len);
     }
     return b;
 }
 
-/* Cached answers are installed by readers (compare-and-swap from NULL) and
- * dropped only by writers, so a reader holding the lock sees a stable blob. */
-static void drop_bodies(rt_topic *e)
+static rt_blob *blob_new(const char *data, size_t len)
 {
-    for (int f = 0; f < 2; f++) {
-        free(e->body[f]);
-        e->body[f] = NULL;
-    }
+    rt_blob *b = blob_alloc(len, 0);
+    if (b)
+        memcpy(b->data, data, len);
+    return b;
 }
 
-static const rt_blob *install_body(rt_topic *e, int legacy, rt_blob *b)
+static inline int32_t *blob_key(rt_blob *b)
 {
-    rt_blob *expected = NULL;
-    if (__atomic_compare_exchange_n(&e->body[legacy], &expected, b, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
-        return b;
-    free(b);                        /* another reader built it first */
-    return expected;
+    return (int32_t *)(b->data + ((b->len + 3) & ~(size_t)3));
 }
 
 /* ---------------------------------------------------------------- the map */
@@ -132,19 +177,28 @@ rt_table *rt_new(void)
     if (!t)
         return NULL;
     t->buckets = calloc(INITIAL_BUCKETS, sizeof(rt_topic *));
-    if (!t->buckets) {
+    t->abuckets = calloc(INITIAL_ANSWER_BUCKETS, sizeof(rt_blob *));
+    t->val_buckets = calloc(INITIAL_VAL_BUCKETS, sizeof(int32_t));
+    if (!t->buckets || !t->abuckets || !t->val_buckets) {
+        free(t->buckets);
+        free(t->abuckets);
+        free(t->val_buckets);
         free(t);
         return NULL;
     }
     t->mask = INITIAL_BUCKETS - 1;
+    t->amask = INITIAL_ANSWER_BUCKETS - 1;
+    t->val_mask = INITIAL_VAL_BUCKETS - 1;
+    t->budget = (size_t)-1;
     rt_lock_init(&t->lock);
+    pthread_mutex_init(&t->cache_m, NULL);
     return t;
 }
 
 static void free_topic(rt_topic *e)
 {
-    drop_bodies(e);
     free(e->qds);
+    free(e->idx);
     free(e);
 }
 
@@ -161,13 +215,22 @@ void rt_free(rt_table *t)
         }
     }
     free(t->buckets);
+    for (size_t i = 0; i <= t->amask; i++)
+        free_grave(t->abuckets[i]);
+    free(t->abuckets);
+    free_grave(t->grave);
+    free(t->ring);
     for (int32_t b = 0; b < t->nbrokers; b++) {
         for (int f = 0; f < 2; f++) {
             free(t->brokers[b].frag[f]);
             free(t->brokers[b].qd_prefix[f]);
         }
+        free(t->brokers[b].topics);
     }
     free(t->brokers);
+    free(t->vals);
+    free(t->val_buckets);
+    pthread_mutex_destroy(&t->cache_m);
     rt_lock_destroy(&t->lock);
     free(t);
 }
@@ -204,7 +267,7 @@ static void rehash(rt_table *t, size_t n)
 
 /* After removals: a table that held a large broker's topics gives its bucket
  * array back once it is less than 1/8 full (to a size it grows out of again
- * only when the count doubles). Not called while a FOR_BROKER_TOPICS walk runs. */
+ * only when the count doubles). */
 static void shrink(rt_table *t)
 {
     size_t n = t->mask + 1;
@@ -224,6 +287,7 @@ static rt_topic *insert_topic(rt_table *t, const char *name, size_t len)
     e->len = len;
     e->hash = hash_name(name, len);
     e->seq = t->seq++;
+    e->slot[0] = e->slot[1] = -1;
     if (t->count >= t->mask + 1)
         rehash(t, (t->mask + 1) * 2);
     e->next = t->buckets[e->hash & t->mask];
@@ -232,6 +296,8 @@ static rt_topic *insert_topic(rt_table *t, const char *name, size_t len)
     return e;
 }
 
+static void drop_bodies(rt_table *t, rt_topic *e);
+
 static void unlink_topic(rt_table *t, rt_topic *e)
 {
     rt_topic **pp = &t->buckets[e->hash & t->mask];
@@ -239,66 +305,311 @@ static void unlink_topic(rt_table *t, rt_topic *e)
         pp = &(*pp)->next;
     *pp = e->next;
     t->count--;
+    drop_bodies(t, e);
     free_topic(e);
 }
 
-static int find_qd(const rt_topic *e, int32_t broker)
+/* ---------------------------------------------------------------- values */
+
+/* Double a slot array's capacity (16 first): 0, or RT_NOMEM with nothing changed. */
+static int grow_slots(void **slots, int32_t *cap, size_t size)
 {
-    for (int i = 0; i < e->nqd; i++)
-        if (e->qds[i].broker == broker)
-            return i;
-    return -1;
+    int32_t n = *cap ? *cap * 2 : 16;
+    void *p = realloc(*slots, (size_t)n * size);
+    if (!p)
+        return RT_NOMEM;
+    *slots = p;
+    *cap = n;
+    return 0;
 }
+
+/* QueueData values are interned: a cluster's topics mostly share a handful of
+ * (perm, queue counts, flag), so a QueueData holds a slot, not four numbers. */
+
+static inline uint32_t val_hash(int32_t perm, int32_t read, int32_t write, int32_t sysflag)
+{
+    uint64_t h = (uint64_t)(uint32_t)perm * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (uint32_t)read) * 0xC2B2AE3D27D4EB4Full;
+    h = (h ^ (uint32_t)write) * 0x165667B19E3779F9ull;
+    h = (h ^ (uint32_t)sysflag) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32);
+}
+
+static void val_rehash(rt_table *t, uint32_t n)
+{
+    int32_t *nb = calloc(n, sizeof(int32_t));
+    if (!nb)
+        return;                     /* longer chains, still correct */
+    for (int32_t v = 0; v < t->nvals; v++) {
+        if (!t->vals[v].refs)
+            continue;
+        uint32_t h = t->vals[v].hash & (n - 1);
+        t->vals[v].next = nb[h];
+        nb[h] = v + 1;
+    }
+    free(t->val_buckets);
+    t->val_buckets = nb;
+    t->val_mask = n - 1;
+}
+
+/* A reference to the slot holding these values (interned on first use); RT_NOMEM. */
+static int32_t val_ref(rt_table *t, int32_t perm, int32_t read, int32_t write, int32_t sysflag)
+{
+    uint32_t h = val_hash(perm, read, write, sysflag);
+    for (int32_t v = t->val_buckets[h & t->val_mask]; v; v = t->vals[v - 1].next) {
+        rt_val *x = &t->vals[v - 1];
+        if (x->hash == h && x->perm == perm && x->read == read && x->write == write
+            && x->sysflag == sysflag) {
+            x->refs++;
+            return v - 1;
+        }
+    }
+    int32_t v;
+    if (t->free_val) {
+        v = t->free_val - 1;
+        t->free_val = t->vals[v].next;
+    } else {
+        if (t->nvals == t->cap_vals && grow_slots((void **)&t->vals, &t->cap_vals, sizeof(rt_val)))
+            return RT_NOMEM;
+        v = t->nvals++;
+    }
+    t->vals[v] = (rt_val){perm, read, write, sysflag, 1, h, t->val_buckets[h & t->val_mask]};
+    t->val_buckets[h & t->val_mask] = v + 1;
+    if ((uint32_t)t->nvals > t->val_mask + 1)
+        val_rehash(t, (t->val_mask + 1) * 2);
+    return v;
+}
+
+static void val_unref(rt_table *t, int32_t v)
+{
+    rt_val *x = &t->vals[v];
+    if (--x->refs)
+        return;
+    int32_t *pp = &t->val_buckets[x->hash & t->val_mask];
+    while (*pp != v + 1)
+        pp = &t->vals[*pp - 1].next;
+    *pp = x->next;
+    x->next = t->free_val;
+    t->free_val = v + 1;
+}
+
+static inline int same_val(const rt_val *x, const rt_qdv *q)
+{
+    return x->perm == q->perm && x->read == q->read && x->write == q->write
+        && x->sysflag == q->sysflag;
+}
+
+/* ---------------------------------------------------------------- a topic's QueueData */
+
+/* A topic's QueueData are found by broker in O(1) whatever the route's width: a
+ * linear scan up to IDX_MIN of them, an open-addressing index (linear probing,
+ * backward-shift deletion) past it. */
+#define IDX_MIN 8
+
+static inline uint32_t idx_home(const rt_topic *e, int32_t broker)
+{
+    return ((uint32_t)broker * 2654435761u) & e->idx_mask;
+}
+
+static void idx_insert(rt_topic *e, int32_t pos)
+{
+    uint32_t i = idx_home(e, e->qds[pos].broker);
+    while (e->idx[i])
+        i = (i + 1) & e->idx_mask;
+    e->idx[i] = (uint32_t)pos + 1;
+}
+
+/* Index e's QueueData in a table of n slots (a power of two); 0, or RT_NOMEM. */
+static int idx_build(rt_topic *e, uint32_t n)
+{
+    uint32_t *idx = calloc(n, sizeof(uint32_t));
+    if (!idx)
+        return RT_NOMEM;
+    free(e->idx);
+    e->idx = idx;
+    e->idx_mask = n - 1;
+    for (int32_t k = 0; k < e->nqd; k++)
+        idx_insert(e, k);
+    return 0;
+}
+
+static int find_qd(const rt_topic *e, int32_t broker, uint64_t *work)
+{
+    if (!e->idx) {
+        for (int i = 0; i < e->nqd; i++)
+            if (e->qds[i].broker == broker) {
+                *work += (uint64_t)i + 1;
+                return i;
+            }
+        *work += (uint64_t)e->nqd + 1;
+        return -1;
+    }
+    for (uint32_t i = idx_home(e, broker);; i = (i + 1) & e->idx_mask) {
+        ++*work;
+        uint32_t p = e->idx[i];
+        if (!p)
+            return -1;
+        if (e->qds[p - 1].broker == broker)
+            return (int)p - 1;
+    }
+}
+
+/* The index slot holding position pos (present). */
+static uint32_t idx_slot(const rt_topic *e, int32_t pos)
+{
+    uint32_t i = idx_home(e, e->qds[pos].broker);
+    while (e->idx[i] != (uint32_t)pos + 1)
+        i = (i + 1) & e->idx_mask;
+    return i;
+}
+
+static void idx_delete(rt_topic *e, uint32_t i)
+{
+    for (uint32_t j = i;;) {
+        j = (j + 1) & e->idx_mask;
+        if (!e->idx[j])
+            break;
+        uint32_t k = idx_home(e, e->qds[e->idx[j] - 1].broker);
+        /* Move j back into the hole at i unless its home lies in (i, j]. */
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        e->idx[i] = e->idx[j];
+        i = j;
+    }
+    e->idx[i] = 0;
+}
+
+/* ---------------------------------------------------------------- changes */
 
 static void changed(rt_table *t, rt_topic *e)
 {
-    drop_bodies(e);
+    drop_bodies(t, e);
     t->version++;
 }
 
-static int put_qd(rt_table *t, rt_topic *e, const rt_qd *qd)
+/* Broker b lists topic e (its QueueData at position i of e). */
+static int broker_add_topic(rt_table *t, int32_t b, rt_topic *e, int i)
 {
-    int i = find_qd(e, qd->broker);
+    rt_broker *br = &t->brokers[b];
+    if (br->ntopics == br->cap_topics) {
+        int32_t cap = br->cap_topics ? br->cap_topics + br->cap_topics / 2 + 1 : 4;
+        rt_topic **nt = realloc(br->topics, (size_t)cap * sizeof(rt_topic *));
+        if (!nt)
+            return RT_NOMEM;
+        br->topics = nt;
+        br->cap_topics = cap;
+    }
+    e->qds[i].bpos = br->ntopics;
+    br->topics[br->ntopics++] = e;
+    return 0;
+}
+
+static void broker_drop_topic(rt_table *t, int32_t b, int32_t bpos, uint64_t *work)
+{
+    rt_broker *br = &t->brokers[b];
+    rt_topic *last = br->topics[--br->ntopics];
+    if (bpos != br->ntopics) {
+        br->topics[bpos] = last;
+        last->qds[find_qd(last, b, work)].bpos = bpos;
+    }
+}
+
+static int put_qd(rt_table *t, rt_topic *e, const rt_qdv *q, uint64_t *work)
+{
+    int i = find_qd(e, q->broker, work);
+    if (i >= 0 && same_val(&t->vals[e->qds[i].val], q))
+        return 0;
+    int32_t v = val_ref(t, q->perm, q->read, q->write, q->sysflag);
+    if (v < 0)
+        return RT_NOMEM;
     if (i >= 0) {
-        rt_qd *old = &e->qds[i];
-        if (old->perm == qd->perm && old->read == qd->read && old->write == qd->write
-            && old->sysflag == qd->sysflag)
-            return 0;
-        *old = *qd;
+        val_unref(t, e->qds[i].val);
+        e->qds[i].val = v;
     } else {
         if (e->nqd == e->cap) {
-            int32_t cap = e->cap ? e->cap * 2 : 4;
-            rt_qd *q = realloc(e->qds, cap * sizeof(rt_qd));
-            if (!q)
+            int32_t cap = e->cap ? e->cap + e->cap / 2 + 1 : 2;
+            rt_qd *nq = realloc(e->qds, (size_t)cap * sizeof(rt_qd));
+            if (!nq) {
+                val_unref(t, v);
                 return RT_NOMEM;
-            e->qds = q;
+            }
+            e->qds = nq;
             e->cap = cap;
         }
-        e->qds[e->nqd++] = *qd;
-        t->brokers[qd->broker].nqd++;
+        if (e->ins_next == UINT32_MAX) {
+            /* Renumber in insertion order (unreachable in practice: 2^32 insertions). */
+            int32_t *order = malloc((size_t)e->nqd * sizeof(int32_t) + 1);
+            if (!order) {
+                val_unref(t, v);
+                return RT_NOMEM;
+            }
+            for (int32_t k = 0; k < e->nqd; k++)
+                order[k] = k;
+            for (int32_t k = 1; k < e->nqd; k++)  /* insertion sort by ins: rare */
+                for (int32_t j = k; j > 0 && e->qds[order[j - 1]].ins > e->qds[order[j]].ins; j--) {
+                    int32_t x = order[j];
+                    order[j] = order[j - 1];
+                    order[j - 1] = x;
+                }
+            for (int32_t k = 0; k < e->nqd; k++)
+                e->qds[order[k]].ins = (uint32_t)k;
+            e->ins_next = (uint32_t)e->nqd;
+            free(order);
+        }
+        i = e->nqd;
+        e->qds[i] = (rt_qd){q->broker, v, e->ins_next, 0};
+        if (broker_add_topic(t, q->broker, e, i) < 0) {
+            val_unref(t, v);
+            return RT_NOMEM;
+        }
+        e->ins_next++;
+        e->nqd++;
+        if (e->idx && (uint32_t)e->nqd * 4 > (e->idx_mask + 1) * 3) {
+            if (idx_build(e, (e->idx_mask + 1) * 2) < 0) {
+                free(e->idx);       /* no memory: a scan, still correct */
+                e->idx = NULL;
+            }
+        } else if (e->idx) {
+            idx_insert(e, i);
+        } else if (e->nqd > IDX_MIN) {
+            idx_build(e, 32);       /* no memory: a scan, still correct */
+        }
     }
     changed(t, e);
     return 1;
 }
-
-int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd)
+int rt_put(rt_table *t, const char *name, size_t len, const rt_qdv *qd)
 {
     HOLDS_WRITE(t);
+    uint64_t work = 0;
     rt_topic *e = rt_find(t, name, len);
     if (!e && !(e = insert_topic(t, name, len)))
         return RT_NOMEM;
-    int r = put_qd(t, e, qd);
+    int r = put_qd(t, e, qd, &work);
     if (r == RT_NOMEM && e->nqd == 0)
         unlink_topic(t, e);
+    add_work(t, work);
     return r;
 }
 
 /* Remove position i of e; frees e when it was the last. */
-static void remove_at(rt_table *t, rt_topic *e, int i)
+static void remove_at(rt_table *t, rt_topic *e, int i, uint64_t *work)
 {
-    t->brokers[e->qds[i].broker].nqd--;
-    memmove(&e->qds[i], &e->qds[i + 1], (e->nqd - i - 1) * sizeof(rt_qd));
+    rt_qd gone = e->qds[i];
+    int32_t last = e->nqd - 1;
+    broker_drop_topic(t, gone.broker, gone.bpos, work);
+    val_unref(t, gone.val);
+    if (e->idx) {
+        idx_delete(e, idx_slot(e, i));
+        if (i != last)              /* the last one moves into the hole */
+            e->idx[idx_slot(e, last)] = (uint32_t)i + 1;
+    }
+    e->qds[i] = e->qds[last];
     e->nqd--;
+    if (e->idx && e->nqd <= IDX_MIN / 2) {
+        free(e->idx);
+        e->idx = NULL;
+    }
     changed(t, e);
     if (e->nqd == 0)
         unlink_topic(t, e);
@@ -307,48 +618,54 @@ static void remove_at(rt_table *t, rt_topic *e, int i)
 int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 {
     HOLDS_WRITE(t);
+    uint64_t work = 0;
     rt_topic *e = rt_find(t, name, len);
-    int i = e ? find_qd(e, broker) : -1;
-    if (i < 0)
-        return 0;
-    remove_at(t, e, i);
-    shrink(t);
-    return 1;
+    int i = e ? find_qd(e, broker, &work) : -1;
+    if (i >= 0) {
+        remove_at(t, e, i, &work);
+        shrink(t);
+    }
+    add_work(t, work);
+    return i >= 0;
 }
 
-/* Calls fn on every topic with a QueueData of broker (fn may free the topic). */
-#define FOR_BROKER_TOPICS(t, broker, e, i, body)                         \
-    for (size_t _b = 0; _b <= (t)->mask; _b++) {                        \
-        rt_topic *e = (t)->buckets[_b], *_next;                         \
-        for (; e; e = _next) {                                          \
-            _next = e->next;                                            \
-            int i = find_qd(e, (broker));                               \
-            if (i >= 0) { body }                                        \
-        }                                                               \
+/* body runs on every topic e where broker has QueueData (at position i), from the
+ * broker's list: what is keyed by a broker touches only its own topics. body may
+ * remove that QueueData (the list shrinks from its end). */
+#define FOR_BROKER_TOPICS(t, broker, e, i, work, ...)                    \
+    for (int32_t _k = (t)->brokers[(broker)].ntopics - 1; _k >= 0; _k--) { \
+        if (_k >= (t)->brokers[(broker)].ntopics)                       \
+            continue;                                                   \
+        rt_topic *e = (t)->brokers[(broker)].topics[_k];                \
+        int i = find_qd(e, (broker), (work));                           \
+        __VA_ARGS__                                                     \
     }
 
 size_t rt_remove_broker(rt_table *t, int32_t broker)
 {
     HOLDS_WRITE(t);
+    uint64_t work = 0;
     size_t n = 0;
-    FOR_BROKER_TOPICS(t, broker, e, i, { remove_at(t, e, i); n++; })
+    FOR_BROKER_TOPICS(t, broker, e, i, &work, { remove_at(t, e, i, &work); n++; })
     shrink(t);
+    add_work(t, work);
     return n;
 }
 
 size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
 {
     HOLDS_WRITE(t);
+    uint64_t work = 0;
     size_t n = 0;
-    FOR_BROKER_TOPICS(t, broker, e, i, {
-        rt_qd *q = &e->qds[i];
-        int32_t perm = wipe ? (q->perm & ~PERM_WRITE) : (PERM_READ | PERM_WRITE);
-        if (perm != q->perm) {
-            q->perm = perm;
-            changed(t, e);
-        }
+    FOR_BROKER_TOPICS(t, broker, e, i, &work, {
+        const rt_val *x = &t->vals[e->qds[i].val];
+        rt_qdv q = {broker, wipe ? (x->perm & ~PERM_WRITE) : (PERM_READ | PERM_WRITE),
+                    x->read, x->write, x->sysflag};
+        if (q.perm != x->perm)
+            put_qd(t, e, &q, &work);    /* no memory: that one keeps its permission */
         n++;
     })
+    add_work(t, work);
     return n;
 }
 
@@ -356,26 +673,25 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n,
                      int readonly, uint8_t *only, int *taken)
 {
     HOLDS_LOCK(t);
+    uint64_t work = 0;
     size_t differ = 0;
     *taken = 0;
     for (size_t k = 0; k < n; k++) {
         const rt_rec *r = &recs[k];
         const rt_topic *e = rt_find(t, r->name, r->name_len);
-        int i = e ? find_qd(e, b) : -1;
+        int i = e ? find_qd(e, b, &work) : -1;
         only[k] = 0;
         if (!force && i >= 0)
             continue;
         *taken = 1;
-        int32_t perm = readonly ? (r->perm & ~PERM_WRITE) : r->perm;
-        if (i >= 0) {
-            const rt_qd *q = &e->qds[i];
-            if (q->perm == perm && q->read == r->read && q->write == r->write
-                && q->sysflag == r->sysflag)
-                continue;
-        }
+        rt_qdv q = {b, readonly ? (r->perm & ~PERM_WRITE) : r->perm, r->read, r->write,
+                    r->sysflag};
+        if (i >= 0 && same_val(&t->vals[e->qds[i].val], &q))
+            continue;
         only[k] = 1;
         differ++;
     }
+    add_work((rt_table *)t, work + n);
     return differ;
 }
 
@@ -383,6 +699,7 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
              int delete_missing, const uint8_t *only)
 {
     HOLDS_WRITE(t);
+    uint64_t work = n;
     int wrote = 0;
     if (delete_missing) {
         uint32_t stamp = ++t->stamp;
@@ -391,9 +708,9 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
             if (e)
                 e->stamp = stamp;
         }
-        FOR_BROKER_TOPICS(t, b, e, i, {
+        FOR_BROKER_TOPICS(t, b, e, i, &work, {
             if (e->stamp != stamp)
-                remove_at(t, e, i);
+                remove_at(t, e, i, &work);
         })
         shrink(t);
     }
@@ -402,19 +719,23 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
         if (only && !only[k])
             continue;
         rt_topic *e = rt_find(t, r->name, r->name_len);
-        if (!force && e && find_qd(e, b) >= 0)
+        if (!force && e && find_qd(e, b, &work) >= 0)
             continue;
-        rt_qd qd = {b, readonly ? (r->perm & ~PERM_WRITE) : r->perm, r->read, r->write,
+        rt_qdv q = {b, readonly ? (r->perm & ~PERM_WRITE) : r->perm, r->read, r->write,
                     r->sysflag};
-        if (!e && !(e = insert_topic(t, r->name, r->name_len)))
-            return RT_NOMEM;
-        if (put_qd(t, e, &qd) == RT_NOMEM) {
+        if (!e && !(e = insert_topic(t, r->name, r->name_len))) {
+            wrote = RT_NOMEM;
+            break;
+        }
+        if (put_qd(t, e, &q, &work) == RT_NOMEM) {
             if (e->nqd == 0)
                 unlink_topic(t, e);
-            return RT_NOMEM;
+            wrote = RT_NOMEM;
+            break;
         }
         wrote = 1;
     }
+    add_work(t, work);
     return wrote;
 }
 
@@ -424,11 +745,11 @@ void rt_forget(rt_table *t, const char *name, size_t len)
     if (name) {
         rt_topic *e = rt_find(t, name, len);
         if (e)
-            drop_bodies(e);
+            drop_bodies(t, e);
     } else {
         for (size_t i = 0; i <= t->mask; i++)
             for (rt_topic *e = t->buckets[i]; e; e = e->next)
-                drop_bodies(e);
+                drop_bodies(t, e);
     }
     t->version++;
 }
@@ -447,14 +768,9 @@ int32_t rt_new_broker(rt_table *t)
         t->free_head = t->brokers[b].next_free;
         t->nfree--;
     } else {
-        if (t->nbrokers == t->cap_brokers) {
-            int32_t cap = t->cap_brokers ? t->cap_brokers * 2 : 16;
-            rt_broker *nb = realloc(t->brokers, cap * sizeof(rt_broker));
-            if (!nb)
-                return RT_NOMEM;
-            t->brokers = nb;
-            t->cap_brokers = cap;
-        }
+        if (t->nbrokers == t->cap_brokers
+            && grow_slots((void **)&t->brokers, &t->cap_brokers, sizeof(rt_broker)))
+            return RT_NOMEM;
         b = t->nbrokers++;
     }
     memset(&t->brokers[b], 0, sizeof(rt_broker));
@@ -466,10 +782,11 @@ int rt_release_broker(rt_table *t, int32_t b)
 {
     HOLDS_WRITE(t);
     rt_broker *br = &t->brokers[b];
-    if (!br->used || br->frag[0] || br->nqd)
+    if (!br->used || br->frag[0] || br->ntopics)
         return 0;
     for (int f = 0; f < 2; f++)
         free(br->qd_prefix[f]);     /* frag[] is NULL: not registered */
+    free(br->topics);
     memset(br, 0, sizeof *br);
     br->next_free = t->free_head;
     t->free_head = b + 1;
@@ -517,7 +834,11 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
     br->qd_prefix[1] = ql;
     br->jhash = jhash;
     br->python_only = python_only;
-    FOR_BROKER_TOPICS(t, b, e, i, { (void)i; drop_bodies(e); })
+    uint64_t work = 0;
+    for (int32_t k = 0; k < br->ntopics; k++)
+        drop_bodies(t, br->topics[k]);
+    work += (uint64_t)br->ntopics;
+    add_work(t, work);
     t->version++;
     return 0;
 }
@@ -528,11 +849,11 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
  * beats the heapsort; its O(n^2) stays bounded. */
 #define JAVA_ORDER_INSERTION 16
 
-/* Position i's sort key: its broker's bucket, then i (insertion order). Keys
+/* Position i's sort key: its broker's bucket, then its insertion order. Keys
  * are distinct, so any correct sort gives the one stable order. */
 static inline uint64_t java_key(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t i)
 {
-    return (uint64_t)(t->brokers[e->qds[i].broker].jhash & mask) << 32 | (uint32_t)i;
+    return (uint64_t)(t->brokers[e->qds[i].broker].jhash & mask) << 32 | e->qds[i].ins;
 }
 
 static void sift_down(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t *a,
@@ -550,13 +871,11 @@ static void sift_down(const rt_table *t, const rt_topic *e, uint32_t mask, int32
     a[root] = top;
 }
 
-void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
+/* Positions of e's QueueData by (bucket under mask, insertion): mask 0 gives
+ * insertion order. */
+static void order_by(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t *order)
 {
     int32_t n = e->nqd;
-    uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
-    while ((uint32_t)n > cap * 3 / 4)
-        cap <<= 1;
-    uint32_t mask = cap - 1;
     if (n <= JAVA_ORDER_INSERTION) {
         for (int32_t i = 0; i < n; i++) {
             uint64_t key = java_key(t, e, mask, i);
@@ -578,6 +897,44 @@ void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
         order[end] = top;
         sift_down(t, e, mask, order, 0, end);
     }
+}
+
+void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
+{
+    uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
+    while ((uint32_t)e->nqd > cap * 3 / 4)
+        cap <<= 1;
+    order_by(t, e, cap - 1, order);
+}
+
+int rt_topic_qds(const rt_table *t, const rt_topic *e, rt_qdv *out)
+{
+    HOLDS_LOCK(t);
+    int32_t *order = malloc((size_t)e->nqd * sizeof(int32_t) + 1);
+    if (!order)
+        return RT_NOMEM;
+    order_by(t, e, 0, order);
+    for (int32_t k = 0; k < e->nqd; k++) {
+        const rt_qd *q = &e->qds[order[k]];
+        const rt_val *v = &t->vals[q->val];
+        out[k] = (rt_qdv){q->broker, v->perm, v->read, v->write, v->sysflag};
+    }
+    free(order);
+    return 0;
+}
+
+int64_t rt_first_flag(const rt_table *t, const rt_topic *e)
+{
+    HOLDS_LOCK(t);
+    int32_t small[64];
+    int32_t *order = e->nqd <= 64 ? small : malloc((size_t)e->nqd * sizeof(int32_t));
+    if (!order)
+        return RT_NOMEM;
+    rt_java_order(t, e, order);
+    int64_t flag = t->vals[e->qds[order[0]].val].sysflag;
+    if (order != small)
+        free(order);
+    return flag;
 }
 
 /* ---------------------------------------------------------------- the route answer */
@@ -638,16 +995,229 @@ size_t rt_route_json(char *out, const rt_route_desc *d)
     return w.n;
 }
 
-const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status)
+/* ---------------------------------------------------------------- the answer cache */
+
+/* Bounded by a byte budget over the answers it holds (shared ones once). Clients
+ * poll every topic they use every 30 s, so under a budget smaller than the
+ * answers, recency alone would evict each answer just before its next query
+ * (a loop over more than fits): admission is by frequency instead, a newcomer
+ * replacing only colder answers (sampled from a clock hand), counts halved as
+ * they age; at equal counts the cached set stays, and the hit rate is the share
+ * of the answers that fits. */
+#define EVICT_SAMPLE 8
+#define EVICT_MAX 32
+#define AGING_MIN 4096
+
+static inline uint64_t answer_hash_of(const rt_blob *a)
+{
+    return a->hash;
+}
+
+static void answer_link(rt_table *t, rt_blob *a)
+{
+    if (t->nanswers >= t->amask + 1) {
+        size_t n = (t->amask + 1) * 2;
+        rt_blob **nb = calloc(n, sizeof(rt_blob *));
+        if (nb) {                   /* else longer chains, still correct */
+            for (size_t i = 0; i <= t->amask; i++)
+                for (rt_blob *x = t->abuckets[i], *next; x; x = next) {
+                    next = x->next;
+                    x->next = nb[answer_hash_of(x) & (n - 1)];
+                    nb[answer_hash_of(x) & (n - 1)] = x;
+                }
+            free(t->abuckets);
+            t->abuckets = nb;
+            t->amask = n - 1;
+        }
+    }
+    a->next = t->abuckets[a->hash & t->amask];
+    t->abuckets[a->hash & t->amask] = a;
+    t->nanswers++;
+    t->bytes += a->size;
+}
+
+static rt_blob *answer_find(const rt_table *t, uint64_t hash, const int32_t *key, int32_t nkey)
+{
+    for (rt_blob *a = t->abuckets[hash & t->amask]; a; a = a->next)
+        if (a->hash == hash && a->nkey == nkey
+            && memcmp(blob_key(a), key, (size_t)nkey * sizeof(int32_t)) == 0)
+            return a;
+    return NULL;
+}
+
+/* Whether the calling reader is the only one: then no one else can hold an
+ * answer it unlinked, and it may free it at once. */
+static int alone(rt_table *t)
+{
+    pthread_mutex_lock(&t->lock.m);
+    int r = t->lock.readers == 1 && !t->lock.writer;
+    pthread_mutex_unlock(&t->lock.m);
+    return r;
+}
+
+/* Drop one topic form's reference; the last one unlinks the answer and frees it
+ * (reading: into the graveyard unless the caller reads alone). */
+static void answer_release(rt_table *t, rt_blob *a, int reading)
+{
+    if (--a->refs)
+        return;
+    rt_blob **pp = &t->abuckets[a->hash & t->amask];
+    while (*pp != a)
+        pp = &(*pp)->next;
+    *pp = a->next;
+    t->nanswers--;
+    if (reading && !alone(t)) {
+        a->next = t->grave;         /* still counted in bytes until freed */
+        t->grave = a;
+    } else {
+        t->bytes -= a->size;
+        free(a);
+    }
+}
+
+static int ring_reserve(rt_table *t)
+{
+    if (t->nring < t->cap_ring)
+        return 0;
+    size_t cap = t->cap_ring ? t->cap_ring * 2 : 64;
+    rt_cref *r = realloc(t->ring, cap * sizeof(rt_cref));
+    if (!r)
+        return RT_NOMEM;
+    t->ring = r;
+    t->cap_ring = cap;
+    return 0;
+}
+
+static void ring_remove(rt_table *t, rt_topic *e, int f)
+{
+    size_t s = (size_t)e->slot[f];
+    rt_cref last = t->ring[--t->nring];
+    if (s != t->nring) {
+        t->ring[s] = last;
+        last.topic->slot[last.form] = (int32_t)s;
+    }
+    e->slot[f] = -1;
+}
+
+/* Point e's form f at answer a (one more reference); 0, or RT_NOMEM. */
+static int attach(rt_table *t, rt_topic *e, int f, rt_blob *a)
+{
+    if (ring_reserve(t) < 0)
+        return RT_NOMEM;
+    t->ring[t->nring] = (rt_cref){e, f};
+    e->slot[f] = (int32_t)t->nring++;
+    a->refs++;
+    __atomic_store_n(&e->body[f], a, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static void detach(rt_table *t, rt_topic *e, int f, int reading)
+{
+    rt_blob *a = e->body[f];
+    __atomic_store_n(&e->body[f], NULL, __ATOMIC_RELEASE);
+    ring_remove(t, e, f);
+    answer_release(t, a, reading);
+}
+
+/* A writer's: e's answers may have changed. */
+static void drop_bodies(rt_table *t, rt_topic *e)
+{
+    for (int f = 0; f < 2; f++)
+        if (e->body[f])
+            detach(t, e, f, 0);
+}
+
+static inline unsigned heat(const rt_topic *e)
+{
+    return __atomic_load_n(&e->freq, __ATOMIC_RELAXED);
+}
+
+/* [cache_m] Room for size more bytes, evicting answers colder than `freq`:
+ * 1 when they fit now. Evicted answers other readers may hold wait in the
+ * graveyard, still counted: then the room is there for the next miss. */
+static int make_room(rt_table *t, size_t size, unsigned freq)
+{
+    if (size > t->budget)
+        return 0;
+    for (int n = 0; t->bytes + size > t->budget; n++) {
+        if (n == EVICT_MAX || !t->nring)
+            return 0;
+        size_t best = 0;
+        unsigned best_key = UINT32_MAX;
+        for (size_t k = 0; k < EVICT_SAMPLE && k < t->nring; k++) {
+            size_t s = (t->hand + k) % t->nring;
+            const rt_cref *c = &t->ring[s];
+            /* A shared answer frees nothing until its last topic goes: last. */
+            unsigned key = heat(c->topic) * 2 + (c->topic->body[c->form]->refs > 1);
+            if (key < best_key) {
+                best_key = key;
+                best = s;
+            }
+        }
+        t->hand = (t->hand + EVICT_SAMPLE) % t->nring;
+        if (best_key / 2 >= freq)
+            return 0;               /* as hot as the newcomer: the cached set stays */
+        detach(t, t->ring[best].topic, t->ring[best].form, 1);
+        t->evictions++;
+    }
+    return 1;
+}
+
+/* [cache_m] Halve every topic's count once as many queries as there are topics
+ * (times 8) have been counted since the last time: counts follow the present. */
+static void age(rt_table *t)
+{
+    uint64_t seen = __atomic_load_n(&t->hits, __ATOMIC_RELAXED) + t->misses;
+    if (seen - t->since_aging < (t->count * 8 > AGING_MIN ? t->count * 8 : AGING_MIN))
+        return;
+    t->since_aging = seen;
+    for (size_t i = 0; i <= t->mask; i++)
+        for (rt_topic *e = t->buckets[i]; e; e = e->next)
+            __atomic_store_n(&e->freq, heat(e) / 2, __ATOMIC_RELAXED);
+}
+
+/* [cache_m] Cache answer a (built by the caller, not yet linked) for e's form f
+ * when the budget admits it: the answer to use (a, or one cached meanwhile;
+ * a freed then), or NULL: refused, the caller keeps a. */
+static const rt_blob *admit(rt_table *t, rt_topic *e, int f, rt_blob *a)
+{
+    rt_blob *have = e->body[f];
+    if (!have && a->nkey && (have = answer_find(t, a->hash, blob_key(a), a->nkey))) {
+        if (attach(t, e, f, have) < 0)
+            return NULL;
+        t->shared++;
+    }
+    if (have) {
+        free(a);
+        return have;
+    }
+    if (!make_room(t, a->size, heat(e)) || ring_reserve(t) < 0) {
+        t->refused++;
+        return NULL;
+    }
+    if (!a->nkey)                   /* not shareable: a chain of its own */
+        a->hash = (uint64_t)(uintptr_t)a >> 4;
+    answer_link(t, a);
+    attach(t, e, f, a);             /* cannot fail: the ring has room */
+    return a;
+}
+
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status,
+                        rt_blob **temp)
 {
     HOLDS_LOCK(t);
+    *temp = NULL;
     rt_topic *e = rt_find(t, name, len);
     if (!e) {
         *status = RT_NOT_FOUND;
         return NULL;
     }
+    unsigned f = heat(e);
+    if (f < 255)
+        __atomic_store_n(&e->freq, (uint8_t)(f + 1), __ATOMIC_RELAXED);
     const rt_blob *cached = __atomic_load_n(&e->body[legacy], __ATOMIC_ACQUIRE);
     if (cached) {
+        __atomic_fetch_add(&t->hits, 1, __ATOMIC_RELAXED);
         *status = RT_OK;
         return cached;
     }
@@ -655,44 +1225,76 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
         *status = RT_PYTHON;
         return NULL;
     }
-    /* Java's order, then the pieces in it (built once per change, then cached). */
+    /* Java's order; the answer is a function of its (broker, values) sequence
+     * (and the brokers' data, whose change drops it): that is its key. */
     size_t n = (size_t)e->nqd, nbd = 0;
-    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t)));
+    int32_t nkey = (int32_t)(2 * n + 1);
+    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t))
+                             + (size_t)nkey * sizeof(int32_t));
     if (!qds) {
         *status = RT_NOMEM;
         return NULL;
     }
     rt_span *bds = (rt_span *)(qds + n);
     int32_t *order = (int32_t *)(bds + n);
+    int32_t *key = order + n;
     rt_java_order(t, e, order);
+    key[0] = legacy;
     for (size_t k = 0; k < n; k++) {
         const rt_qd *q = &e->qds[order[k]];
         const rt_broker *br = &t->brokers[q->broker];
-        const rt_blob *f = br->frag[legacy], *pre = br->qd_prefix[legacy];
-        if (f) {
+        const rt_val *v = &t->vals[q->val];
+        const rt_blob *fr = br->frag[legacy], *pre = br->qd_prefix[legacy];
+        if (fr) {
             if (br->python_only) {
                 *status = RT_PYTHON;
+                cached = NULL;
                 goto done;
             }
-            bds[nbd++] = (rt_span){f->data, f->len};
+            bds[nbd++] = (rt_span){fr->data, fr->len};
         }
-        qds[k] = (rt_qd_json){{pre->data, pre->len}, {q->perm, q->read, q->sysflag, q->write}, {{0}}};
+        qds[k] = (rt_qd_json){{pre->data, pre->len}, {v->perm, v->read, v->sysflag, v->write},
+                              {{0}}};
+        key[1 + 2 * k] = q->broker;
+        key[2 + 2 * k] = q->val;
     }
     if (!nbd) {
         *status = RT_NOT_FOUND;
         goto done;
     }
+    uint64_t hash = rmq_hash(key, (size_t)nkey * sizeof(int32_t));
+    pthread_mutex_lock(&t->cache_m);
+    t->misses++;
+    age(t);
+    cached = __atomic_load_n(&e->body[legacy], __ATOMIC_ACQUIRE);
+    if (!cached && (cached = answer_find(t, hash, key, nkey))) {
+        if (attach(t, e, legacy, (rt_blob *)cached) < 0)
+            cached = NULL;          /* no memory for the ring: built below, uncached */
+        else
+            t->shared++;
+    }
+    pthread_mutex_unlock(&t->cache_m);
+    *status = RT_OK;
+    if (cached)
+        goto done;
+    /* Built outside cache_m: readers build different answers in parallel. */
     rt_route_desc d = {bds, nbd, {"{}", 2}, {NULL, 0}, qds, n, {NULL, 0}};
     size_t size = rt_route_json(NULL, &d);
-    rt_blob *b = malloc(sizeof(rt_blob) + size);
+    rt_blob *b = blob_alloc(size, nkey);
     if (!b) {
         *status = RT_NOMEM;
         goto done;
     }
-    b->len = rt_route_json(b->data, &d);
-    RMQ_ASSERT(b->len == size);
-    cached = install_body(e, legacy, b);
-    *status = RT_OK;
+    size_t wrote = rt_route_json(b->data, &d);
+    RMQ_ASSERT(wrote == size);
+    (void)wrote;
+    b->hash = hash;
+    memcpy(blob_key(b), key, (size_t)nkey * sizeof(int32_t));
+    pthread_mutex_lock(&t->cache_m);
+    cached = admit(t, e, legacy, b);
+    pthread_mutex_unlock(&t->cache_m);
+    if (!cached)
+        cached = *temp = b;
 done:
     free(qds);
     return cached;
@@ -708,6 +1310,32 @@ int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *
     rt_blob *b = blob_new(body, body_len);
     if (!b)
         return RT_NOMEM;
-    install_body(e, legacy, b);
-    return 1;
+    pthread_mutex_lock(&t->cache_m);
+    t->misses++;
+    const rt_blob *a = admit(t, e, legacy, b);
+    pthread_mutex_unlock(&t->cache_m);
+    if (!a)
+        free(b);
+    return a == b;
+}
+
+void rt_set_budget(rt_table *t, size_t budget)
+{
+    HOLDS_WRITE(t);
+    t->budget = budget;
+    while (t->bytes > budget && t->nring) {
+        rt_cref c = t->ring[t->nring - 1];
+        detach(t, c.topic, c.form, 0);
+        t->evictions++;
+    }
+}
+
+void rt_get_cache_stats(rt_table *t, rt_cache_stats *out)
+{
+    HOLDS_LOCK(t);
+    pthread_mutex_lock(&t->cache_m);
+    *out = (rt_cache_stats){__atomic_load_n(&t->hits, __ATOMIC_RELAXED), t->misses, t->shared,
+                            t->evictions, t->refused, t->bytes, t->budget, t->nanswers,
+                            t->nring};
+    pthread_mutex_unlock(&t->cache_m);
 }

@@ -30,19 +30,49 @@ typedef struct {
     pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
 } rt_rwlock;
 
-typedef struct { size_t len; char data[]; } rt_blob;
+/* A route answer (GET_ROUTEINFO_BY_TOPIC body). A cached one is shared by every
+ * topic whose answer has the same pieces (every topic on the same brokers with
+ * the same queue counts: the usual cluster), counted once against the budget. */
+typedef struct rt_blob {
+    struct rt_blob *next;           /* the cache's sharing chain, or the graveyard */
+    uint64_t hash;                  /* of the pieces (key); 0: not shareable (built in Python) */
+    uint32_t refs;                  /* topic forms pointing at it */
+    int32_t nkey;                   /* key length, in int32 after data */
+    size_t size;                    /* the allocation, counted against the budget */
+    size_t len;
+    char data[];
+} rt_blob;
 
 typedef struct {                    /* one broker's QueueData of a topic */
-    int32_t broker, perm, read, write, sysflag;
+    int32_t broker;                 /* its slot */
+    int32_t val;                    /* perm, queue counts, flag: an interned rt_val */
+    uint32_t ins;                   /* insertion order in the topic: Java map order's tie-break */
+    int32_t bpos;                   /* the topic's position in the broker's list */
 } rt_qd;
+
+typedef struct {                    /* QueueData values, shared by every QueueData with
+                                     * them, as RouteInfoManager shares QueueData objects */
+    int32_t perm, read, write, sysflag;
+    uint32_t refs;                  /* 0: a free slot */
+    uint32_t hash;
+    int32_t next;                   /* hash chain (slot + 1), or the free list */
+} rt_val;
+
+typedef struct {                    /* a QueueData as callers see it */
+    int32_t broker, perm, read, write, sysflag;
+} rt_qdv;
 
 typedef struct rt_topic {
     struct rt_topic *next;          /* hash chain */
     uint64_t seq;                   /* insertion order: Java's answers follow it */
     uint32_t hash, stamp;
     int32_t nqd, cap;
-    rt_qd *qds;                     /* in insertion order (a Java/Python map's order) */
+    rt_qd *qds;                     /* in no order (removal swaps the last in) */
+    uint32_t *idx;                  /* broker -> position + 1, for wide topics (NULL: scan) */
+    uint32_t idx_mask, ins_next;
     rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */
+    int32_t slot[2];                /* their entries in the cache's ring */
+    uint8_t freq;                   /* queries, halved as they age: the cache's admission */
     size_t len;
     char name[];                    /* UTF-8, not terminated */
 } rt_topic;
@@ -50,7 +80,8 @@ typedef struct rt_topic {
 typedef struct {
     rt_blob *frag[2];               /* BrokerData JSON per form; NULL: not registered */
     rt_blob *qd_prefix[2];          /* {"brokerName":"<name>" per form */
-    size_t nqd;                     /* its QueueData, over all topics */
+    rt_topic **topics;              /* the topics it has QueueData of (rt_qd.bpos) */
+    int32_t ntopics, cap_topics;
     uint32_t jhash;                 /* Java HashMap spread hash of the name */
     int python_only;                /* filter servers or acting master: built in Python */
     int used;                       /* 0: a free slot (rt_release_broker) */
@@ -63,6 +94,16 @@ typedef struct {                    /* one topic config of a registration */
     int32_t perm, read, write, sysflag;
 } rt_rec;
 
+typedef struct {                    /* a cached topic form, for eviction */
+    rt_topic *topic;
+    int form;
+} rt_cref;
+
+typedef struct {
+    uint64_t hits, misses, shared, evictions, refused;
+    size_t bytes, budget, answers, entries;
+} rt_cache_stats;
+
 typedef struct {
     rt_rwlock lock;
     rt_topic **buckets;
@@ -72,7 +113,22 @@ typedef struct {
     rt_broker *brokers;
     int32_t nbrokers, cap_brokers;  /* slots ever used (free ones included), allocated */
     int32_t free_head, nfree;       /* the free slots: first + 1 (0: none), how many */
+    rt_val *vals;
+    int32_t nvals, cap_vals, free_val;
+    int32_t *val_buckets;           /* slot + 1 */
+    uint32_t val_mask;
     int python_routes;              /* every route is built in Python (extras) */
+    uint64_t work;                  /* rt_work */
+    /* The answer cache. Readers fill it under the read lock, serialised by cache_m;
+     * writers (exclusive) drop what a change touches without it. */
+    pthread_mutex_t cache_m;
+    size_t budget, bytes;           /* bytes: live answers and the graveyard */
+    rt_blob **abuckets;             /* answers by key hash */
+    size_t amask, nanswers;
+    rt_cref *ring;                  /* every cached topic form */
+    size_t nring, cap_ring, hand;
+    rt_blob *grave;                 /* evicted under the read lock: freed once no reader is left */
+    uint64_t hits, misses, shared, evictions, refused, since_aging;
 } rt_table;
 
 enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
@@ -111,7 +167,7 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
                   uint32_t jhash, int python_only);
 /* [W] Insert or replace broker qd->broker's QueueData of a topic: 1 changed, 0 same. */
-int rt_put(rt_table *t, const char *name, size_t len, const rt_qd *qd);
+int rt_put(rt_table *t, const char *name, size_t len, const rt_qdv *qd);
 /* [W] Remove a broker's QueueData of a topic (and the topic when none is left). */
 int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker);
 /* [W] Remove every QueueData of a broker; returns how many. */
@@ -137,10 +193,13 @@ void rt_forget(rt_table *t, const char *name, size_t len);
 
 /* [R] The topic's entry, or NULL. */
 rt_topic *rt_find(const rt_table *t, const char *name, size_t len);
-/* [R] The topic's encoded answer, built and cached on first demand when the
- * table can build it. NULL with *status RT_NOT_FOUND (no route: Java answers 17),
- * RT_PYTHON (built by the caller) or RT_NOMEM. The blob lives while the lock is held. */
-const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status);
+/* [R] The topic's encoded answer: cached, else built (or found shared) and
+ * cached when the budget admits it. NULL with *status RT_NOT_FOUND (no route:
+ * Java answers 17), RT_PYTHON (built by the caller) or RT_NOMEM. A cached answer
+ * lives while the lock is held; one the cache refused is returned in *temp too,
+ * and the caller frees it after use (free). */
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status,
+                        rt_blob **temp);
 /* TopicRouteData as Java writes it, from pieces the caller encoded in one form
  * (standard or legacy): {"brokerDatas":[bds],"filterServerTable":fst
  * [,"orderTopicConf":otc],"queueDatas":[qds][,"topicQueueMappingByBroker":tqm]}.
@@ -161,11 +220,24 @@ typedef struct {
 size_t rt_route_json(char *out, const rt_route_desc *d);
 
 /* [R] Cache an answer built by the caller, unless the table changed since
- * `version` was read. 1 stored, 0 not, RT_NOMEM. */
+ * `version` was read or the budget refuses it. 1 stored, 0 not, RT_NOMEM. */
 int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
              size_t body_len, uint64_t version);
 /* [R] Positions in e->qds in the iteration order of a Java HashMap of the broker
  * names (capacity 16): by bucket, then by insertion. */
 void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order);
+/* [R] e's QueueData in insertion order (out: e->nqd of them); 0, or RT_NOMEM. */
+int rt_topic_qds(const rt_table *t, const rt_topic *e, rt_qdv *out);
+/* [R] topicSysFlag of e's first QueueData in Java's order (e->nqd > 0); RT_NOMEM. */
+int64_t rt_first_flag(const rt_table *t, const rt_topic *e);
+
+/* [W] The answer cache's byte budget (0: nothing cached); evicts down to it. */
+void rt_set_budget(rt_table *t, size_t budget);
+/* [R] The cache's counters since rt_new, and its size now. */
+void rt_get_cache_stats(rt_table *t, rt_cache_stats *out);
+
+/* Operations done on the table (entries probed, topics walked) since rt_new: a
+ * count that shows what an operation's cost grows with, for tests. */
+uint64_t rt_work(const rt_table *t);
 
 #endif

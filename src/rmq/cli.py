@@ -34,9 +34,17 @@ def _setup_logging(level):
                         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
 
 
-async def _serve_namesrv(app, host, port):
+def _log_route_cache(log, routes):
+    s = routes.cache_stats()
+    log.info("route cache: hits=%d misses=%d evictions=%d bytes=%d entries=%d budget=%s "
+             "answers=%d shared=%d refused=%d", s["hits"], s["misses"], s["evictions"],
+             s["bytes"], s["entries"], s["budget"], s["answers"], s["shared"], s["refused"])
+
+
+async def _serve_namesrv(app, host, port, routes):
     """Serve until SIGTERM or SIGINT, then shut down (see NameServerApp.close); a
-    second signal ends a graceful shutdown's GO_AWAY period at once."""
+    second signal ends a graceful shutdown's GO_AWAY period at once. SIGUSR1 logs
+    the route cache's counters."""
     log = logging.getLogger("rmq.namesrv")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -52,9 +60,11 @@ async def _serve_namesrv(app, host, port):
     # before listening: a signal that comes as soon as the port is open stops it cleanly
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    loop.add_signal_handler(signal.SIGUSR1, _log_route_cache, log, routes)
     await app.start(host, port)
     await stop.wait()
     await app.close()
+    _log_route_cache(log, routes)
 
 
 def _namesrv(args):
@@ -90,12 +100,13 @@ def _namesrv(args):
                               max_frame_length=config.maxFrameLength)
         log.info("recording every frame to %s (segments of %d MiB)", args.trace_dir,
                  args.trace_segment_mib)
-    app = NameServerApp(NameServer(config, kv), trace=trace)
+    namesrv = NameServer(config, kv)
+    app = NameServerApp(namesrv, trace=trace)
     log.info("rmq %s NameServer (%s core, crc32 %s), kvConfig %s", rmq.__version__,
              rmq.IMPLEMENTATION, rmq.CRC32_KERNEL, config.kvConfigPath)
     loop = new_event_loop()
     try:
-        loop.run_until_complete(_serve_namesrv(app, host, port))
+        loop.run_until_complete(_serve_namesrv(app, host, port, namesrv.routes))
     except OSError as e:
         print(f"rmq namesrv: cannot listen on {host}:{port}: {e}", file=sys.stderr)
         return 1

@@ -4,7 +4,9 @@ rmq.namesrv.routeinfo's, which lists the interface. It keeps topicQueueTable
 (topic -> {brokerName -> QueueData}), an index brokerName -> {topic} (what is keyed
 by a broker touches only its topics) and each topic's encoded answers (standard,
 legacy), dropped when a change may alter them; each change bumps ``version``.
-One thread uses it: its lock does nothing and ``concurrent`` is False.
+The answers are cached within a byte budget, identical ones held once, with the
+compiled cache's admission rule (routetable.c): a newcomer replaces only colder
+answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
 """
 
 from rmq.fallback import bodies as _bodies
@@ -19,6 +21,9 @@ __all__ = ["TopicTable"]
 _PERM_READ = 1 << 2
 _PERM_WRITE = 1 << 1
 _GET_ROUTEINFO_BY_TOPIC = RequestCode.GET_ROUTEINFO_BY_TOPIC
+_EVICT_SAMPLE = 8
+_EVICT_MAX = 32
+_AGING_MIN = 4096
 
 
 class _NoLock:
@@ -35,11 +40,20 @@ class TopicTable:
     lock = _NoLock()
     python_routes = True    # answers are always built by the rules here
 
-    def __init__(self, broker_state=None):
+    def __init__(self, broker_state=None, cache_bytes=None):
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
         self._broker_topics = {}    # brokerName -> {topic: None} (ordered set)
         self._routes = ({}, {})     # encoded answers, topic -> body: standard, legacy
         self._version = 0
+        self._answers = {}          # body -> how many topic forms hold it (each held once)
+        self._ring = {}             # (topic, legacy) cached, in clock order
+        self._freq = {}             # topic -> queries, halved as they age
+        self._stats = dict.fromkeys(("hits", "misses", "shared", "evictions", "refused"), 0)
+        self._bytes = 0
+        self._aged_at = 0
+        self._budget = None
+        self._work_done = 0
+        self.cache_budget = cache_bytes
 
     # ------------------------------------------------------------ route answers
 
@@ -47,16 +61,101 @@ class TopicTable:
     def version(self):
         return self._version
 
+    @property
+    def cache_budget(self):
+        """The answer cache's byte budget (None: unbounded)."""
+        return self._budget
+
+    @cache_budget.setter
+    def cache_budget(self, value):
+        if value is not None and value < 0:
+            raise ValueError(f"the route cache budget must be >= 0 bytes, not {value}")
+        self._budget = value
+        while value is not None and self._bytes > value and self._ring:
+            self._detach(*next(reversed(self._ring)))
+            self._stats["evictions"] += 1
+
+    def cache_stats(self):
+        """rmq._core.TopicTable.cache_stats: counters since start, size now."""
+        return dict(self._stats, bytes=self._bytes, budget=self._budget,
+                    answers=len(self._answers), entries=len(self._ring))
+
+    def _work(self):
+        """Topic records applied and topics walked since start, for tests."""
+        return self._work_done
+
     def encode_topic_route_data(self, route, legacy=False):
         return _bodies.encode_topic_route_data(route, legacy)
 
     def route(self, topic, legacy):
         """(the cached answer, None), or (None, version): the rules build it."""
+        if topic in self._topics:
+            self._freq[topic] = min(self._freq.get(topic, 0) + 1, 255)
         body = self._routes[legacy].get(topic)
-        return (body, None) if body is not None else (None, self._version)
+        if body is not None:
+            self._stats["hits"] += 1
+            return body, None
+        return None, self._version
 
     def store_route(self, topic, legacy, body, version):
+        if version != self._version or topic not in self._topics:
+            return
+        self._stats["misses"] += 1
+        self._age()
+        held = self._answers.get(body)
+        if held is not None:
+            self._stats["shared"] += 1
+        elif not self._make_room(len(body), self._freq.get(topic, 0)):
+            self._stats["refused"] += 1
+            return
+        else:
+            self._bytes += len(body)
+        self._answers[body] = (held or 0) + 1
         self._routes[legacy][topic] = body
+        self._ring[topic, legacy] = None
+
+    def _detach(self, topic, legacy):
+        body = self._routes[legacy].pop(topic)
+        del self._ring[topic, legacy]
+        held = self._answers.pop(body) - 1
+        if held:
+            self._answers[body] = held
+        else:
+            self._bytes -= len(body)
+
+    def _make_room(self, size, freq):
+        """Evict answers colder than ``freq`` until ``size`` more bytes fit: whether they do."""
+        budget = self._budget
+        if budget is None:
+            return True
+        if size > budget:
+            return False
+        for _ in range(_EVICT_MAX):
+            if self._bytes + size <= budget:
+                return True
+            if not self._ring:
+                return False
+            sample = []
+            for entry in self._ring:        # the hand: the sample moves to the end
+                sample.append(entry)
+                if len(sample) == _EVICT_SAMPLE:
+                    break
+            for entry in sample:
+                del self._ring[entry]
+                self._ring[entry] = None
+            victim = min(sample, key=lambda e: self._freq.get(e[0], 0) * 2 + (
+                self._answers[self._routes[e[1]][e[0]]] > 1))
+            if self._freq.get(victim[0], 0) >= freq:
+                return False                # as hot as the newcomer: the cached set stays
+            self._detach(*victim)
+            self._stats["evictions"] += 1
+        return self._bytes + size <= budget
+
+    def _age(self):
+        seen = self._stats["hits"] + self._stats["misses"]
+        if seen - self._aged_at >= max(len(self._topics) * 8, _AGING_MIN):
+            self._aged_at = seen
+            self._freq = {t: f // 2 for t, f in self._freq.items() if f > 1}
 
     def cached_topics(self, legacy):
         return set(self._routes[legacy])
@@ -65,14 +164,16 @@ class TopicTable:
         """The routes of ``topics`` may have changed."""
         if not topics:
             return
-        for cache in self._routes:
+        for legacy, cache in enumerate(self._routes):
             for t in topics:
-                cache.pop(t, None)
+                if t in cache:
+                    self._detach(t, legacy)
+        self._work_done += len(topics)
         self._version += 1
 
     def touch_all(self):
-        for cache in self._routes:
-            cache.clear()
+        for entry in list(self._ring):
+            self._detach(*entry)
         self._version += 1
 
     def broker_changed(self, broker_name):
@@ -129,6 +230,7 @@ class TopicTable:
                 del self._broker_topics[broker_name]
         if not qmap:
             del self._topics[topic]
+            self._freq.pop(topic, None)
         self.touch((topic,))
         return True
 
@@ -166,6 +268,7 @@ class TopicTable:
                 if topic not in configs:
                     self.remove_queue_data(topic, broker_name)
         written = False
+        self._work_done += len(configs)
         for key, tc in configs.items():
             topic = tc.get("topicName", key)
             if force or broker_name not in self._topics.get(topic, ()):

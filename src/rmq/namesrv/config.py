@@ -366,6 +366,9 @@ FIELDS = (
     # that stopped reading are closed.
     Field("maxTotalOutputBufferBytes", "long", 256 * 1024 * 1024, "rmq",
           check=(4096, _INT64[1])),
+    # The cached route answers (identical ones held once): past it, colder answers
+    # give way to hotter ones, and the rest are built per query.
+    Field("routeCacheBytes", "long", 256 * 1024 * 1024, "rmq", check=(0, _INT64[1])),
     # The KV table (PUT_KV_CONFIG past a limit: SYSTEM_ERROR naming it, nothing changed)
     Field("maxKvNamespaceBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
     Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
@@ -495,6 +498,7 @@ class NamesrvConfig:
     maxFrameLength: int
     maxConnections: int
     maxOutputBufferBytes: int
+    routeCacheBytes: int
     maxTotalOutputBufferBytes: int
     maxKvNamespaceBytes: int
     maxKvKeyBytes: int

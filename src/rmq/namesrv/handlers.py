@@ -116,7 +116,8 @@ class NameServer:
         self.kv = kv
         self.routes = routes if routes is not None else RouteTable(
             support_acting_master=config.supportActingMaster,
-            delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration)
+            delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration,
+            cache_bytes=config.routeCacheBytes)
         self.clock = clock
         self.changes = 0            # changes to the broker and cluster tables
         self.kv_changes = 0

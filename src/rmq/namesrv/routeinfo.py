@@ -38,7 +38,9 @@ Its interface, which both implement and only this module uses:
 - answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None with a
   version: the rules build it, then ``store_route``), ``touch``, ``touch_all``,
   ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
-  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``.
+  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``;
+  the cache: ``TopicTable(broker_state, cache_bytes=None)``, ``cache_budget``,
+  ``cache_stats()``; ``_work()``: operations done, for tests.
 """
 
 import copy
@@ -238,14 +240,17 @@ class RouteTable:
     ``support_acting_master`` (NamesrvConfig.supportActingMaster) and
     ``delete_topic_with_broker_registration`` may be changed at run time; changing
     the first invalidates every cached route. ``storage``: the topic-table class
-    (default: the selected core's ``TopicTable``).
+    (default: the selected core's ``TopicTable``); ``cache_bytes``: the byte budget
+    of the cached route answers (None: unbounded).
     """
 
     storage = None      # the topic-table storage class (see the module doc)
 
     def __init__(self, *, support_acting_master=False,
-                 delete_topic_with_broker_registration=False, storage=None):
-        self._tt = (storage or self.storage or core.TopicTable)(self._broker_state)
+                 delete_topic_with_broker_registration=False, storage=None,
+                 cache_bytes=None):
+        self._tt = (storage or self.storage or core.TopicTable)(self._broker_state,
+                                                                 cache_bytes=cache_bytes)
         self._lock = self._tt.lock
         self.concurrent = self._tt.concurrent   # whether several threads may use it
         self._order_topic_conf = None
@@ -324,6 +329,22 @@ class RouteTable:
     def cached_topics(self, legacy=False):
         """The topics whose answer (in that form) is cached: for tests and admin."""
         return self._tt.cached_topics(bool(legacy))
+
+    @property
+    def cache_budget(self):
+        """The byte budget of the cached route answers (None: unbounded)."""
+        return self._tt.cache_budget
+
+    @cache_budget.setter
+    def cache_budget(self, value):
+        self._tt.cache_budget = value
+
+    def cache_stats(self):
+        """The answer cache's counters since start and its size now: ``hits``,
+        ``misses`` (built, or found shared), ``shared``, ``evictions``, ``refused``
+        (built for one query, not admitted), ``bytes``, ``budget``, ``answers``
+        (distinct ones held), ``entries`` (topic forms pointing at one)."""
+        return self._tt.cache_stats()
 
     @property
     def order_topic_conf(self):
