@@ -93,8 +93,8 @@ def properties_for(args, needed_connections):
 
 
 def check_fd_limit(needed):
-    """This script holds the broker connections and loadgen inherits the limit: raise the
-    soft RLIMIT_NOFILE to the hard one when it is short."""
+    """This script holds the broker connections, and loadgen and the server inherit its
+    limit: raise the soft RLIMIT_NOFILE (within the hard one) when it is short."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = needed + 256
     if soft >= want:
@@ -172,7 +172,7 @@ def dropped_brokers(server):
         lines = []
     for line in lines:
         for needle, out in ((EXPIRED, expired), (CLOSED_EXPIRED, closes), (CONN_REMOVED, removed)):
-            if needle in line:
+            if needle in line and log_time(line) is not None:
                 out.append(log_time(line))
     return expired, closes, removed
 
