@@ -998,3 +998,16 @@ def test_the_liveness_index_holds_each_live_broker_once(RT):
             assert rt.scan_not_active(t) == []
         assert len(rt._deadlines) <= len(addrs)
     assert len(rt.live_brokers()) == len(addrs)
+
+
+def test_a_closed_connection_drops_the_brokers_last_registered_over_it(RT):
+    """The connection index follows re-registrations over another connection and
+    address changes, and holds nothing once every broker is gone."""
+    rt = RT()
+    reg(rt, ["T1", "T2"], name="a", addr=A0, conn="c1")
+    reg(rt, ["T2", "T3"], name="b", addr=A1, conn="c1")
+    reg(rt, ["T1", "T2"], name="a", addr=A0, conn="c2", counter=2)  # a moved to c2
+    assert [d["brokerAddr"] for d in rt.connection_closed("c1")] == [A1]
+    assert rt.connection_closed("c1") == []
+    assert [d["brokerAddr"] for d in rt.connection_closed("c2")] == [A0]
+    assert rt.live_brokers() == [] and rt._by_conn == {} and rt._live == {}

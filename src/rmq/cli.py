@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -105,6 +106,11 @@ def _namesrv(args):
     log.info("rmq %s NameServer (%s core, crc32 %s), kvConfig %s", rmq.__version__,
              rmq.IMPLEMENTATION, rmq.CRC32_KERNEL, config.kvConfigPath)
     loop = new_event_loop()
+    # What is loaded by now (modules, classes, functions) lives as long as the
+    # process: kept out of the cyclic collector's full passes, which otherwise walk
+    # it each time and hold the GIL meanwhile (a route answer waits for them).
+    gc.collect()
+    gc.freeze()
     try:
         loop.run_until_complete(_serve_namesrv(app, host, port, namesrv.routes))
     except OSError as e:

@@ -257,6 +257,7 @@ class RouteTable:
         self._brokers = {}          # brokerName -> _BrokerData
         self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
         self._live = {}             # (cluster, addr) -> _LiveInfo
+        self._by_conn = {}          # conn -> {(cluster, addr): None}: its live entries
         # The liveness scan's index: a heap of (deadline ms, key), a key queued once
         # at the deadline in _queued (an earlier one, after a shorter timeout, queues
         # it again); a heartbeat moves nothing: the scan re-queues what it finds alive.
@@ -440,7 +441,7 @@ class RouteTable:
         if old_addr is not None and old_addr != broker_addr:
             old_info = self._live.get((cluster, old_addr))
             if old_info is not None and old_info.data_version["stateVersion"] > dv["stateVersion"]:
-                self._live.pop((cluster, broker_addr), None)
+                self._pop_live((cluster, broker_addr))
                 result["ignored"] = True
                 return result
 
@@ -470,9 +471,13 @@ class RouteTable:
                 readonly=not is_master and bd.acting_master_enabled)
 
         key = (cluster, broker_addr)
-        self._live[key] = info = _LiveInfo(
+        info = _LiveInfo(
             now_ms, DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
             dv, conn, ha_server_addr)
+        self._pop_live(key)
+        self._live[key] = info
+        if conn is not None:
+            self._by_conn.setdefault(conn, {})[key] = None
         self._queue(key, info)
         if filter_servers is not None:
             if not filter_servers:
@@ -532,10 +537,20 @@ class RouteTable:
             if not names:
                 del self._clusters[cluster]
 
+    def _pop_live(self, key):
+        """Remove a live entry (and its place in the connection index): it, or None."""
+        info = self._live.pop(key, None)
+        if info is not None and info.conn is not None:
+            keys = self._by_conn[info.conn]
+            del keys[key]
+            if not keys:
+                del self._by_conn[info.conn]
+        return info
+
     def _drop_live(self, cluster, broker_addr):
         """Forget a (cluster, addr) live entry and its filter servers."""
         key = (cluster, broker_addr)
-        info = self._live.pop(key, None)
+        info = self._pop_live(key)
         if self._filters.pop(key, None) is not None:
             self._touch_addr(cluster, broker_addr)
         return info
@@ -562,8 +577,8 @@ class RouteTable:
             ids = [i for i, a in bd.addrs.items() if a == broker_addr]
             for i in ids:
                 del bd.addrs[i]
-            if ids:
-                removed_addr = True
+            removed_addr = bool(ids)
+            if ids and bd.addrs:    # (with none left, the broker goes: changed below)
                 self._tt.broker_changed(broker_name)
             if not bd.addrs:
                 del self._brokers[broker_name]
@@ -640,8 +655,7 @@ class RouteTable:
         """BrokerHousekeepingService.onChannelClose: drops at once the brokers whose
         last registration came over ``conn`` (same shape as ``scan_not_active``).
         Deviation: Java drops only the first such broker; all of them go here."""
-        keys = [k for k, info in self._live.items() if info.conn is not None and info.conn == conn]
-        return self._drop(keys, REASON_CONNECTION_CLOSED)
+        return self._drop(list(self._by_conn.get(conn, ())), REASON_CONNECTION_CLOSED)
 
     @_writes
     def heartbeat(self, cluster, broker_addr, *, now_ms):
