@@ -1010,4 +1010,4 @@ def test_a_closed_connection_drops_the_brokers_last_registered_over_it(RT):
     assert [d["brokerAddr"] for d in rt.connection_closed("c1")] == [A1]
     assert rt.connection_closed("c1") == []
     assert [d["brokerAddr"] for d in rt.connection_closed("c2")] == [A0]
-    assert rt.live_brokers() == [] and rt._by_conn == {} and rt._live == {}
+    assert rt.live_brokers() == [] and rt._by_conn == rt._conn_of == rt._live == {}

@@ -2,7 +2,8 @@
 # rmq.fallback.routes.TopicTable (the rules are rmq.namesrv.routeinfo's, which lists
 # the interface): topicQueueTable, the cached route answers and the registration's
 # topic loop in C (routetable.c), run with the GIL released. Two writer-preferring
-# read/write locks, both waited for with the GIL released, always taken in this order:
+# read/write locks, waited for with the GIL released (but by serve_cached_routes: see
+# why there), always taken in this order:
 # - the table lock (_TableLock, ``TopicTable.lock``): RouteInfoManager's, held by the
 #   rules (write: mutators; read: readers of the cold tables), so no reader sees half
 #   a registration though the writer gives up the GIL between bytecodes;
@@ -891,11 +892,16 @@ cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list 
 cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_frame,
                                     TopicTable tt, WBuf* b, Py_ssize_t limit) except -1:
     """Answer the complete GET_ROUTEINFO_BY_TOPIC frames at the start of p[:n] from
-    the table (cached, or built in C), the GIL released and the read lock held for
-    the whole run; stop at the first frame that needs Python (another request, a
-    header the scanner leaves to the general decoder, a topic without an answer
-    in C, a bad length) or when the answers reach ``limit``. Returns the bytes
-    consumed."""
+    the table (cached, or built in C), the read lock held for the whole run; stop at
+    the first frame that needs Python (another request, a header the scanner leaves
+    to the general decoder, a topic without an answer in C, a bad length) or when
+    the answers reach ``limit``. Returns the bytes consumed.
+
+    The GIL stays held: a run is microseconds of copying, and while the table
+    thread runs Python (a liveness scan dropping 1,000 brokers), giving the GIL up
+    here would cost the loop thread a wait of up to the switch interval to take it
+    back, per read. Waiting for the read lock with the GIL is safe: no holder of
+    the table's lock ever waits for the GIL."""
     cdef Py_ssize_t pos = 0, need = 0
     cdef int64_t length
     cdef int status, legacy
@@ -904,29 +910,28 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
     cdef rt_blob* temp = NULL
     while True:
         need = 0
-        with nogil:
-            rt_rdlock(tt.t)
-            while limit < 0 or b.len < limit:
-                length = frame_at(p + pos, n - pos, max_frame)
-                if length < 0:      # the decoder waits for it or raises
-                    break
-                if not rq_scan_route(p + pos + 4, length, &req):
-                    break
-                legacy = 0 if req.version >= V4_9_4 or req.accept_standard else 1
-                blob = rt_route(tt.t, req.topic, req.topic_len, legacy, &status, &temp)
-                if blob == NULL:
-                    break
-                need = rq_route_answer_size(&req, blob.len)
-                if b.len + need > b.cap:
-                    break
-                b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req,
-                                               blob.data, blob.len)
-                free(temp)      # an answer the cache refused: built for this query only
-                temp = NULL
-                need = 0
-                pos += 4 + length
-            rt_rdunlock(tt.t)
-            free(temp)
+        rt_rdlock(tt.t)
+        while limit < 0 or b.len < limit:
+            length = frame_at(p + pos, n - pos, max_frame)
+            if length < 0:      # the decoder waits for it or raises
+                break
+            if not rq_scan_route(p + pos + 4, length, &req):
+                break
+            legacy = 0 if req.version >= V4_9_4 or req.accept_standard else 1
+            blob = rt_route(tt.t, req.topic, req.topic_len, legacy, &status, &temp)
+            if blob == NULL:
+                break
+            need = rq_route_answer_size(&req, blob.len)
+            if b.len + need > b.cap:
+                break
+            b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req,
+                                           blob.data, blob.len)
+            free(temp)      # an answer the cache refused: built for this query only
+            temp = NULL
+            need = 0
+            pos += 4 + length
+        rt_rdunlock(tt.t)
+        free(temp)
         if need == 0:
             return pos
         wb_grow(b, need)
