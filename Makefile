@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test test-fast nox aarch64-test bench load hardening fuzz install clean
+.PHONY: run test test-fast nox aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench/loadgen: bench/loadgen.c
 # 10,000-topic registrations, RSS): ~1 min; LOAD_ARGS=--quick for ~15 s.
 load: install bench/loadgen
 	$(BIN)/python bench/load.py $(LOAD_ARGS)
+
+# Scale (issue 15): W3 (300 brokers x 10,000 topics), W4 (1,000 x 1,000 on 8) and
+# 1,000 of 10,000 brokers expiring under route load: ~2 min; SCALE_ARGS=--quick ~30 s.
+scale: install bench/loadgen
+	$(BIN)/python bench/scale.py $(SCALE_ARGS)
 
 # Hostile load (issue 12): route latency while one client floods 206, while KV puts
 # run on a 100 MiB table, while 100,000-topic registrations run; RSS of bombs and of

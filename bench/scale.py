@@ -76,6 +76,18 @@ SAMPLE = struct.Struct("<qIIii")
 
 # ---------------------------------------------------------------- server side
 
+
+def wind_up(server, brokers, workdir, keep, out, tail):
+    """Close the brokers' connections, stop the server (its last ``tail`` log lines in
+    ``out``), remove the work directory unless it is kept."""
+    broker_sim.close_all(brokers)
+    server.stop()
+    out["log_tail"] = server.log_tail(tail)
+    if keep:
+        log(f"work directory kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
 def properties_for(args, needed_connections):
     """The namesrv.properties of a run, and the notes saying what was raised and why."""
     props = dict(DEFAULT_PROPERTIES)
@@ -334,13 +346,7 @@ def run_routes(workload, args, report):
         if not server.alive():
             raise BenchError("the NameServer died:\n" + server.log_tail())
     finally:
-        broker_sim.close_all(brokers)
-        server.stop()
-        out["log_tail"] = server.log_tail(5)
-        if args.keep:
-            log(f"work directory kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        wind_up(server, brokers, workdir, args.keep, out, 5)
     report[workload] = out
 
 
@@ -483,13 +489,7 @@ def run_expiry(args, report):
         if not server.alive():
             raise BenchError("the NameServer died:\n" + server.log_tail())
     finally:
-        broker_sim.close_all(owners)
-        server.stop()
-        out["log_tail"] = server.log_tail(3)
-        if args.keep:
-            log(f"work directory kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        wind_up(server, owners, workdir, args.keep, out, 3)
     report["expiry"] = out
 
 
