@@ -5,6 +5,7 @@ import asyncio
 import gc
 import json
 import logging
+import logging.handlers
 import os
 import signal
 import sys
@@ -30,9 +31,19 @@ def _host_port(text):
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _setup_logging(level):
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+_LOG_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
+
+
+def _setup_logging(level, path=None, max_bytes=0, backups=0):
+    """To stderr, or to ``path`` rolled over at ``max_bytes`` into ``path.1`` ...
+    ``path.<backups>`` (Java's namesrv.log rolls at 100 MB into 10 files)."""
+    handler = None
+    if path is not None:
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
+                                                       backupCount=backups, encoding="utf-8")
+        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    logging.basicConfig(level=getattr(logging, level.upper()), format=_LOG_FORMAT,
+                        handlers=None if handler is None else [handler])
 
 
 def _log_route_cache(log, routes):
@@ -74,7 +85,11 @@ def _namesrv(args):
     from rmq.namesrv import NameServer
     from rmq.namesrv.server import NameServerApp, new_event_loop
 
-    _setup_logging(args.log_level)
+    try:
+        _setup_logging(args.log_level, args.log_file, args.log_max_bytes, args.log_backups)
+    except OSError as e:
+        print(f"rmq namesrv: cannot open the log file: {e}", file=sys.stderr)
+        return 2
     log = logging.getLogger("rmq.namesrv")
     try:
         config = NamesrvConfig.load(args.config) if args.config else NamesrvConfig()
@@ -141,6 +156,16 @@ def _seconds(text):
         value = 0.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
 
@@ -300,6 +325,12 @@ def build_parser():
     p.add_argument("--trace-segment-mib", type=int, default=64, metavar="MIB",
                    help="size of a trace segment file before the next one (default 64)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-file", metavar="PATH",
+                   help="log to PATH instead of stderr, rolled over by size (as namesrv.log)")
+    p.add_argument("--log-max-bytes", type=_positive_int, default=100 * 1024 * 1024,
+                   metavar="BYTES", help="roll the log file over past this size (100 MiB)")
+    p.add_argument("--log-backups", type=_positive_int, default=10, metavar="N",
+                   help="rolled-over files kept: PATH.1 (newest) to PATH.N (10)")
     p.add_argument("-p", "--printConfigItem", dest="print_config", action="store_true",
                    help="print the effective configuration (as mqnamesrv -p) and exit")
     p.set_defaults(func=_namesrv)

@@ -64,9 +64,21 @@ __all__ = [
     "properties_to_string",
     "is_path_key",
     "ALWAYS_BLACKLISTED",
+    "loggable",
 ]
 
 log = logging.getLogger("rmq.config")
+
+#: Words in a key whose value is kept out of the logs (a key password, an ACL secret):
+#: logs travel further than the config file.
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "signature",
+                 "privatekey")
+
+
+def loggable(key: str, value: Any) -> Any:
+    """``value`` as the logs may show it: masked when ``key`` names a secret."""
+    flat = key.lower().replace(".", "").replace("_", "").replace("-", "")
+    return "****" if any(w in flat for w in _SECRET_WORDS) else value
 
 
 class ConfigError(RmqError, ValueError):

@@ -13,7 +13,7 @@ import logging
 import time
 
 from rmq import bodies
-from rmq.namesrv.config import ConfigError, ConfigNoPermission
+from rmq.namesrv.config import ConfigError, ConfigNoPermission, loggable
 from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
@@ -471,8 +471,9 @@ class NameServer:
             log.warning("config update rejected from %s: %s", conn, e)
             return cmd.response(R.SYSTEM_ERROR, str(e))
         if changed:
+            now = self.config.to_properties()
             log.info("config updated: %s", ", ".join(
-                f"{k}={getattr(self.config, k)}" for k in changed))
+                f"{k}={loggable(k, now.get(k))}" for k in changed))
         self.routes.support_acting_master = self.config.supportActingMaster
         self.routes.delete_topic_with_broker_registration = \
             self.config.deleteTopicWithBrokerRegistration

@@ -1,0 +1,138 @@
+"""Running it as a service (issue 16, item 5): ``rmq namesrv --log-file`` rolls its log
+over by size as Java's namesrv.log does, keeps values that may be secrets out of it,
+and the systemd unit and the Dockerfile in contrib/ start a NameServer this rmq runs."""
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nameserver import Client, wait_for
+from rmq.namesrv.config import loggable
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRIB = ROOT / "contrib"
+_PKG_PARENT = str(Path(__import__("rmq").__file__).resolve().parent.parent)
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_PARENT, e.get("PYTHONPATH")) if p)
+    return e
+
+
+def rmq_cmd(*args):
+    return [sys.executable, "-m", "rmq", *args]
+
+
+def logs(path):
+    return {p.name: p.read_text("utf-8") for p in sorted(path.parent.glob(path.name + "*"))}
+
+
+def start(tmp_path, *args):
+    log = tmp_path / "logs" / "namesrv.log"
+    log.parent.mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        rmq_cmd("namesrv", "--listen", "127.0.0.1:0", "--kv-config",
+                str(tmp_path / "kvConfig.json"), "--log-file", str(log), *args),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    assert wait_for(lambda: log.exists() and "listening on" in log.read_text("utf-8"), 20)
+    address = re.search(r"listening on (127\.0\.0\.1:\d+)", log.read_text("utf-8")).group(1)
+    return proc, log, address
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def test_the_log_file_rolls_over_by_size_and_keeps_the_newest(tmp_path):
+    proc, log, address = start(tmp_path, "--log-max-bytes", "2048", "--log-backups", "2")
+    try:
+        with Client(address) as c:
+            for i in range(100):
+                assert c.request(100, {"namespace": "ns", "key": f"k{i:03}",
+                                       "value": "v"}).code == 0
+    finally:
+        out, err = stop(proc)
+    assert out == b"" and err == b""            # nothing on stderr: it all went to the file
+    files = logs(log)
+    assert sorted(files) == ["namesrv.log", "namesrv.log.1", "namesrv.log.2"]
+    for name, text in files.items():
+        assert len(text.encode()) <= 2048, name
+    # the newest lines in the file, the older ones in .1 then .2; the oldest are gone
+    assert "kv put ns/k099" in files["namesrv.log"] + files["namesrv.log.1"]
+    assert "kv put ns/k000" not in "".join(files.values())
+    assert "route cache: hits=" in files["namesrv.log"]       # logged at shutdown
+
+
+def test_values_that_may_be_secrets_stay_out_of_the_log(tmp_path):
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text("tls.server.keyPassword=hunter2-first\n")
+    proc, log, address = start(tmp_path, "-c", str(conf))
+    try:
+        with Client(address) as c:
+            body = b"tls.server.keyPassword=hunter2-second\nclusterTest=true\n"
+            assert c.request(318, body=body).code == 0
+            assert wait_for(lambda: "config updated" in log.read_text("utf-8"))
+            # a client still reads it back, as from Java's getNamesrvConfig
+            assert b"hunter2-second" in c.request(319).body
+    finally:
+        stop(proc)
+    text = "".join(logs(log).values())
+    assert "tls.server.keyPassword=****" in text and "clusterTest=true" in text
+    assert "hunter2" not in text
+
+
+@pytest.mark.parametrize("key,shown", [
+    ("tls.server.keyPassword", "****"), ("aclSecretKey", "****"), ("rocketmq.token", "****"),
+    ("tls.server.keyPath", "v"), ("listenPort", "v"), ("maxKvKeyBytes", "v")])
+def test_which_keys_are_masked(key, shown):
+    assert loggable(key, "v") == shown
+
+
+def test_an_unwritable_log_file_is_refused_at_start(tmp_path):
+    r = subprocess.run(rmq_cmd("namesrv", "--log-file", str(tmp_path / "no" / "dir" / "x.log")),
+                       capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 2 and "cannot open the log file" in r.stderr
+
+
+def _run_as(argv, tmp_path):
+    """The service's command line, run by this interpreter with ``-p`` (print the
+    effective configuration and exit) and its paths under tmp_path."""
+    assert argv[:2] in (["/opt/rmq/bin/rmq", "namesrv"], ["rmq", "namesrv"]), argv
+    args = [a.replace("/etc/rmq/", f"{tmp_path}/").replace("/var/lib/rmq/", f"{tmp_path}/")
+            .replace("/var/log/rmq/", f"{tmp_path}/") for a in argv[2:]]
+    (tmp_path / "namesrv.properties").write_text("listenPort=9877\n")
+    return subprocess.run(rmq_cmd("namesrv", *args, "-p"), capture_output=True, text=True,
+                          env=env(), timeout=60)
+
+
+def test_the_systemd_unit_starts_this_name_server(tmp_path):
+    unit = (CONTRIB / "rmq-namesrv.service").read_text()
+    sections = re.findall(r"^\[(\w+)\]", unit, re.M)
+    assert sections == ["Unit", "Service", "Install"]
+    exec_start = re.search(r"^ExecStart=(.+)$", unit, re.M).group(1)
+    assert re.search(r"^KillSignal=SIGTERM$", unit, re.M)
+    r = _run_as(shlex.split(exec_start), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "listenPort=9877" in r.stdout.splitlines()      # it read the properties file
+
+
+def test_the_dockerfile_starts_this_name_server(tmp_path):
+    text = (CONTRIB / "Dockerfile").read_text()
+    cmd = json.loads(re.search(r"^CMD (\[.+\])$", text, re.M).group(1))
+    assert re.search(r"^EXPOSE 9876$", text, re.M) and re.search(r"^STOPSIGNAL SIGTERM$", text, re.M)
+    r = _run_as(cmd, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "listenPort=9876" in r.stdout.splitlines()
