@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,19 @@ def test_the_systemd_unit_starts_this_name_server(tmp_path):
     r = _run_as(shlex.split(exec_start), tmp_path)
     assert r.returncode == 0, r.stderr
     assert "listenPort=9877" in r.stdout.splitlines()      # it read the properties file
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_finds_nothing_wrong_in_the_unit(tmp_path):
+    """systemd-analyze verify, with ExecStart pointing at this interpreter (it checks
+    that the program exists)."""
+    unit = (CONTRIB / "rmq-namesrv.service").read_text()
+    copy = tmp_path / "rmq-namesrv.service"
+    copy.write_text(unit.replace("ExecStart=/opt/rmq/bin/rmq",
+                                 f"ExecStart={os.path.realpath(sys.executable)} -m rmq"))
+    r = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
 
 
 def test_the_dockerfile_starts_this_name_server(tmp_path):
