@@ -150,3 +150,33 @@ def test_the_dockerfile_starts_this_name_server(tmp_path):
     r = _run_as(cmd, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "listenPort=9876" in r.stdout.splitlines()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_tls_or_http_client_on_the_plain_port_is_named_in_the_log(tmp_path, caplog, loop):
+    """Not "a frame of 369295621 bytes": the first bytes of a TLS handshake or of an HTTP
+    request name what came, and the connection is closed; remoting clients go on."""
+    import logging
+    import socket
+    import ssl
+
+    from nameserver import running_namesrv
+
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    with caplog.at_level(logging.WARNING, logger="rmq.server"), \
+            running_namesrv(tmp_path, loop=loop) as app:
+        host, port = app.address.split(":")
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                ctx.wrap_socket(raw, server_hostname=host).close()
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert raw.recv(100) == b""                  # closed, nothing answered
+        with Client(app.address) as c:
+            assert c.request(105, {"topic": "T"}).code == 17
+        assert wait_for(lambda: "a TLS handshake on the RocketMQ port" in caplog.text)
+        assert "an HTTP request on the RocketMQ port" in caplog.text
+        assert "bytes" not in caplog.text

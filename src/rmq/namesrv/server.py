@@ -74,6 +74,18 @@ _conn_ids = itertools.count(1)
 _RDHUP = getattr(select, "POLLRDHUP", None)      # Linux: the peer closed its side
 
 
+def _foreign_protocol(data, max_frame_length):
+    """What a connection's first bytes are when they are not a remoting frame that
+    could fit (a TLS client on a plain port reads as a frame of ~369 MB), or None."""
+    if len(data) < 4 or int.from_bytes(data[:4], "big") <= max_frame_length:
+        return None
+    if data[0] == 0x16 and data[1] == 0x03 and data[2] <= 0x04:
+        return "a TLS handshake"
+    if data[:4] in (b"GET ", b"POST", b"HEAD", b"PUT ", b"PRI "):
+        return "an HTTP request"
+    return None
+
+
 class Connection(asyncio.Protocol):
     """One client connection. Hashable: the route table keys brokers by it."""
 
@@ -92,6 +104,7 @@ class Connection(asyncio.Protocol):
         self.close_when_done = False         # a bad frame came after the pending requests
         self.aborted = False                 # by the total output budget
         self.last_active = 0.0
+        self.first_bytes = True              # nothing received yet
         self.trace = None                    # a ConnectionTrace when recording
 
     def __repr__(self):
@@ -123,6 +136,14 @@ class Connection(asyncio.Protocol):
             self.trace.incoming(data)
         if self.closing:
             return
+        if self.first_bytes:
+            self.first_bytes = False
+            other = _foreign_protocol(data, self.server.settings.max_frame_length)
+            if other is not None:
+                log.warning("closing %s: %s on the RocketMQ port (it speaks plain "
+                            "remoting frames)", self.peer, other)
+                self.close()
+                return
         self.last_active = self.server.loop.time()
         # Route queries with a cached answer are answered inside the core, within
         # the room left in the output buffer; the rest go through the handlers.
