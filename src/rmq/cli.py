@@ -159,16 +159,6 @@ def _seconds(text):
     return value
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _admin_cluster_list(admin, args):
     data = admin.cluster_list(args.cluster)
     return data, cluster_list_text(data), to_json(data)
@@ -309,6 +299,7 @@ def _add_trace_parser(sub):
 
 
 def build_parser():
+    from rmq.trace.analyze import positive_int
     parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ NameServer toolkit")
     parser.add_argument("--version", action="version", version=f"rmq {rmq.__version__}")
     sub = parser.add_subparsers(dest="command")
@@ -327,9 +318,9 @@ def build_parser():
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-file", metavar="PATH",
                    help="log to PATH instead of stderr, rolled over by size (as namesrv.log)")
-    p.add_argument("--log-max-bytes", type=_positive_int, default=100 * 1024 * 1024,
+    p.add_argument("--log-max-bytes", type=positive_int, default=100 * 1024 * 1024,
                    metavar="BYTES", help="roll the log file over past this size (100 MiB)")
-    p.add_argument("--log-backups", type=_positive_int, default=10, metavar="N",
+    p.add_argument("--log-backups", type=positive_int, default=10, metavar="N",
                    help="rolled-over files kept: PATH.1 (newest) to PATH.N (10)")
     p.add_argument("-p", "--printConfigItem", dest="print_config", action="store_true",
                    help="print the effective configuration (as mqnamesrv -p) and exit")

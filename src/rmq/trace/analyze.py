@@ -59,7 +59,7 @@ def _ports(text):
     return ports
 
 
-def _positive(text):
+def positive_int(text):
     try:
         n = int(text)
     except ValueError:
@@ -82,7 +82,7 @@ def add_arguments(parser):
     parser.add_argument("--server-ports", type=_ports, default=(9876,), metavar="PORT[,PORT]",
                         help="for pcap inputs: the NameServer's ports, which say the "
                              "direction of each frame (default 9876)")
-    parser.add_argument("--partitions", type=_positive, default=None, metavar="N",
+    parser.add_argument("--partitions", type=positive_int, default=None, metavar="N",
                         help="spread the input files over at least N partitions "
                              "(a file is never split)")
     parser.add_argument("--reader", choices=READERS, default="auto",
