@@ -1007,6 +1007,7 @@ def test_a_closed_connection_drops_the_brokers_last_registered_over_it(RT):
     reg(rt, ["T1", "T2"], name="a", addr=A0, conn="c1")
     reg(rt, ["T2", "T3"], name="b", addr=A1, conn="c1")
     reg(rt, ["T1", "T2"], name="a", addr=A0, conn="c2", counter=2)  # a moved to c2
+    assert [b["brokerAddr"] for b in rt.live_brokers()] == [A0, A1]   # the order kept
     assert [d["brokerAddr"] for d in rt.connection_closed("c1")] == [A1]
     assert rt.connection_closed("c1") == []
     assert [d["brokerAddr"] for d in rt.connection_closed("c2")] == [A0]

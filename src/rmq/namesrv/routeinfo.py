@@ -441,7 +441,8 @@ class RouteTable:
         old_addr = addrs.get(broker_id)
         if old_addr is not None and old_addr != broker_addr:
             old_info = self._live.get((cluster, old_addr))
-            if old_info is not None and dict(old_info[_DATA_VERSION])["stateVersion"] > dv["stateVersion"]:
+            if (old_info is not None
+                    and dict(old_info[_DATA_VERSION])["stateVersion"] > dv["stateVersion"]):
                 self._pop_live((cluster, broker_addr))
                 result["ignored"] = True
                 return result
@@ -467,7 +468,8 @@ class RouteTable:
             # the master, or the prime slave (never a pre-5.x broker's)
             prev = self._live.get((cluster, broker_addr))
             result["changed"] = self._apply_topics(
-                bd, tc_table, mappings, register_first or prev is None or prev[_DATA_VERSION] != _frozen(dv),
+                bd, tc_table, mappings,
+                register_first or prev is None or prev[_DATA_VERSION] != _frozen(dv),
                 # the acting master is read-only
                 readonly=not is_master and bd.acting_master_enabled)
 
@@ -475,11 +477,8 @@ class RouteTable:
         info = (now_ms,
                 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
                 _frozen(dv), ha_server_addr)
-        self._pop_live(key)
-        self._live[key] = info
-        if conn is not None:
-            self._conn_of[key] = conn
-            self._by_conn.setdefault(conn, {})[key] = None
+        self._live[key] = info     # (replaced in place: the table keeps its order)
+        self._index_conn(key, conn)
         self._queue(key, info)
         if filter_servers is not None:
             if not filter_servers:
@@ -539,16 +538,22 @@ class RouteTable:
             if not names:
                 del self._clusters[cluster]
 
-    def _pop_live(self, key):
-        """Remove a live entry (and its place in the connection index): it, or None."""
-        info = self._live.pop(key, None)
-        conn = self._conn_of.pop(key, None)
-        if conn is not None:
-            keys = self._by_conn[conn]
+    def _index_conn(self, key, conn):
+        """Live entry ``key`` came over ``conn`` (None: over none) now."""
+        old = self._conn_of.pop(key, None)
+        if old is not None:
+            keys = self._by_conn[old]
             del keys[key]
             if not keys:
-                del self._by_conn[conn]
-        return info
+                del self._by_conn[old]
+        if conn is not None:
+            self._conn_of[key] = conn
+            self._by_conn.setdefault(conn, {})[key] = None
+
+    def _pop_live(self, key):
+        """Remove a live entry (and its place in the connection index): it, or None."""
+        self._index_conn(key, None)
+        return self._live.pop(key, None)
 
     def _drop_live(self, cluster, broker_addr):
         """Forget a (cluster, addr) live entry and its filter servers."""
