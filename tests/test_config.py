@@ -46,7 +46,8 @@ BEYOND_4_9_8 = {
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
     "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
-    "maxKvTableBytes", "routeCacheBytes",
+    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath",
+    "routeSnapshotIntervalSeconds",
 }
 
 
@@ -99,7 +100,8 @@ def test_every_field_has_a_java_type_and_a_unique_key():
     assert len(keys) == len(set(keys))
     assert {f.type for f in FIELDS} <= {"int", "long", "bool", "str"}
     assert not [f.key for f in FIELDS if is_path_key(f.key)
-                and f.key not in ("rocketmqHome", "kvConfigPath", "configStorePath")]
+                and f.key not in ("rocketmqHome", "kvConfigPath", "configStorePath",
+                                  "routeSnapshotPath")]
 
 
 def test_get_text_is_k_eq_v_lines():

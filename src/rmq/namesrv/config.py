@@ -381,6 +381,12 @@ FIELDS = (
     # The cached route answers (identical ones held once): past it, colder answers
     # give way to hotter ones, and the rest are built per query.
     Field("routeCacheBytes", "long", 256 * 1024 * 1024, "rmq", check=(0, _INT64[1])),
+    # Warm restart: the route tables snapshotted to routeSnapshotPath every
+    # routeSnapshotIntervalSeconds and at shutdown, and read back at start with every
+    # broker provisional (dropped unless it registers again within its timeout).
+    Field("warmRestart", "bool", False, "rmq"),
+    Field("routeSnapshotPath", "str", _home_file("routes.snapshot.json"), "rmq"),
+    Field("routeSnapshotIntervalSeconds", "int", 30, "rmq", check=(1, _INT32[1])),
     # The KV table (PUT_KV_CONFIG past a limit: SYSTEM_ERROR naming it, nothing changed)
     Field("maxKvNamespaceBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
     Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
@@ -511,6 +517,9 @@ class NamesrvConfig:
     maxConnections: int
     maxOutputBufferBytes: int
     routeCacheBytes: int
+    warmRestart: bool
+    routeSnapshotPath: str
+    routeSnapshotIntervalSeconds: int
     maxTotalOutputBufferBytes: int
     maxKvNamespaceBytes: int
     maxKvKeyBytes: int

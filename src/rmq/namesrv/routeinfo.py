@@ -689,6 +689,70 @@ class RouteTable:
         self._queue(key, info)
         return changed, dict(info[_DATA_VERSION])
 
+    # ------------------------------------------------------------ warm restart
+
+    @_reads
+    def snapshot(self):
+        """The tables as plain data (JSON types) for a warm restart: BrokerData, the
+        clusters, the live entries (their connections left out), filter servers,
+        mappings and every topic's QueueData in insertion order."""
+        return {
+            "brokers": [{"cluster": bd.cluster, "brokerName": bd.broker_name,
+                         "brokerAddrs": [[i, a] for i, a in bd.addrs.items()],
+                         "zoneName": bd.zone_name,
+                         "enableActingMaster": bd.enable_acting_master}
+                        for bd in self._brokers.values()],
+            "clusters": [[c, list(names)] for c, names in self._clusters.items()],
+            "live": [[c, a, info[_TIMEOUT], dict(info[_DATA_VERSION]), info[_HA_ADDR]]
+                     for (c, a), info in self._live.items()],
+            "filters": [[c, a, list(servers)] for (c, a), servers in self._filters.items()],
+            "mappings": [[t, m] for t, m in self._mappings.items()],
+            "topics": [[t, list(self._tt.qmap(t).values())] for t in self._tt.topic_names()],
+        }
+
+    @_writes
+    def restore(self, snapshot, now_ms):
+        """Load a ``snapshot`` into these tables, empty (at start). Every live entry
+        is provisional: it has no connection and its deadline is ``now_ms`` plus its
+        timeout, so that the scan drops a broker that does not register again in
+        time, and its re-registration makes it live as any other. Returns the number
+        of live entries. Raises BodyError on a snapshot of another shape (nothing
+        is kept then)."""
+        if self._brokers or self._live or self._tt.topic_names():
+            raise BodyError("restore needs empty route tables")
+        try:
+            brokers = {}
+            for b in snapshot["brokers"]:
+                bd = brokers[b["brokerName"]] = _BrokerData(b["cluster"], b["brokerName"])
+                bd.addrs = {int(i): str(a) for i, a in b["brokerAddrs"]}
+                bd.zone_name = b.get("zoneName")
+                bd.enable_acting_master = b.get("enableActingMaster")
+            clusters = {c: dict.fromkeys(names) for c, names in snapshot["clusters"]}
+            live = {(c, a): (now_ms, int(timeout), _frozen(dv), ha)
+                    for c, a, timeout, dv, ha in snapshot["live"]}
+            filters = {(c, a): list(servers) for c, a, servers in snapshot["filters"]}
+            mappings = {t: dict(m) for t, m in snapshot["mappings"]}
+            topics = [(str(t), [{"brokerName": str(q["brokerName"]), "perm": int(q["perm"]),
+                                 "readQueueNums": int(q["readQueueNums"]),
+                                 "topicSysFlag": int(q["topicSysFlag"]),
+                                 "writeQueueNums": int(q["writeQueueNums"])} for q in qds])
+                      for t, qds in snapshot["topics"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise BodyError(f"not a route table snapshot: {e!r}") from None
+        self._brokers, self._clusters, self._filters, self._mappings = (
+            brokers, clusters, filters, mappings)
+        for key, info in live.items():
+            self._live[key] = info
+            self._queue(key, info)
+        for topic, qds in topics:
+            for qd in qds:
+                self._tt.put_queue_data(topic, qd)
+        self._tt.python_routes = bool(self._mappings or self._order_topic_conf is not None)
+        for name in self._brokers:
+            self._tt.broker_changed(name)
+        self._tt.touch_all()
+        return len(live)
+
     @_reads
     def live_brokers(self):
         """The live table, for logs and admin."""

@@ -65,6 +65,7 @@ import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
+from rmq.namesrv import snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
@@ -627,6 +628,10 @@ class NameServerApp:
 
     async def start(self, host, port):
         self.loop = asyncio.get_running_loop()
+        if self.config.warmRestart:
+            # before listening: the first route query finds the restored routes
+            snapshot.load(self._namesrv.routes, self.config.routeSnapshotPath,
+                          self._namesrv.clock())
         if self.settings.wait_for_service:
             # Java counts from the processor's creation, just before it listens.
             self._ready_at = self.loop.time() + self.settings.wait_for_service
@@ -640,6 +645,8 @@ class NameServerApp:
             self.settings.set_buffers(sock)
         self._tasks = [self.loop.create_task(self._scan_brokers()),
                        self.loop.create_task(self._close_idle())]
+        if self.config.warmRestart:
+            self._tasks.append(self.loop.create_task(self._snapshot_routes()))
         if self._ready_at is not None:
             self._tasks.append(self.loop.create_task(self._wait_for_service()))
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
@@ -670,6 +677,19 @@ class NameServerApp:
         log.info("name server ready: answering route queries")
 
     # ---------------------------------------------------------------- periodic tasks
+
+    def _save_routes(self):
+        """In the table thread: the route tables to routeSnapshotPath (warmRestart)."""
+        try:
+            size = snapshot.save(self._namesrv.routes, self.config.routeSnapshotPath)
+            log.debug("route snapshot: %d bytes to %s", size, self.config.routeSnapshotPath)
+        except (OSError, ValueError) as e:
+            log.warning("route snapshot to %s failed: %s", self.config.routeSnapshotPath, e)
+
+    async def _snapshot_routes(self):
+        while True:
+            await asyncio.sleep(self.config.routeSnapshotIntervalSeconds)
+            await asyncio.wrap_future(self.in_table_thread(self._save_routes))
 
     async def _scan_brokers(self):
         while True:
@@ -743,6 +763,9 @@ class NameServerApp:
             log.info("GO_AWAY period over: %d GO_AWAY answers sent", self.go_away_count)
         for t in self._tasks:
             t.cancel()
+        if self._server is not None and self.config.warmRestart:
+            # before the connections close: closing them drops their brokers
+            await asyncio.wrap_future(self.in_table_thread(self._save_routes))
         if self._server is not None:
             self._server.close()
             log.info("stopped accepting connections")
