@@ -198,7 +198,7 @@ class _BrokerData:
 # BrokerLiveInfo, its connection aside (RouteTable._conn_of): an exact tuple of
 # plain values, which the cyclic collector stops tracking (it keeps tracking objects
 # and tuple subclasses). Its full passes hold the GIL while they walk every tracked
-# object: with 10,000 brokers' records, milliseconds that a route answer waits.
+# object, and route answers wait for them (bench/README.md, expiry under load).
 # Replaced, not changed, on a heartbeat; its DataVersion as sorted (key, value) pairs
 # (a dict, even untracked, keeps the tuple holding it tracked).
 _LAST, _TIMEOUT, _DATA_VERSION, _HA_ADDR = range(4)
