@@ -925,8 +925,9 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
                 break
             b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req,
                                            blob.data, blob.len)
-            free(temp)      # an answer the cache refused: built for this query only
-            temp = NULL
+            if temp != NULL:    # an answer the cache refused: built for this query only
+                free(temp)
+                temp = NULL
             need = 0
             pos += 4 + length
         rt_rdunlock(tt.t)

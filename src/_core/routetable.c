@@ -91,6 +91,17 @@ static void free_grave(rt_blob *b)
     }
 }
 
+/* The graveyard, detached and no longer counted in bytes: to free_grave. Only
+ * when no reader can hold one of its answers. */
+static rt_blob *take_grave(rt_table *t)
+{
+    rt_blob *grave = t->grave;
+    t->grave = NULL;
+    for (rt_blob *b = grave; b; b = b->next)
+        t->bytes -= b->size;
+    return grave;
+}
+
 void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
 
 /* The last reader out frees what readers evicted: no one can hold those answers
@@ -101,10 +112,7 @@ void rt_rdunlock(rt_table *t)
     rt_blob *grave = NULL;
     pthread_mutex_lock(&l->m);
     if (--l->readers == 0) {
-        grave = t->grave;
-        t->grave = NULL;
-        for (rt_blob *b = grave; b; b = b->next)
-            t->bytes -= b->size;
+        grave = take_grave(t);
         if (l->waiting_writers)
             pthread_cond_signal(&l->writers_cv);
     }
@@ -115,12 +123,7 @@ void rt_rdunlock(rt_table *t)
 void rt_wrlock(rt_table *t)
 {
     rt_lock_write(&t->lock);
-    if (t->grave) {
-        for (rt_blob *b = t->grave; b; b = b->next)
-            t->bytes -= b->size;
-        free_grave(t->grave);
-        t->grave = NULL;
-    }
+    free_grave(take_grave(t));
 }
 
 void rt_wrunlock(rt_table *t) { rt_unlock_write(&t->lock); }
@@ -514,6 +517,8 @@ static void broker_drop_topic(rt_table *t, int32_t b, int32_t bpos, uint64_t *wo
     }
 }
 
+static void order_by(const rt_table *t, const rt_topic *e, uint32_t mask, int32_t *order);
+
 static int put_qd(rt_table *t, rt_topic *e, const rt_qdv *q, uint64_t *work)
 {
     int i = find_qd(e, q->broker, work);
@@ -543,14 +548,7 @@ static int put_qd(rt_table *t, rt_topic *e, const rt_qdv *q, uint64_t *work)
                 val_unref(t, v);
                 return RT_NOMEM;
             }
-            for (int32_t k = 0; k < e->nqd; k++)
-                order[k] = k;
-            for (int32_t k = 1; k < e->nqd; k++)  /* insertion sort by ins: rare */
-                for (int32_t j = k; j > 0 && e->qds[order[j - 1]].ins > e->qds[order[j]].ins; j--) {
-                    int32_t x = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = x;
-                }
+            order_by(t, e, 0, order);
             for (int32_t k = 0; k < e->nqd; k++)
                 e->qds[order[k]].ins = (uint32_t)k;
             e->ins_next = (uint32_t)e->nqd;
@@ -631,11 +629,9 @@ int rt_remove(rt_table *t, const char *name, size_t len, int32_t broker)
 
 /* body runs on every topic e where broker has QueueData (at position i), from the
  * broker's list: what is keyed by a broker touches only its own topics. body may
- * remove that QueueData (the list shrinks from its end). */
+ * remove that QueueData: the list's last entry (visited already) moves into its place. */
 #define FOR_BROKER_TOPICS(t, broker, e, i, work, ...)                    \
     for (int32_t _k = (t)->brokers[(broker)].ntopics - 1; _k >= 0; _k--) { \
-        if (_k >= (t)->brokers[(broker)].ntopics)                       \
-            continue;                                                   \
         rt_topic *e = (t)->brokers[(broker)].topics[_k];                \
         int i = find_qd(e, (broker), (work));                           \
         __VA_ARGS__                                                     \
@@ -834,11 +830,9 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
     br->qd_prefix[1] = ql;
     br->jhash = jhash;
     br->python_only = python_only;
-    uint64_t work = 0;
     for (int32_t k = 0; k < br->ntopics; k++)
         drop_bodies(t, br->topics[k]);
-    work += (uint64_t)br->ntopics;
-    add_work(t, work);
+    add_work(t, (uint64_t)br->ntopics);
     t->version++;
     return 0;
 }
@@ -1008,11 +1002,6 @@ size_t rt_route_json(char *out, const rt_route_desc *d)
 #define EVICT_MAX 32
 #define AGING_MIN 4096
 
-static inline uint64_t answer_hash_of(const rt_blob *a)
-{
-    return a->hash;
-}
-
 static void answer_link(rt_table *t, rt_blob *a)
 {
     if (t->nanswers >= t->amask + 1) {
@@ -1022,8 +1011,8 @@ static void answer_link(rt_table *t, rt_blob *a)
             for (size_t i = 0; i <= t->amask; i++)
                 for (rt_blob *x = t->abuckets[i], *next; x; x = next) {
                     next = x->next;
-                    x->next = nb[answer_hash_of(x) & (n - 1)];
-                    nb[answer_hash_of(x) & (n - 1)] = x;
+                    x->next = nb[x->hash & (n - 1)];
+                    nb[x->hash & (n - 1)] = x;
                 }
             free(t->abuckets);
             t->abuckets = nb;

@@ -437,6 +437,7 @@ class RouteTable:
         if stale_ids:
             self._tt.broker_changed(broker_name)
 
+        frozen_dv = _frozen(dv)
         # Another address at this id with a higher stateVersion wins: ignore this one.
         old_addr = addrs.get(broker_id)
         if old_addr is not None and old_addr != broker_addr:
@@ -469,14 +470,14 @@ class RouteTable:
             prev = self._live.get((cluster, broker_addr))
             result["changed"] = self._apply_topics(
                 bd, tc_table, mappings,
-                register_first or prev is None or prev[_DATA_VERSION] != _frozen(dv),
+                register_first or prev is None or prev[_DATA_VERSION] != frozen_dv,
                 # the acting master is read-only
                 readonly=not is_master and bd.acting_master_enabled)
 
         key = (cluster, broker_addr)
         info = (now_ms,
                 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if timeout_ms is None else int(timeout_ms),
-                _frozen(dv), ha_server_addr)
+                frozen_dv, ha_server_addr)
         self._live[key] = info     # (replaced in place: the table keeps its order)
         self._index_conn(key, conn)
         self._queue(key, info)

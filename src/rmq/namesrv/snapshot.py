@@ -51,8 +51,8 @@ def load(routes, path, now_ms):
     except (OSError, ValueError, KeyError, TypeError, BodyError) as e:
         log.warning("warm restart: route snapshot %s not used (%s): starting cold", path, e)
         return None
-    age = (now_ms - doc.get("savedAt", now_ms)) / 1000 if isinstance(doc.get("savedAt"), int) \
-        else 0
+    saved = doc.get("savedAt")
+    age = (now_ms - saved) / 1000 if isinstance(saved, int) else 0
     log.info("warm restart: %d brokers and %d topics restored from %s (saved %.0f s ago), "
              "provisional until they register again", count, len(doc["tables"]["topics"]),
              os.path.abspath(path), age)
