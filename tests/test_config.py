@@ -46,7 +46,8 @@ BEYOND_4_9_8 = {
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
     "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
-    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath",
+    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath", "metricsPort",
+    "metricsAddress",
     "routeSnapshotIntervalSeconds",
 }
 
