@@ -160,6 +160,20 @@ class _CountingSocket:
         return getattr(self._sock, name)
 
 
+def test_an_expired_broker_is_counted_as_expired(tmp_path):
+    with running_namesrv(tmp_path, scanNotActiveBrokerInterval=100) as app, \
+            metrics_server(app) as url:
+        with Client(app.address) as c:
+            assert register_broker(c, "b0", "10.0.0.1:10911", topics=["t", "u"],
+                                   ext={"heartbeatTimeoutMillis": "300"}).code == 0
+            assert scrape(url)[("rmq_brokers_live", ())] == 1
+            assert wait_for(lambda: scrape(url)[("rmq_broker_removals_total",
+                                                 (("cause", "expired"),))] == 1, 10)
+            m = scrape(url)
+    assert m[("rmq_brokers_live", ())] == 0
+    assert m[("rmq_broker_removals_total", (("cause", "connection_closed"),))] == 0
+
+
 def test_trace_frames_dropped_are_counted(tmp_path):
     from rmq.trace import TraceRecorder
     trace = TraceRecorder(tmp_path / "trace", queue_bytes=1)      # no frame fits
