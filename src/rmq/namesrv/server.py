@@ -67,6 +67,7 @@ import threading
 from rmq.codec import FrameDecoder, encode_frame
 from rmq.namesrv import snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
+from rmq.namesrv.tlsconn import ServerTls
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.server")
@@ -139,6 +140,9 @@ class Connection(asyncio.Protocol):
             return
         if self.first_bytes:
             self.first_bytes = False
+            # tls.server.mode: TLS or plain, by this first byte (rmq.namesrv.tlsconn)
+            if self.server.tls is not None and not self.server.tls.accept(self, data):
+                return
             other = _foreign_protocol(data, self.server.settings.max_frame_length)
             if other is not None:
                 log.warning("closing %s: %s on the RocketMQ port (it speaks plain "
@@ -598,6 +602,7 @@ class NameServerApp:
         self._namesrv = namesrv      # namesrv is a _Gate while one is needed
         self.config = config = namesrv.config
         self.settings = Settings(config)
+        self.tls = ServerTls.from_config(config)     # None: TLS disabled
         self.connections = set()
         self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
         self.table_thread = TableThread()
@@ -652,6 +657,8 @@ class NameServerApp:
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
         log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
         self.settings.log()
+        if self.tls is not None:
+            log.info("%s", self.tls.describe())
         return self
 
     # ---------------------------------------------------------------- gate
