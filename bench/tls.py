@@ -14,6 +14,7 @@ with code 0 (a route); any other answer is reported as an error and fails the ru
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import broker_sim  # noqa: E402
 import load  # noqa: E402
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """load.Deadline raised in the main thread after ``seconds`` (SIGALRM)."""
+    def on_alarm(signum, frame):
+        raise load.Deadline(f"--deadline {seconds:g} s reached")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def make_certificate(workdir):
@@ -93,7 +108,10 @@ def run(args):
     return report
 
 
-def print_table(rep):
+def print_table(rep, json_out=None):
+    """The runs as a table (and the whole report as JSON to ``json_out``)."""
+    if json_out:
+        Path(json_out).write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
     env = rep["env"]
     a = rep["args"]
     print(f"\nW1 routes, {a['conns']} conns x {a['inflight']} in flight, {a['duration']:g} s "
@@ -130,24 +148,15 @@ def main(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else normal)
 
-    def on_alarm(signum, frame):
-        raise load.Deadline(f"--deadline {args.deadline:g} s reached")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, args.deadline)
     try:
-        rep = run(args)
+        with deadline(args.deadline):
+            rep = run(args)
     except (load.BenchError, load.Deadline, OSError, broker_sim.RegistrationError,
             subprocess.SubprocessError) as e:
         load.log(f"tls.py: {type(e).__name__}: {e}")
         return 1
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    print_table(rep)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
+    print_table(rep, args.json_out)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
