@@ -289,6 +289,8 @@ def test_broker_registrar_and_rmq_admin_over_tls(tmp_path, certs):
             assert r.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in r.stderr
             r = admin("topicList")                  # plain on an enforcing port
             assert r.returncode == 1
+            r = admin("topicList", "--tls-config", str(tmp_path / "none.properties"))
+            assert r.returncode == 2 and "none.properties: no such file" in r.stderr
         with_broker(app, check, client_ctx(certs))
 
 
@@ -317,7 +319,7 @@ def test_a_missing_tls_config_file_is_skipped_as_in_java(tmp_path, certs):
 
 
 @pytest.mark.parametrize("conf,key", [
-    ({"tls.server.mode": "strict"}, "tls.server.mode"),
+    ({"tls.server.mode": "strict"}, "tls.server.mode"),      # Java: permissive
     ({"tls.server.mode": "enforcing"}, "tls.server.mode"),
     ({"tls.server.need.client.auth": "always"}, "tls.server.need.client.auth"),
     ({"tls.server.need.client.auth": "require", "tls.server.certPath": "SERVER_CRT",
@@ -417,3 +419,53 @@ def test_a_trace_records_the_plaintext_of_a_tls_connection(tmp_path, certs):
     assert [r[3] for r in records] == [IN, OUT]
     assert records[0][-1] == rmq.encode_frame(cmd)
     assert rmq.decode_frame(records[1][-1]).opaque == cmd.opaque
+
+
+@pytest.mark.parametrize("hello", [
+    b"\x16\x03\x01\xff\xff" + bytes(0xffff),                      # a record past 16 KiB + 2 KiB
+    b"\x16\x03\x01\x40\x00\x01\xff\xff\xff" + bytes(0x4000 - 4),  # a 16 MiB ClientHello
+], ids=["record", "message"])
+def test_an_oversized_client_hello_is_refused_by_openssl_s_own_limits(
+        tmp_path, certs, caplog, hello):
+    with tls_server(tmp_path, certs, "permissive") as app:
+        with socket.create_connection(("127.0.0.1", app.port)) as s:
+            s.settimeout(10)
+            try:
+                s.sendall(hello)
+                while s.recv(65536):
+                    pass
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+        assert logged(caplog, "TLS handshake failed")
+        reasons = [r.getMessage() for r in caplog.records if "TLS handshake failed" in
+                   r.getMessage()]
+        assert any(w in reasons[0] for w in ("TOO_LONG", "OVERFLOW", "EXCESSIVE")), reasons
+
+
+def test_a_tls_client_that_stops_reading_stops_being_read(tmp_path, certs):
+    """Flow control through TLS: the answers back up (ciphertext in the socket's
+    transport), the connection stops reading, and every answer comes once the client
+    reads."""
+    with tls_server(tmp_path, certs, "permissive", maxOutputBufferBytes=65536,
+                    serverSocketSndBufSize=8192) as app:
+        with TlsClient(app.address, client_ctx(certs)) as c:
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # no autotuning
+            cmds = [route_query() for _ in range(3000)]
+            c.send_raw(b"".join(rmq.encode_frame(cmd) for cmd in cmds))
+            [conn] = list(app.connections)
+            assert wait_for(lambda: conn.writing_paused, 10)
+            assert conn.transport.get_write_buffer_size() < 2 * 65536 + (1 << 20)
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            for cmd in cmds:
+                resp = c.receive()
+                assert (resp.opaque, resp.code) == (cmd.opaque, 17)
+            assert wait_for(lambda: not conn.writing_paused)
+
+
+def test_mode_names_are_read_case_aside(certs):
+    """Java compares exactly and would take ENFORCING for permissive: rmq enforces."""
+    conf = server_conf(certs, "ENFORCING", **{"tls.server.need.client.auth": " None ",
+                                              "tls.config.file": ""})
+    tls = ServerTls.from_config(NamesrvConfig(**conf))
+    assert (tls.mode, tls.settings.client_auth) == ("enforcing", "none")
+    assert tls.describe() == "tls.server.mode=enforcing: TLS only, client certificates none"

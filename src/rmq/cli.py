@@ -221,6 +221,8 @@ def _admin_tls(args):
     if not (args.tls or args.tls_config):
         return None
     from rmq.tls import DEFAULT_CONFIG_FILE, client_context
+    if args.tls_config and not os.path.isfile(args.tls_config):
+        raise ValueError(f"--tls-config {args.tls_config}: no such file")
     return client_context(config_file=args.tls_config or DEFAULT_CONFIG_FILE)
 
 

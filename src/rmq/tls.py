@@ -25,6 +25,10 @@ Where rmq differs from Java, on purpose (README.md, "TLS", says it for operators
   to (``tls.client.authServer=false`` or ``tls.test.mode.enable=true`` written out):
   Java's clients verify nothing by default.
 - TLS 1.2 at least.
+- A value of tls.server.mode or tls.server.need.client.auth that is none of the
+  known ones (case aside) is a ConfigError: Java's TlsMode.parse compares exactly and
+  takes anything else (``ENFORCING`` too) for permissive, and an unknown client auth
+  for none.
 """
 
 from __future__ import annotations
