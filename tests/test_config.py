@@ -46,7 +46,8 @@ BEYOND_4_9_8 = {
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
     "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
-    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath",
+    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath", "metricsPort",
+    "metricsAddress",
     "routeSnapshotIntervalSeconds",
     # Java's TLS System properties (TlsSystemConfig), read from the file by rmq; those
     # without a default (the certificate paths, the key's password) are not listed

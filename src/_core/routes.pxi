@@ -345,6 +345,9 @@ cdef class TopicTable:
     cdef dict index                 # brokerName -> its slot in the C table
     cdef list slot_names            # slot -> brokerName, None: a free slot
     cdef object broker_state
+    # Route answers written by serve_routes (the GIL held): read at scrape time,
+    # so that counting them costs the hot path an increment, not a Python call.
+    cdef uint64_t served
 
     concurrent = True
 
@@ -398,18 +401,21 @@ cdef class TopicTable:
 
     def cache_stats(self):
         """The answer cache's counters since start (hits, misses: answers built or
-        found shared; shared; evictions; refused: built but not admitted) and its
-        size now (bytes, budget, answers: distinct ones held, entries: topic forms
-        pointing at one)."""
+        found shared; shared; evictions; refused: built but not admitted; served:
+        route answers written by serve_routes) and its size now (bytes, budget,
+        answers: distinct ones held, entries: topic forms pointing at one; topics:
+        in the table)."""
         cdef rt_cache_stats st
+        cdef size_t topics
         with nogil:
             rt_rdlock(self.t)
             rt_get_cache_stats(self.t, &st)
+            topics = self.t.count
             rt_rdunlock(self.t)
         return {"hits": st.hits, "misses": st.misses, "shared": st.shared,
-                "evictions": st.evictions, "refused": st.refused, "bytes": st.bytes,
-                "budget": None if st.budget == <size_t>-1 else st.budget,
-                "answers": st.answers, "entries": st.entries}
+                "evictions": st.evictions, "refused": st.refused, "served": self.served,
+                "bytes": st.bytes, "budget": None if st.budget == <size_t>-1 else st.budget,
+                "answers": st.answers, "entries": st.entries, "topics": topics}
 
     def _work(self):
         """Entries probed and topics walked since start: what operations cost, for tests."""
@@ -839,7 +845,8 @@ cdef class TopicTable:
                             decoder.error = e
                             decoder.reset()
                             error = e
-                        in_order = _answer_routes(cmds, route_body, &b, limit, others, False)
+                        in_order = _answer_routes(self, cmds, route_body, &b, limit, others,
+                                                  False)
                         cmds = []
                     if error is None and not in_order and decoder.len == 0:
                         pos += serve_cached_routes(<const uint8_t*>view.buf + pos,
@@ -852,14 +859,14 @@ cdef class TopicTable:
                     cmds = decoder._feed(data if pos == 0 else memoryview(data)[pos:])
                 except ProtocolError as e:
                     cmds, error = list(getattr(e, "decoded", ())), e
-                _answer_routes(cmds, route_body, &b, limit, others, in_order)
+                _answer_routes(self, cmds, route_body, &b, limit, others, in_order)
             return wb_bytes(&b) if b.len else EMPTY, others, error
         finally:
             wb_free(&b)
 
 
-cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list others,
-                         bint in_order) except -1:
+cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize_t limit,
+                         list others, bint in_order) except -1:
     """Answer the route queries of ``cmds`` before the first other request;
     hand the rest to ``others``. Returns whether another request was met."""
     cdef RemotingCommand cmd
@@ -884,6 +891,7 @@ cdef bint _answer_routes(list cmds, route_body, WBuf* b, Py_ssize_t limit, list 
             others.append(cmd)
             continue
         encode_into(b, cmd.response(0, None, None, body))
+        tt.served += 1
     return in_order
 
 
@@ -928,6 +936,7 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
             if temp != NULL:    # an answer the cache refused: built for this query only
                 free(temp)
                 temp = NULL
+            tt.served += 1
             need = 0
             pos += 4 + length
         rt_rdunlock(tt.t)

@@ -100,6 +100,8 @@ def _namesrv(args):
         config.kvConfigPath = args.kv_config
     host, port = args.listen if args.listen else (config.listenHost, config.listenPort)
     config.listenHost, config.listenPort = host, port
+    if args.metrics:
+        config.metricsAddress, config.metricsPort = args.metrics
     if args.print_config:
         # mqnamesrv -p: the effective configuration (file, then options), then exit
         sys.stdout.write(config.to_properties_text())
@@ -335,6 +337,9 @@ def build_parser():
     p.add_argument("--listen", type=_host_port, metavar="HOST:PORT",
                    help="address to listen on (default: listenPort of the config, all interfaces)")
     p.add_argument("--kv-config", metavar="PATH", help="the kvConfig.json file (overrides kvConfigPath)")
+    p.add_argument("--metrics", type=_host_port, metavar="HOST:PORT",
+                   help="serve Prometheus metrics on http://HOST:PORT/metrics and /healthz "
+                        "(overrides metricsAddress and metricsPort; default: off)")
     p.add_argument("--trace-dir", metavar="DIR",
                    help="record every frame in and out into trace segments under DIR")
     p.add_argument("--trace-segment-mib", type=int, default=64, metavar="MIB",

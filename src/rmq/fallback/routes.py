@@ -48,7 +48,8 @@ class TopicTable:
         self._answers = {}          # body -> how many topic forms hold it (each held once)
         self._ring = {}             # (topic, legacy) cached, in clock order
         self._freq = {}             # topic -> queries, halved as they age
-        self._stats = dict.fromkeys(("hits", "misses", "shared", "evictions", "refused"), 0)
+        self._stats = dict.fromkeys(("hits", "misses", "shared", "evictions", "refused",
+                                     "served"), 0)
         self._bytes = 0
         self._aged_at = 0
         self._budget = None
@@ -78,7 +79,8 @@ class TopicTable:
     def cache_stats(self):
         """rmq._core.TopicTable.cache_stats: counters since start, size now."""
         return dict(self._stats, bytes=self._bytes, budget=self._budget,
-                    answers=len(self._answers), entries=len(self._ring))
+                    answers=len(self._answers), entries=len(self._ring),
+                    topics=len(self._topics))
 
     def _work(self):
         """Topic records applied and topics walked since start, for tests."""
@@ -306,4 +308,5 @@ class TopicTable:
                 return b"".join(answers), cmds[i:], error
             answers.append(encode_frame(cmd.response(0, body=body)))
             size += len(answers[-1])
+            self._stats["served"] += 1
         return b"".join(answers), [], error

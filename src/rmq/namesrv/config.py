@@ -401,6 +401,10 @@ FIELDS = (
     Field("warmRestart", "bool", False, "rmq"),
     Field("routeSnapshotPath", "str", _home_file("routes.snapshot.json"), "rmq"),
     Field("routeSnapshotIntervalSeconds", "int", 30, "rmq", check=(1, _INT32[1])),
+    # Prometheus metrics and /healthz over HTTP on metricsPort (0: off), bound to
+    # metricsAddress (empty: the NameServer's own listen address).
+    Field("metricsPort", "int", 0, "rmq", check=(0, 65535)),
+    Field("metricsAddress", "str", "", "rmq"),
     # The KV table (PUT_KV_CONFIG past a limit: SYSTEM_ERROR naming it, nothing changed)
     Field("maxKvNamespaceBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
     Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
@@ -550,6 +554,8 @@ class NamesrvConfig:
     warmRestart: bool
     routeSnapshotPath: str
     routeSnapshotIntervalSeconds: int
+    metricsPort: int
+    metricsAddress: str
     maxTotalOutputBufferBytes: int
     maxKvNamespaceBytes: int
     maxKvKeyBytes: int

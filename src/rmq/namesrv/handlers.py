@@ -18,6 +18,7 @@ from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
+from rmq.namesrv.metrics import Counters
 from rmq._wire import standard_route_form
 from rmq.protocol import RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.namesrv.routeinfo import RouteTable
@@ -119,6 +120,7 @@ class NameServer:
             delete_topic_with_broker_registration=config.deleteTopicWithBrokerRegistration,
             cache_bytes=config.routeCacheBytes)
         self.clock = clock
+        self.counters = Counters()
         self.changes = 0            # changes to the broker and cluster tables
         self.kv_changes = 0
         self._answers = {}          # (code, argument) -> (stamp, code, remark, body)
@@ -231,11 +233,14 @@ class NameServer:
         try:
             return handler(cmd, conn)
         except _MissingField as e:
+            self.counters.refused["missing_field"] += 1
             return cmd.response(R.SYSTEM_ERROR, str(e))
         except BodyError as e:
+            self.counters.refused["bad_body"] += 1
             log.warning("request %d: bad body: %s", cmd.code, e)
             return cmd.response(R.SYSTEM_ERROR, str(e))
         except KVLimitError as e:        # the client's: nothing changed
+            self.counters.refused["kv_limit"] += 1
             log.warning("request %d from %s refused: %s", cmd.code, conn, e)
             return cmd.response(R.SYSTEM_ERROR, str(e))
         except KVConfigError as e:       # the change was not persisted, nor applied
@@ -311,18 +316,22 @@ class NameServer:
         body = cmd.body
         crc = _int_field(cmd, "bodyCrc32", 0, bits=32)
         if crc != 0 and crc != body_crc32(body):
+            self.counters.refused["crc32"] += 1
             log.warning("register %s %s: body crc32 %d does not match", broker_name,
                         broker_addr, crc)
             return cmd.response(R.SYSTEM_ERROR, "crc32 not match")
         timeout = _int_field(cmd, "heartbeatTimeoutMillis", 120_000)
         # The raw body: the table reads it (with the GIL released when compiled).
+        started = time.perf_counter()
         result = self.routes.register_broker(
             cluster, broker_addr, broker_name, broker_id, ha_addr, body=body or None, conn=conn,
             now_ms=self.clock(), timeout_ms=timeout,
             zone_name=(cmd.ext_fields or {}).get("__ZONE_NAME"),
             # None for 4.9 brokers, which do not send it: they never act as master.
             enable_acting_master=_opt_bool_field(cmd, "enableActingMaster"))
+        self.counters.registered(time.perf_counter() - started)
         if result.get("failed"):
+            self.counters.refused["registration"] += 1
             # Java 5.x takes a one-topic table from a broker it does not know yet for an
             # incremental registration (a topic created on a broker) and refuses it.
             log.warning("register %s %s/%s id=%d refused: a broker's first registration "
@@ -352,6 +361,7 @@ class NameServer:
             cmd, "clusterName", "brokerAddr", "brokerName")
         broker_id = _int_field(cmd, "brokerId")
         if self.routes.unregister_broker(cluster, broker_addr, broker_name, broker_id):
+            self.counters.unregistered += 1
             log.info("broker unregistered: %s %s/%s id=%d", cluster, broker_name, broker_addr,
                      broker_id)
         return cmd.response(R.SUCCESS)
@@ -465,9 +475,11 @@ class NameServer:
         try:
             changed = self.config.update_from_properties_text(text)
         except ConfigNoPermission as e:
+            self.counters.refused["config_no_permission"] += 1
             log.warning("config update refused from %s: %s", conn, e)
             return cmd.response(R.NO_PERMISSION, "Can not update config in black list.")
         except ConfigError as e:
+            self.counters.refused["config_invalid"] += 1
             log.warning("config update rejected from %s: %s", conn, e)
             return cmd.response(R.SYSTEM_ERROR, str(e))
         if changed:
@@ -490,6 +502,7 @@ class NameServer:
         dropped = self.routes.scan_not_active(self.clock())
         if dropped:
             self.changes += 1
+            self.counters.expired += len(dropped)
         for b in dropped:
             log.warning("broker expired: %s %s/%s id=%s (%s)", b.get("cluster"),
                         b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"),
@@ -501,6 +514,7 @@ class NameServer:
         dropped = self.routes.connection_closed(conn)
         if dropped:
             self.changes += 1
+            self.counters.connection_dropped += len(dropped)
         for b in dropped:
             log.info("broker connection closed, removed: %s %s/%s id=%s", b.get("cluster"),
                      b.get("brokerName"), b.get("brokerAddr"), b.get("brokerId"))

@@ -754,6 +754,10 @@ class RouteTable:
         self._tt.touch_all()
         return len(live)
 
+    def live_count(self):
+        """How many brokers are live (any thread may ask: a length, read at once)."""
+        return len(self._live)
+
     @_reads
     def live_brokers(self):
         """The live table, for logs and admin."""

@@ -67,6 +67,7 @@ import threading
 from rmq.codec import FrameDecoder, encode_frame
 from rmq.namesrv import snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
+from rmq.namesrv.metrics import MetricsServer
 from rmq.namesrv.tlsconn import ServerTls
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
@@ -93,6 +94,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, server):
         self.server = server
+        self.counters = server.counters
         self.id = next(_conn_ids)
         self.transport = None
         self.peer = None
@@ -122,7 +124,9 @@ class Connection(asyncio.Protocol):
         if self.server.trace is not None:
             self.trace = self.server.trace.connection(self.id, self.peer)
             self.transport = transport = _TracedTransport(transport, self.trace)
+        self.counters.connections += 1
         if len(self.server.connections) >= self.server.settings.max_connections:
+            self.counters.refused["connection_limit"] += 1
             log.warning("connection limit %d reached: closing %s",
                         self.server.settings.max_connections, self.peer)
             self.closing = True
@@ -145,11 +149,13 @@ class Connection(asyncio.Protocol):
                 return
             other = _foreign_protocol(data, self.server.settings.max_frame_length)
             if other is not None:
+                self.counters.refused["foreign_protocol"] += 1
                 log.warning("closing %s: %s on the RocketMQ port (it speaks plain "
                             "remoting frames)", self.peer, other)
                 self.close()
                 return
         self.last_active = self.server.loop.time()
+        self.counters.bytes_in += len(data)
         # Route queries with a cached answer are answered inside the core, within
         # the room left in the output buffer; the rest go through the handlers.
         # With output backed up there is no room: decode only, answer on drain.
@@ -157,6 +163,8 @@ class Connection(asyncio.Protocol):
         room = 0 if backed_up else max(
             self.server.settings.max_output - self.transport.get_write_buffer_size(), 0)
         answers, cmds, error = self.server.served_routes(self.decoder, data, room)
+        if cmds:
+            self.counters.received(cmds)
         if answers:
             self._send((answers,))
         if backed_up:
@@ -164,6 +172,7 @@ class Connection(asyncio.Protocol):
         elif cmds:
             self._answer(cmds)
         if error is not None:
+            self.counters.refused["bad_frame"] += 1
             log.warning("closing %s: %s", self.peer, error)
             # After the answers to the requests before the bad frame, sent then.
             self.close_when_done = True
@@ -250,9 +259,11 @@ class Connection(asyncio.Protocol):
         # queued), which would let a client that does not read grow memory unbounded.
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         self.transport.write(data)
+        self.counters.bytes_out += len(data)
         self.server.output.note(len(data))
 
     def _encode(self, cmd, resp):
+        self.counters.answered(cmd, resp)
         try:
             return encode_frame(resp)
         except Exception:
@@ -425,6 +436,7 @@ class _OutputBudget:
         target = self.limit * 5 // 8
         stalled = sorted(sizes, key=lambda sc: (sc[1].writing_paused, sc[0]), reverse=True)
         for size, conn in stalled:
+            conn.counters.refused["output_budget"] += 1
             log.warning("output of all connections %d > maxTotalOutputBufferBytes %d: "
                         "aborting %s (%s, %d bytes queued)", total, self.limit,
                         conn.peer, "stopped reading" if conn.writing_paused else "reading",
@@ -471,6 +483,7 @@ class _Gate:
         # writeResponse sends nothing for a oneway request.
         if app.going_away and cmd.version > V5_3_1:
             app.go_away_count += 1
+            self._ns.counters.refused["go_away"] += 1
             if conn is not None and conn.id not in self._told:
                 self._told.add(conn.id)
                 log.info("shutting down: GO_AWAY to %s (version %d, request %d)",
@@ -479,6 +492,7 @@ class _Gate:
                                                            "please go away")
         # Java: ClientRequestProcessor.getRouteInfoByTopic
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC and not app.ready():
+            self._ns.counters.refused["not_ready"] += 1
             log.warning("name server not ready. request code %d", cmd.code)
             return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR,
                                                            "name server not ready")
@@ -600,6 +614,7 @@ class NameServerApp:
         self.namesrv = namesrv
         self.trace = trace
         self._namesrv = namesrv      # namesrv is a _Gate while one is needed
+        self.counters = namesrv.counters
         self.config = config = namesrv.config
         self.settings = Settings(config)
         self.tls = ServerTls.from_config(config)     # None: TLS disabled
@@ -620,6 +635,7 @@ class NameServerApp:
         self._tasks = []
         self._closing = None
         self._hurry = None
+        self.metrics = None          # the MetricsServer, with metricsPort
 
     def in_table_thread(self, fn, *args):
         """Run ``fn(*args)`` in the table thread, after the work queued before it."""
@@ -654,6 +670,9 @@ class NameServerApp:
             self._tasks.append(self.loop.create_task(self._snapshot_routes()))
         if self._ready_at is not None:
             self._tasks.append(self.loop.create_task(self._wait_for_service()))
+        if self.config.metricsPort:
+            self.metrics = await MetricsServer(self).start(self.config.metricsAddress or host,
+                                                           self.config.metricsPort)
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
         log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
         self.settings.log()
@@ -796,6 +815,8 @@ class NameServerApp:
             await self._server.wait_closed()
         # changes under way complete (and persist)
         await loop.run_in_executor(None, self.table_thread.shutdown)
+        if self.metrics is not None:    # last: /healthz says "shutting down" until here
+            await self.metrics.close()
         log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
 
 
