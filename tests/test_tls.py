@@ -171,6 +171,7 @@ def test_enforcing_serves_tls_and_refuses_plain_with_a_clear_line(tmp_path, cert
                 assert plain.closed_by_peer()
         with_broker(app, check, client_ctx(certs))
         assert logged(caplog, "plain remoting on a TLS-only port (tls.server.mode=enforcing)")
+        assert app.counters.refused["tls_required"] == 1        # rmq_refused_total
 
 
 def s_client(address, data, *extra):
@@ -245,6 +246,7 @@ def test_mutual_tls_requires_a_client_certificate_signed_by_the_trusted_ca(
             assert_route(got[0])
         with_broker(app, check, client_ctx(certs, with_cert=True))
         assert logged(caplog, "TLS handshake failed")
+        assert app.counters.refused["tls_handshake"] == 1
 
 
 def test_optional_client_auth_serves_clients_without_a_certificate(tmp_path, certs):

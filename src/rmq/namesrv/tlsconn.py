@@ -84,6 +84,7 @@ class ServerTls:
             _TlsIntake(conn, self.context).start(data)
             return False
         if self.mode == "enforcing":
+            conn.counters.refused["tls_required"] += 1
             log.warning("closing %s: plain remoting on a TLS-only port "
                         "(tls.server.mode=enforcing): the client must use TLS", conn.peer)
             conn.close()
@@ -166,6 +167,7 @@ class _TlsIntake(asyncio.Protocol):
                 return
             except (ssl.SSLError, ValueError) as e:
                 self._flush()                       # the alert, when there is one
+                conn.counters.refused["tls_handshake"] += 1
                 log.warning("closing %s: TLS handshake failed: %s", conn.peer, _why(e))
                 conn.close()
                 return
@@ -192,6 +194,7 @@ class _TlsIntake(asyncio.Protocol):
             conn.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if end is not None and not conn.closing:
             if end.startswith("TLS error"):
+                conn.counters.refused["tls_handshake"] += 1
                 log.warning("closing %s: %s", conn.peer, end)
             conn.close()
 
