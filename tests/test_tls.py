@@ -471,3 +471,20 @@ def test_mode_names_are_read_case_aside(certs):
     tls = ServerTls.from_config(NamesrvConfig(**conf))
     assert (tls.mode, tls.settings.client_auth) == ("enforcing", "none")
     assert tls.describe() == "tls.server.mode=enforcing: TLS only, client certificates none"
+
+
+def test_a_forged_record_after_the_handshake_closes_that_connection_only(
+        tmp_path, certs, caplog):
+    import os
+    with tls_server(tmp_path, certs, "permissive") as app:
+        with TlsClient(app.address, client_ctx(certs)) as c, \
+                TlsClient(app.address, client_ctx(certs)) as other:
+            assert c.call(route_query()).code == 17
+            # an application-data record that no key encrypted, under the TLS layer
+            with socket.socket(fileno=os.dup(c.sock.fileno())) as raw:
+                raw.sendall(b"\x17\x03\x03\x00\x20" + bytes(range(32)))
+            with pytest.raises(ssl.SSLError, match="BAD_RECORD_MAC"):   # the server's alert
+                c.closed_by_peer()
+            assert other.call(route_query()).code == 17
+        assert logged(caplog, "TLS error")
+        assert app.counters.refused["tls_handshake"] == 1

@@ -87,11 +87,6 @@ class ServerSettings:
         self.context = context
         self.client_auth = client_auth
 
-    @property
-    def offered(self) -> bool:
-        """True when TLS clients are served."""
-        return self.context is not None
-
 
 def _choice(key: str, raw: Any, choices: Mapping[str, Any] | tuple[str, ...]) -> str:
     value = str(raw or "").strip().lower()

@@ -175,27 +175,28 @@ class _TlsIntake(asyncio.Protocol):
             log.debug("TLS with %s: %s, %s", conn.peer, self.sslobj.version(),
                       (self.sslobj.cipher() or ("?",))[0])
         chunks = []
-        end = None
+        ended = False               # the client closed its TLS session
+        error = None
         try:
             while True:
                 chunk = self.sslobj.read(_READ_SIZE)
                 if not chunk:
-                    end = "closed its TLS session"
+                    ended = True
                     break
                 chunks.append(chunk)
         except ssl.SSLWantReadError:
             pass
         except ssl.SSLZeroReturnError:
-            end = "closed its TLS session"
+            ended = True
         except (ssl.SSLError, ValueError) as e:
-            end = f"TLS error: {_why(e)}"
+            error = _why(e)
         self._flush()               # e.g. an answer to a key update
         if chunks:
             conn.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        if end is not None and not conn.closing:
-            if end.startswith("TLS error"):
+        if (ended or error) and not conn.closing:
+            if error:
                 conn.counters.refused["tls_handshake"] += 1
-                log.warning("closing %s: %s", conn.peer, end)
+                log.warning("closing %s: TLS error: %s", conn.peer, error)
             conn.close()
 
     def _flush(self) -> None:
