@@ -68,6 +68,14 @@ bench: install
 bench/loadgen: bench/loadgen.c
 	$(CC) -O2 -o $@ $<
 
+# loadgen with --tls: needs OpenSSL's headers and libraries (libssl-dev)
+bench/loadgen-tls: bench/loadgen.c
+	$(CC) -O2 -DLOADGEN_TLS -o $@ $< -lssl -lcrypto
+
+# W1 route throughput over TLS vs plain on one permissive port (TLS_ARGS=--quick: ~20 s)
+tls-bench: install bench/loadgen-tls
+	$(BIN)/python bench/tls.py $(TLS_ARGS)
+
 # The NameServer under load from a separate process (W1 routes at 16 and 1 in flight,
 # 10,000-topic registrations, RSS): ~1 min; LOAD_ARGS=--quick for ~15 s.
 load: install bench/loadgen
@@ -91,4 +99,4 @@ fuzz: install
 	$(BIN)/python bench/fuzz.py $(FUZZ_ARGS)
 
 clean:
-	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen
+	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen bench/loadgen-tls

@@ -59,6 +59,7 @@ from rmq.protocol import RequestCode, V4_9_8  # noqa: E402
 
 LOADGEN_SRC = BENCH / "loadgen.c"
 LOADGEN = BENCH / "loadgen"
+LOADGEN_TLS = BENCH / "loadgen-tls"        # with --tls (bench/tls.py)
 
 #: Java 4.9.8 on this machine and the targets for rmq (see bench/README.md).
 REFERENCE = {
@@ -82,16 +83,19 @@ def log(*a):
 
 # ---------------------------------------------------------------- helpers
 
-def build_loadgen(force=False):
-    """cc -O2 -o bench/loadgen bench/loadgen.c, when missing or older than its source."""
-    if (not force and LOADGEN.exists()
-            and LOADGEN.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime):
-        return LOADGEN
+def build_loadgen(force=False, tls=False):
+    """cc -O2 -o bench/loadgen bench/loadgen.c, when missing or older than its source;
+    ``tls``: bench/loadgen-tls, with --tls (OpenSSL's headers and libraries needed)."""
+    target = LOADGEN_TLS if tls else LOADGEN
+    if (not force and target.exists()
+            and target.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime):
+        return target
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
-    cmd = [cc, "-O2", "-o", str(LOADGEN), str(LOADGEN_SRC)]
+    tls_flags = (["-DLOADGEN_TLS"], ["-lssl", "-lcrypto"]) if tls else ([], [])
+    cmd = [cc, "-O2", *tls_flags[0], "-o", str(target), str(LOADGEN_SRC), *tls_flags[1]]
     log("building loadgen:", " ".join(cmd))
     subprocess.run(cmd, check=True, timeout=120)
-    return LOADGEN
+    return target
 
 
 def free_port():
@@ -236,9 +240,10 @@ def query_route(address, topic):
 
 
 def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rate=0,
-                pin_cpu=None, profile=None, extra=()):
-    """Run bench/loadgen against ``server``; ``extra``: more loadgen arguments."""
-    cmd = [str(LOADGEN), "--port", str(server.port), "--conns", str(conns),
+                pin_cpu=None, profile=None, extra=(), binary=None):
+    """Run bench/loadgen (or ``binary``) against ``server``; ``extra``: more loadgen
+    arguments."""
+    cmd = [str(binary or LOADGEN), "--port", str(server.port), "--conns", str(conns),
            "--inflight", str(inflight), "--duration", str(duration), "--warmup", str(warmup),
            "--topics", str(topics), "--label", label]
     if rate:

@@ -25,7 +25,13 @@
  * Prints one JSON line on stdout (latencies in microseconds). Exit status: 0,
  * 1 when some requests failed or went unanswered, 2 on usage or connect errors.
  *
+ * --tls: every connection with TLS (OpenSSL; the server's certificate is not
+ * verified: this measures the cost of the encryption, not a trust setup). Built
+ * in only with -DLOADGEN_TLS, so that the plain build needs no OpenSSL headers;
+ * bytes_in / bytes_out then count plaintext.
+ *
  * Build: cc -O2 -o bench/loadgen bench/loadgen.c
+ *   with --tls: cc -O2 -DLOADGEN_TLS -o bench/loadgen-tls bench/loadgen.c -lssl -lcrypto
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,6 +54,12 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef LOADGEN_TLS
+#include <limits.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+static SSL_CTX *tls_ctx;
+#endif
 
 /* ------------------------------------------------------------------ clock */
 
@@ -142,6 +154,7 @@ static int opt_version = 409;
 static const char *opt_language = "JAVA";
 static const char *opt_label = "";
 static const char *opt_samples = NULL;  /* file of per-answer records; NULL: none */
+static int opt_tls = 0;                 /* --tls (a -DLOADGEN_TLS build only) */
 
 /* ------------------------------------------------------------------ request encoding */
 
@@ -256,6 +269,9 @@ typedef struct {
     int inflight;
     int32_t next_opaque;
     slot_t *slots; uint32_t mask;
+#ifdef LOADGEN_TLS
+    SSL *ssl;                /* --tls: the connection's TLS session */
+#endif
 } conn_t;
 
 static conn_t *conns;
@@ -332,9 +348,82 @@ static void conn_fail(conn_t *c, const char *what, int err) {
     c->inflight = 0;
 }
 
+/* ------------------------------------------------------------------ TLS
+ * conn_send / conn_recv: send() / recv() on the socket, or through the
+ * connection's TLS session: the same contract (-1 with errno EAGAIN when it
+ * would block, 0 from recv at the end of the stream). */
+
+#ifdef LOADGEN_TLS
+static ssize_t tls_result(conn_t *c, int r) {
+    int e = SSL_get_error(c->ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) { errno = EAGAIN; return -1; }
+    if (e == SSL_ERROR_ZERO_RETURN) return 0;
+    if (e == SSL_ERROR_SYSCALL && errno) return -1;
+    char why[256];
+    ERR_error_string_n(ERR_get_error(), why, sizeof why);
+    fprintf(stderr, "loadgen: connection %d: TLS: %s\n", c->id, why);
+    errno = EPROTO;
+    return -1;
+}
+#endif
+
+static inline ssize_t conn_send(conn_t *c, const char *p, size_t n) {
+#ifdef LOADGEN_TLS
+    if (c->ssl) {
+        int w = SSL_write(c->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
+        return w > 0 ? w : tls_result(c, w);
+    }
+#endif
+    return send(c->fd, p, n, MSG_NOSIGNAL);
+}
+
+static inline ssize_t conn_recv(conn_t *c, char *p, size_t n) {
+#ifdef LOADGEN_TLS
+    if (c->ssl) {
+        int r = SSL_read(c->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
+        return r > 0 ? r : tls_result(c, r);
+    }
+#endif
+    return recv(c->fd, p, n, 0);
+}
+
+/* A short read drains a plain socket; TLS hands over one record per read. */
+static inline int drained_by_short_read(const conn_t *c) {
+#ifdef LOADGEN_TLS
+    if (c->ssl) return 0;
+#endif
+    (void)c;
+    return 1;
+}
+
+/* The TLS handshake of a connected, non-blocking socket (--tls); 0 or -1. */
+static int tls_connect(conn_t *c, int timeout_ms) {
+#ifdef LOADGEN_TLS
+    c->ssl = SSL_new(tls_ctx);
+    if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) return -1;
+    for (;;) {
+        int r = SSL_connect(c->ssl);
+        if (r == 1) return 0;
+        int e = SSL_get_error(c->ssl, r);
+        short want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        struct pollfd p = { .fd = c->fd, .events = want };
+        if (!want || poll(&p, 1, timeout_ms) <= 0) {
+            char why[256];
+            ERR_error_string_n(ERR_get_error(), why, sizeof why);
+            fprintf(stderr, "loadgen: connection %d: TLS handshake failed: %s\n", c->id,
+                    want ? "timed out" : why);
+            return -1;
+        }
+    }
+#else
+    (void)c; (void)timeout_ms;
+    return -1;
+#endif
+}
+
 static void conn_flush(conn_t *c) {
     while (c->state == C_OPEN && c->woff < c->wlen) {
-        ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        ssize_t w = conn_send(c, c->wbuf + c->woff, c->wlen - c->woff);
         if (w > 0) { c->woff += (size_t)w; bytes_out += (uint64_t)w; continue; }
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { set_out_interest(c, 1); return; }
@@ -476,7 +565,7 @@ static void conn_read(conn_t *c) {
             c->rcap = cap;
         }
         size_t room = c->rcap - c->rlen;
-        ssize_t r = recv(c->fd, c->rbuf + c->rlen, room, 0);
+        ssize_t r = conn_recv(c, c->rbuf + c->rlen, room);
         if (r == 0) { conn_fail(c, "closed by the server", 0); return; }
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -486,7 +575,7 @@ static void conn_read(conn_t *c) {
         }
         bytes_in += (uint64_t)r;
         c->rlen += (size_t)r;
-        if ((size_t)r < room) break;          /* short read: the socket is drained */
+        if ((size_t)r < room && drained_by_short_read(c)) break;   /* the socket is drained */
     }
     uint64_t now = now_ns();
     size_t pos = 0;
@@ -558,6 +647,8 @@ static void usage(FILE *f) {
 "      --samples FILE       write each measured answer: int64 realtime ns of its send\n"
 "                           (due) time, uint32 latency ns, uint32 send lag ns, int32 code\n"
 "                           (-1: not a response), int32 0\n"
+"      --tls                TLS on every connection, the server not verified\n"
+"                           (a build with -DLOADGEN_TLS, -lssl -lcrypto)\n"
 "  -h, --help\n");
 }
 
@@ -571,7 +662,8 @@ int main(int argc, char **argv) {
         {"width", required_argument, 0, 2}, {"topic-start", required_argument, 0, 3},
         {"version", required_argument, 0, 4}, {"language", required_argument, 0, 5},
         {"drain", required_argument, 0, 6}, {"connect-timeout", required_argument, 0, 7},
-        {"label", required_argument, 0, 8}, {"samples", required_argument, 0, 9}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"label", required_argument, 0, 8}, {"samples", required_argument, 0, 9}, {"help", no_argument, 0, 'h'},
+        {"tls", no_argument, 0, 10}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "H:p:c:n:d:w:r:R:t:h", longopts, NULL)) != -1) {
         switch (o) {
@@ -593,6 +685,7 @@ int main(int argc, char **argv) {
         case 7: opt_connect_timeout = atof(optarg); break;
         case 8: opt_label = optarg; break;
         case 9: opt_samples = optarg; break;
+        case 10: opt_tls = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -617,6 +710,23 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    if (opt_tls) {
+#ifdef LOADGEN_TLS
+        tls_ctx = SSL_CTX_new(TLS_client_method());
+        if (!tls_ctx) { fprintf(stderr, "loadgen: SSL_CTX_new failed\n"); return 2; }
+        SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_NONE, NULL);
+        /* conn_flush retries a partial write from a buffer that may have moved */
+        SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        SSL_CTX_set_options(tls_ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#else
+        fprintf(stderr, "loadgen: --tls: this build has no TLS (build with -DLOADGEN_TLS "
+                        "... -lssl -lcrypto, e.g. make bench/loadgen-tls)\n");
+        printf("{\"label\":\"%s\",\"error\":\"built without TLS\"}\n", opt_label);
+        return 2;
+#endif
+    }
 
     encode_topics();
 
@@ -646,6 +756,10 @@ int main(int argc, char **argv) {
         c->slots = calloc(ring, sizeof(slot_t)); c->mask = ring - 1;
         c->next_opaque = 1;
         if (!c->rbuf || !c->wbuf || !c->slots) { perror("malloc"); return 2; }
+        if (opt_tls && tls_connect(c, (int)(opt_connect_timeout * 1000)) < 0) {
+            printf("{\"label\":\"%s\",\"error\":\"TLS handshake failed\"}\n", opt_label);
+            return 2;
+        }
         struct epoll_event ev = {0};
         ev.events = EPOLLIN;
         ev.data.u32 = (uint32_t)i;
@@ -774,6 +888,7 @@ int main(int argc, char **argv) {
         printf("%s\"%" PRId64 "\":%" PRIu64, i ? "," : "", err_code[i], err_count[i]);
     printf("},\"not_response\":%" PRIu64 ",\"answers_all\":%" PRIu64 ",\"errors_all\":%" PRIu64,
            not_response, answers_all, errors_all);
+    printf(",\"tls\":%d", opt_tls);
     if (opt_samples) {
         FILE *sf = fopen(opt_samples, "wb");
         size_t w = sf ? fwrite(samples, sizeof *samples, n_samples, sf) : 0;

@@ -49,6 +49,9 @@ BEYOND_4_9_8 = {
     "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath", "metricsPort",
     "metricsAddress",
     "routeSnapshotIntervalSeconds",
+    # Java's TLS System properties (TlsSystemConfig), read from the file by rmq; those
+    # without a default (the certificate paths, the key's password) are not listed
+    "tls.server.mode", "tls.server.need.client.auth", "tls.config.file",
 }
 
 
@@ -102,7 +105,9 @@ def test_every_field_has_a_java_type_and_a_unique_key():
     assert {f.type for f in FIELDS} <= {"int", "long", "bool", "str"}
     assert not [f.key for f in FIELDS if is_path_key(f.key)
                 and f.key not in ("rocketmqHome", "kvConfigPath", "configStorePath",
-                                  "routeSnapshotPath")]
+                                  "routeSnapshotPath", "tls.server.certPath",
+                                  "tls.server.keyPath", "tls.server.trustCertPath",
+                                  "tls.config.file")]
 
 
 def test_get_text_is_k_eq_v_lines():
@@ -334,6 +339,9 @@ PATH_KEYS = sorted(ALWAYS_BLACKLISTED) + [
     # not NamesrvConfig keys, but path-like: refused all the same
     "brokerConfigPath", "storePathRootDir", "storePathCommitLog", "storeCheckpoint File",
     "logDir", "javaHome", "someFile", "configFiles", "dataDirs", "KVCONFIGPATH",
+    # TLS: read at start only, whatever the key (rmq.namesrv.config.is_tls_key)
+    "tls.server.mode", "tls.server.need.client.auth", "tls.server.keyPassword",
+    "tls.server.certPath", "tls.config.file", "tls.enable",
 ]
 
 

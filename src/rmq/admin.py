@@ -23,6 +23,7 @@ other than SUCCESS), BodyError (an answer that does not decode).
 from __future__ import annotations
 
 import json
+from ssl import SSLContext
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
@@ -101,10 +102,12 @@ class AddressResult(Generic[_V]):
 class NamesrvAdmin:
     """Admin requests to the NameServers of ``namesrv_addr`` (a ``;``-separated
     list, as mqadmin's -n, or a list). ``timeout``: seconds per request, connecting
-    included. Close it (or use it as a context manager) to drop its connections."""
+    included. Close it (or use it as a context manager) to drop its connections.
+    ``ssl``: TLS (RemotingClient's ``ssl``) when it makes the client (not with ``client``)."""
 
     def __init__(self, namesrv_addr: str | Iterable[str], timeout: float = DEFAULT_TIMEOUT,
-                 client: BlockingRemotingClient | None = None) -> None:
+                 client: BlockingRemotingClient | None = None,
+                 ssl: SSLContext | bool | None = None) -> None:
         if isinstance(namesrv_addr, str):
             self.addresses = split_addresses(namesrv_addr)
         else:
@@ -113,7 +116,7 @@ class NamesrvAdmin:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
         self.timeout = timeout
         self._own_client = client is None
-        self.client = client if client is not None else BlockingRemotingClient()
+        self.client = client if client is not None else BlockingRemotingClient(ssl=ssl)
 
     def close(self) -> None:
         if self._own_client:

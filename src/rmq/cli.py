@@ -106,6 +106,12 @@ def _namesrv(args):
         # mqnamesrv -p: the effective configuration (file, then options), then exit
         sys.stdout.write(config.to_properties_text())
         return 0
+    from rmq.namesrv.tlsconn import ServerTls
+    try:
+        ServerTls.from_config(config)       # a wrong TLS setting stops the start here
+    except ConfigError as e:
+        print(f"rmq namesrv: {e}", file=sys.stderr)
+        return 2
     try:
         kv = KVConfig(config.kvConfigPath, **config.kv_limits())
     except KVConfigError as e:
@@ -211,6 +217,17 @@ def _admin_add_write_perm(admin, args):
             to_json(results, "addTopicCount", brokerName=args.broker_name))
 
 
+def _admin_tls(args):
+    """The SSLContext of --tls (None without): Java's tls.client.* keys from --tls-config
+    (default: Java's tls.config.file when it exists). A ConfigError is a ValueError."""
+    if not (args.tls or args.tls_config):
+        return None
+    from rmq.tls import DEFAULT_CONFIG_FILE, client_context
+    if args.tls_config and not os.path.isfile(args.tls_config):
+        raise ValueError(f"--tls-config {args.tls_config}: no such file")
+    return client_context(config_file=args.tls_config or DEFAULT_CONFIG_FILE)
+
+
 def _admin(args):
     prog = f"rmq admin {args.verb}"
     addrs = args.namesrv_addr if args.namesrv_addr is not None else os.environ.get("NAMESRV_ADDR")
@@ -219,7 +236,7 @@ def _admin(args):
               "or set NAMESRV_ADDR", file=sys.stderr)
         return 2
     try:
-        admin = NamesrvAdmin(addrs, args.timeout)
+        admin = NamesrvAdmin(addrs, args.timeout, ssl=_admin_tls(args))
     except ValueError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -252,6 +269,13 @@ def _add_admin_parser(sub):
                         help="time allowed for each request, connecting included (default 3)")
     common.add_argument("--json", action="store_true",
                         help="print the result as JSON (failures included) for scripts")
+    common.add_argument("--tls", action="store_true",
+                        help="connect with TLS (Java's -Dtls.enable=true); the server is "
+                             "verified unless the TLS config file says otherwise")
+    common.add_argument("--tls-config", metavar="FILE",
+                        help="Java's tls.config.file: tls.client.certPath, keyPath, "
+                             "keyPassword, trustCertPath, authServer (implies --tls; "
+                             "default /etc/rocketmq/tls.properties when it exists)")
 
     def verb(name, run, help):
         v = verbs.add_parser(name, parents=[common], help=help, description=help)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import ssl as _ssl
 import threading
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -143,13 +144,17 @@ class RemotingClient:
 
     ``connect_timeout``: seconds for the TCP connect (Java's connectTimeoutMillis,
     3 s), within each call's timeout. ``max_frame_length``: the largest answer
-    accepted; a larger one closes the connection.
+    accepted; a larger one closes the connection. ``ssl``: TLS to every address (Java's
+    tls.enable): an ``ssl.SSLContext`` (rmq.tls.client_context builds one from Java's
+    tls.client.* keys) or True (the system's CAs); the handshake is part of connecting.
     """
 
     def __init__(self, *, connect_timeout: float = 3.0,
-                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 ssl: _ssl.SSLContext | bool | None = None) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
+        self.ssl = _ssl.create_default_context() if ssl is True else (ssl or None)
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Task[_Channel]] = {}  # addr -> the connect
         self._closed = False
@@ -176,10 +181,12 @@ class RemotingClient:
             raise RemotingClosedError("the client is closed", addr)
         host, port = parse_address(addr)
         loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = {} if self.ssl is None else {
+            "ssl": self.ssl, "ssl_handshake_timeout": self.connect_timeout}
         try:
             _, ch = await asyncio.wait_for(
                 loop.create_connection(lambda: _Channel(addr, self.max_frame_length),
-                                       host, port),
+                                       host, port, **tls),
                 self.connect_timeout)
         except asyncio.TimeoutError:
             raise RemotingConnectError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -173,11 +174,13 @@ def _data_changed(resp: RemotingCommand, data_version: Mapping[str, Any]) -> boo
 class NameServers:
     """The NameServers of a namesrvAddr list and the connections to them."""
 
-    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int) -> None:
+    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int,
+                 tls: ssl.SSLContext | bool | None = None) -> None:
         self.addrs = split_addresses(namesrv_addr)
         self._client = client
         self._own_client = client is None
         self._max_frame = max_frame
+        self._tls = tls
 
     async def ask(self, request: Callable[[], RemotingCommand], timeout: float, failed: str, *,
                   read: Callable[[str, RemotingCommand], _T] | None = None,
@@ -189,7 +192,7 @@ class NameServers:
         logged as "``failed`` addr failed: e"}). Nothing outlives it, even cancelled."""
         async def one(addr: str) -> _T | None:
             if self._client is None:    # made when first needed; closed by close() unless given
-                self._client = RemotingClient(max_frame_length=self._max_frame)
+                self._client = RemotingClient(max_frame_length=self._max_frame, ssl=self._tls)
             cmd = request()
             if cmd.is_oneway:
                 await self._client.invoke_oneway(addr, cmd, call_timeout or timeout)
@@ -245,7 +248,9 @@ class BrokerRegistrar:
     in the request header when set (5.x brokers send them). ``light_heartbeat``:
     also send BROKER_HEARTBEAT every ``heartbeat_interval`` seconds (5.x with
     enableSlaveActingMaster). ``on_results``: called with each registration's
-    results (the masterAddr, haServerAddr and KV table of the answers).
+    results (the masterAddr, haServerAddr and KV table of the answers). ``ssl``: TLS to
+    the NameServers (Java's tls.enable), as RemotingClient's ``ssl``, when it makes
+    the client (not with ``client``).
     """
 
     #: The shortest period (Java's 10 s floor). Demos and tests may lower it.
@@ -263,8 +268,9 @@ class BrokerRegistrar:
                  filter_servers: Iterable[str] = (), version: int = V4_9_8,
                  client: RemotingClient | None = None,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 on_results: Callable[[list[RegisterResult]], object] | None = None) -> None:
-        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length)
+                 on_results: Callable[[list[RegisterResult]], object] | None = None,
+                 ssl: ssl.SSLContext | bool | None = None) -> None:
+        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length, ssl)
         self.namesrv_addrs = self._namesrvs.addrs
         self.cluster = cluster
         self.broker_name = broker_name

@@ -37,6 +37,9 @@ Where rmq differs, on purpose:
 - UPDATE_NAMESRV_CONFIG bodies are parsed as text (``Properties.load(Reader)``): Java
   re-encodes the UTF-8 body and reads the bytes as ISO-8859-1, mangling non-ASCII values.
 - ``bindAddress`` (5.x NettyServerConfig) is the same setting as rmq's ``listenHost``.
+- The TLS keys (``tls.server.*``, ``tls.config.file``: Java's System properties, see
+  :mod:`rmq.tls`) are read from the file too, and no remote request may set any
+  ``tls.`` key (:func:`is_tls_key`); ``tls.server.keyPassword`` is never shown.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "load_properties_file",
     "properties_to_string",
     "is_path_key",
+    "is_tls_key",
     "ALWAYS_BLACKLISTED",
     "loggable",
 ]
@@ -309,6 +313,7 @@ _NS = "NamesrvConfig"
 _NS5 = "NamesrvConfig 5.x"
 _NET = "NettyServerConfig"
 _NET5 = "NettyServerConfig 5.x"
+_TLS = "TlsSystemConfig"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -369,6 +374,15 @@ FIELDS = (
     Field("enableShutdownGracefully", "bool", False, _NET5),
     Field("shutdownWaitTimeSeconds", "int", 30, _NET5),
     Field("useEpollNativeSelector", "bool", False, _NET),
+    # TLS (rmq.tls): Java reads these as System properties (-D), rmq from this file;
+    # tls.config.file's keys override them, as in Java. Never changed remotely.
+    Field("tls.server.mode", "str", "permissive", _TLS, attr="tlsMode"),
+    Field("tls.server.need.client.auth", "str", "none", _TLS, attr="tlsServerNeedClientAuth"),
+    Field("tls.server.certPath", "str", None, _TLS, attr="tlsServerCertPath"),
+    Field("tls.server.keyPath", "str", None, _TLS, attr="tlsServerKeyPath"),
+    Field("tls.server.keyPassword", "str", None, _TLS, attr="tlsServerKeyPassword"),
+    Field("tls.server.trustCertPath", "str", None, _TLS, attr="tlsServerTrustCertPath"),
+    Field("tls.config.file", "str", "/etc/rocketmq/tls.properties", _TLS, attr="tlsConfigFile"),
     # rmq's own
     Field("listenHost", "str", "0.0.0.0", "rmq"),
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
@@ -407,6 +421,15 @@ ALWAYS_BLACKLISTED = frozenset(
     {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
+
+#: Never sent to a client (GET_NAMESRV_CONFIG) nor printed (-p).
+_NOT_SHOWN = frozenset({"tls.server.keyPassword"})
+
+
+def is_tls_key(key: str) -> bool:
+    """True for the TLS keys (``tls.`` ...): read at start, never set remotely (a
+    remote request must not turn TLS off nor choose the certificates)."""
+    return key.strip(_JAVA_TRIM).lower().startswith("tls.")
 
 
 def is_path_key(key: str) -> bool:
@@ -517,6 +540,13 @@ class NamesrvConfig:
     enableShutdownGracefully: bool
     shutdownWaitTimeSeconds: int
     useEpollNativeSelector: bool
+    tlsMode: str
+    tlsServerNeedClientAuth: str
+    tlsServerCertPath: str | None
+    tlsServerKeyPath: str | None
+    tlsServerKeyPassword: str | None
+    tlsServerTrustCertPath: str | None
+    tlsConfigFile: str
     maxFrameLength: int
     maxConnections: int
     maxOutputBufferBytes: int
@@ -537,7 +567,7 @@ class NamesrvConfig:
         self._extra: dict[str, str] = {}
         self.source: str | None = None
         for f in FIELDS:
-            if f.attr == f.key:
+            if f.attr == f.key or f.attr not in _BY_KEY:     # not bindAddress (listenHost)
                 setattr(self, f.attr, f.default_value())
         for key, value in values.items():
             field = _BY_KEY.get(key)
@@ -610,7 +640,7 @@ class NamesrvConfig:
         props: dict[str, str] = {}
         for f in FIELDS:
             value = getattr(self, f.attr)
-            if value is not None:
+            if value is not None and f.key not in _NOT_SHOWN:
                 props[f.key] = _format(value)
         for k, v in self._extra.items():
             props.setdefault(k, v)
@@ -634,7 +664,7 @@ class NamesrvConfig:
 
     def is_blacklisted(self, key: str) -> bool:
         """True if no remote request may set ``key`` (black list or path rule)."""
-        return key in self.black_list() or is_path_key(key)
+        return key in self.black_list() or is_path_key(key) or is_tls_key(key)
 
     def update_from_properties_text(self, text: str) -> list[str]:
         """Apply an UPDATE_NAMESRV_CONFIG body; returns the keys whose value changed.
@@ -645,7 +675,7 @@ class NamesrvConfig:
         """
         props = parse_properties(text)
         black = self.black_list()
-        refused = [k for k in props if k in black or is_path_key(k)]
+        refused = [k for k in props if k in black or is_path_key(k) or is_tls_key(k)]
         if refused:
             raise ConfigNoPermission(refused)
         with self._lock:

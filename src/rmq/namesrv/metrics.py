@@ -38,6 +38,8 @@ KV_OPERATIONS = {RequestCode.PUT_KV_CONFIG: "put", RequestCode.GET_KV_CONFIG: "g
 REFUSED_REASONS = (
     "bad_frame",            # a frame the decoder refuses: the connection is closed
     "foreign_protocol",     # TLS or HTTP on the remoting port
+    "tls_handshake",        # a TLS handshake (or session) that failed
+    "tls_required",         # a plain client on a tls.server.mode=enforcing port
     "connection_limit",     # maxConnections
     "output_budget",        # maxTotalOutputBufferBytes: a connection aborted
     "not_ready",            # a route query before needWaitForService's delay is over

@@ -68,6 +68,7 @@ from rmq.codec import FrameDecoder, encode_frame
 from rmq.namesrv import snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.metrics import MetricsServer
+from rmq.namesrv.tlsconn import ServerTls
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
 log = logging.getLogger("rmq.server")
@@ -143,6 +144,9 @@ class Connection(asyncio.Protocol):
             return
         if self.first_bytes:
             self.first_bytes = False
+            # tls.server.mode: TLS or plain, by this first byte (rmq.namesrv.tlsconn)
+            if self.server.tls is not None and not self.server.tls.accept(self, data):
+                return
             other = _foreign_protocol(data, self.server.settings.max_frame_length)
             if other is not None:
                 self.counters.refused["foreign_protocol"] += 1
@@ -613,6 +617,7 @@ class NameServerApp:
         self.counters = namesrv.counters
         self.config = config = namesrv.config
         self.settings = Settings(config)
+        self.tls = ServerTls.from_config(config)     # None: TLS disabled
         self.connections = set()
         self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
         self.table_thread = TableThread()
@@ -671,6 +676,8 @@ class NameServerApp:
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
         log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
         self.settings.log()
+        if self.tls is not None:
+            log.info("%s", self.tls.describe())
         return self
 
     # ---------------------------------------------------------------- gate
