@@ -96,7 +96,9 @@ def test_a_known_workload_is_counted_exactly(tmp_path):
         with Client(app.address) as bad:            # a frame shorter than its header
             bad.send_raw(b"\x00\x00\x00\x02\x00\x00")
             assert bad.closed_by_peer()
-        assert wait_for(lambda: scrape(url)[("rmq_connections", ())] == 0)
+        # the connection goes on the loop, its broker then in the table thread
+        assert wait_for(lambda: scrape(url)[("rmq_connections", ())] == 0 and scrape(url)[
+            ("rmq_broker_removals_total", (("cause", "connection_closed"),))] == 1, 5)
         after = scrape(url)
 
     def delta(metric, **labels):
