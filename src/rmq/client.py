@@ -20,6 +20,7 @@ import threading
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rmq.acl import SessionCredentials, sign_command
 from rmq.codec import FrameDecoder, RemotingCommand, encode_frame
 from rmq.errors import (ProtocolError, RemotingClosedError, RemotingConnectError, RemotingError,
                         RemotingTimeoutError)
@@ -143,13 +144,16 @@ class RemotingClient:
 
     ``connect_timeout``: seconds for the TCP connect (Java's connectTimeoutMillis,
     3 s), within each call's timeout. ``max_frame_length``: the largest answer
-    accepted; a larger one closes the connection.
+    accepted; a larger one closes the connection. ``credentials``: every request
+    is signed with them (Java's AclClientRPCHook), see rmq.acl.
     """
 
     def __init__(self, *, connect_timeout: float = 3.0,
-                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 credentials: SessionCredentials | None = None) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
+        self.credentials = credentials
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Task[_Channel]] = {}  # addr -> the connect
         self._closed = False
@@ -206,6 +210,8 @@ class RemotingClient:
         deadline = loop.time() + timeout
         ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
                                 RemotingConnectError)
+        if self.credentials is not None:
+            sign_command(cmd, self.credentials)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         ch.pending[cmd.opaque] = fut
         try:
@@ -224,6 +230,8 @@ class RemotingClient:
         deadline = loop.time() + timeout
         ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
                                 RemotingConnectError)
+        if self.credentials is not None:
+            sign_command(cmd, self.credentials)
         await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
 
     async def _within(self, aw: Awaitable[_T], deadline: float, addr: str, cmd: RemotingCommand,

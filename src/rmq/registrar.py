@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmq import bodies
+from rmq.acl import SessionCredentials
 from rmq.client import RemotingClient, split_addresses
 from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
@@ -173,11 +174,13 @@ def _data_changed(resp: RemotingCommand, data_version: Mapping[str, Any]) -> boo
 class NameServers:
     """The NameServers of a namesrvAddr list and the connections to them."""
 
-    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int) -> None:
+    def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int,
+                 credentials: SessionCredentials | None = None) -> None:
         self.addrs = split_addresses(namesrv_addr)
         self._client = client
         self._own_client = client is None
         self._max_frame = max_frame
+        self._credentials = credentials
 
     async def ask(self, request: Callable[[], RemotingCommand], timeout: float, failed: str, *,
                   read: Callable[[str, RemotingCommand], _T] | None = None,
@@ -189,7 +192,8 @@ class NameServers:
         logged as "``failed`` addr failed: e"}). Nothing outlives it, even cancelled."""
         async def one(addr: str) -> _T | None:
             if self._client is None:    # made when first needed; closed by close() unless given
-                self._client = RemotingClient(max_frame_length=self._max_frame)
+                self._client = RemotingClient(max_frame_length=self._max_frame,
+                                              credentials=self._credentials)
             cmd = request()
             if cmd.is_oneway:
                 await self._client.invoke_oneway(addr, cmd, call_timeout or timeout)
@@ -246,6 +250,8 @@ class BrokerRegistrar:
     also send BROKER_HEARTBEAT every ``heartbeat_interval`` seconds (5.x with
     enableSlaveActingMaster). ``on_results``: called with each registration's
     results (the masterAddr, haServerAddr and KV table of the answers).
+    ``credentials``: every request is signed with them (rmq.acl; a ``client``
+    given signs with its own).
     """
 
     #: The shortest period (Java's 10 s floor). Demos and tests may lower it.
@@ -263,8 +269,9 @@ class BrokerRegistrar:
                  filter_servers: Iterable[str] = (), version: int = V4_9_8,
                  client: RemotingClient | None = None,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 on_results: Callable[[list[RegisterResult]], object] | None = None) -> None:
-        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length)
+                 on_results: Callable[[list[RegisterResult]], object] | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
+        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length, credentials)
         self.namesrv_addrs = self._namesrvs.addrs
         self.cluster = cluster
         self.broker_name = broker_name
