@@ -49,6 +49,8 @@ BEYOND_4_9_8 = {
     "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath", "metricsPort",
     "metricsAddress",
     "routeSnapshotIntervalSeconds",
+    "aclEnable", "aclFilePath", "aclAdminRequests", "aclBrokerRequests", "aclRouteRequests",
+    "aclOtherRequests",
 }
 
 
@@ -102,7 +104,7 @@ def test_every_field_has_a_java_type_and_a_unique_key():
     assert {f.type for f in FIELDS} <= {"int", "long", "bool", "str"}
     assert not [f.key for f in FIELDS if is_path_key(f.key)
                 and f.key not in ("rocketmqHome", "kvConfigPath", "configStorePath",
-                                  "routeSnapshotPath")]
+                                  "routeSnapshotPath", "aclFilePath")]
 
 
 def test_get_text_is_k_eq_v_lines():
