@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from rmq.codec import RemotingCommand
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "SIGNATURE", "SECURITY_TOKEN", "ONS_CHANNEL",
-           "SessionCredentials", "signing_content", "calc_signature", "signature_fields",
+           "SessionCredentials", "signing_content", "calc_signature", "request_signature",
+           "signature_fields",
            "sign_command", "credentials_from"]
 
 ACCESS_KEY = "AccessKey"
@@ -57,20 +58,36 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+_CLIENT_EXCLUDES = frozenset((SIGNATURE,))
+
+
+def _fields_text(fields: Mapping[str, object], exclude: frozenset[str]) -> bytes:
+    names = sorted((k for k in fields if k not in exclude), key=_java_order)
+    return "".join(_text(fields[k]) for k in names).encode("utf-8", "replace")
+
+
 def signing_content(ext_fields: Mapping[str, object] | None, body: Buffer | None = b"",
-                    *, exclude: frozenset[str] = frozenset((SIGNATURE,))) -> bytes:
+                    *, exclude: frozenset[str] = _CLIENT_EXCLUDES) -> bytes:
     """The bytes a signature covers (AclUtils.combineRequestContent): the values of
     ``ext_fields`` but those in ``exclude``, in Java's order of their names, as UTF-8
     (a lone surrogate becomes ``?``, as String.getBytes does), then the body."""
-    fields = ext_fields or {}
-    names = sorted((k for k in fields if k not in exclude), key=_java_order)
-    text = "".join(_text(fields[k]) for k in names)
-    return text.encode("utf-8", "replace") + bytes(body or b"")
+    return _fields_text(ext_fields or {}, exclude) + bytes(body or b"")
 
 
 def calc_signature(content: Buffer, secret_key: str) -> str:
     """AclSigner.calSignature: Base64 of HMAC-SHA1(content) keyed with the UTF-8 secret."""
     mac = hmac.new(secret_key.encode("utf-8", "replace"), content, hashlib.sha1)
+    return base64.b64encode(mac.digest()).decode("ascii")
+
+
+def request_signature(ext_fields: Mapping[str, object] | None, body: Buffer | None,
+                      secret_key: str, *, exclude: frozenset[str] = _CLIENT_EXCLUDES) -> str:
+    """``calc_signature(signing_content(...))`` without copying the body (a
+    registration's may be megabytes)."""
+    mac = hmac.new(secret_key.encode("utf-8", "replace"),
+                   _fields_text(ext_fields or {}, exclude), hashlib.sha1)
+    if body:
+        mac.update(body)
     return base64.b64encode(mac.digest()).decode("ascii")
 
 
@@ -95,7 +112,7 @@ def signature_fields(ext_fields: Mapping[str, object] | None, body: Buffer | Non
     if credentials.security_token is not None:
         added[SECURITY_TOKEN] = credentials.security_token
     fields = {**(ext_fields or {}), **added}
-    added[SIGNATURE] = calc_signature(signing_content(fields, body), credentials.secret_key)
+    added[SIGNATURE] = request_signature(fields, body, credentials.secret_key)
     return added
 
 

@@ -41,7 +41,7 @@ import re
 import threading
 import time
 
-from rmq.acl import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, calc_signature, signing_content
+from rmq.acl import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, request_signature
 from rmq.namesrv.config import ConfigError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import RequestCode as RC, ResponseCode
@@ -324,8 +324,8 @@ class AclChecker:
             return "unknown access key", f"No acl config for {_shown(ak)}", ak
         if account.white is None or not account.white(host):
             sig = ext.get(SIGNATURE)
-            expected = calc_signature(signing_content(ext, cmd.body, exclude=_SERVER_EXCLUDES),
-                                      account.secret_key)
+            expected = request_signature(ext, cmd.body, account.secret_key,
+                                         exclude=_SERVER_EXCLUDES)
             if not isinstance(sig, str) or not hmac.compare_digest(
                     expected.encode(), sig.encode("utf-8", "replace")):
                 return ("wrong signature", f"Check signature failed for accessKey={_shown(ak)}",
@@ -343,6 +343,9 @@ def _host(conn):
     return peer.rsplit(":", 1)[0] if ":" in peer else peer
 
 
+#: Codes NameServer.quick always hands to the table thread (changes, registrations).
+_TABLE_CODES = ADMIN_CODES | BROKER_CODES
+
 #: quick() results the table thread must not check again, at most this many pending
 #: (entries of connections lost meanwhile are dropped with the rest past it).
 _MAX_PASSED = 4096
@@ -350,7 +353,8 @@ _MAX_PASSED = 4096
 
 class AclGate:
     """Stands in for the NameServer (NameServerApp wraps it when aclEnable): every
-    request is checked before the NameServer sees it. A request ``quick`` passed and
+    request is checked before the NameServer sees it, changes and registrations in
+    the table thread, the rest where they are answered. A request ``quick`` passed and
     sent to the table thread is not checked twice."""
 
     def __init__(self, namesrv, checker):
@@ -372,6 +376,10 @@ class AclGate:
         return cmd.response(ResponseCode.NO_PERMISSION, remark)
 
     def quick(self, cmd, conn=None):
+        if cmd.code in _TABLE_CODES:
+            # the NameServer answers these in the table thread whatever they are: the
+            # check (an HMAC over a registration's body) runs there too, off the loop
+            return NEEDS_TABLE
         resp = self._refuse(cmd, conn)
         if resp is not None:
             return None if cmd.is_oneway else resp
