@@ -514,3 +514,25 @@ def test_the_cpp_client_with_session_credentials_gets_routes(tmp_path, acl_file,
         assert code == 2, log
         assert not any(x.code in SEND_CODES for _, x in fake.requests), log
     assert "request 105 from 127.0.0.1:" in caplog.text and "refused: unsigned" in caplog.text
+
+
+def test_open_route_queries_stay_in_the_core(tmp_path, acl_file):
+    """With aclRouteRequests open, the core keeps answering route queries itself (no
+    Python call per query); when they need a signature, it gets no room to answer."""
+    calls = []
+    with running_namesrv(tmp_path / "open", aclEnable=True, aclFilePath=str(acl_file)) as app, \
+            Client(app.address) as c:
+        assert register_broker(c, "broker-a", "127.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 0   # cached now
+        quick = app.namesrv.quick
+        app.namesrv.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
+        for _ in range(5):
+            assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 0
+        assert calls == []
+    with running_namesrv(tmp_path / "signed", aclEnable=True, aclFilePath=str(acl_file),
+                         aclRouteRequests="signed") as app, Client(app.address) as c:
+        quick = app.namesrv.quick
+        app.namesrv.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
+        for _ in range(5):
+            assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 16
+        assert calls == [RC.GET_ROUTEINFO_BY_TOPIC] * 5
