@@ -275,6 +275,10 @@ def test_admin_operations_are_refused_and_change_nothing(seeded, caplog, creds, 
             c.send(signed(code, ext, body, credentials=creds, oneway=True))
         assert c.call(signed(RC.GET_KV_CONFIG, {"namespace": "ns", "key": "k1"})).code == 0
     assert _state(acl_namesrv) == before
+    refused = acl_namesrv.namesrv.counters.refused      # rmq_refused_total{reason}
+    reason, other = ("acl_unsigned", "acl_denied") if creds is None else ("acl_denied",
+                                                                          "acl_unsigned")
+    assert (refused[reason], refused[other]) == (2 * len(_admin_requests()), 0)
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refusals) == 2 * len(_admin_requests())
     for line, (code, _, _) in zip(refusals, _admin_requests()):

@@ -269,7 +269,6 @@ class AclChecker:
         self.accounts = load_accounts(path)
         self._next_check = clock() + RELOAD_CHECK_SECONDS
         self._reloading = threading.Lock()
-        self.refused = 0
 
     def mode(self, code):
         if code in ADMIN_CODES:
@@ -370,7 +369,10 @@ class AclGate:
         if why is None:
             return None
         what, remark, ak = why
-        self.checker.refused += 1
+        if ak is None:
+            self._ns.counters.refused["acl_unsigned"] += 1
+        else:           # an unknown account, a wrong signature, not an admin
+            self._ns.counters.refused["acl_denied"] += 1
         log.warning("request %d from %s refused: %s (accessKey %r)", cmd.code,
                     getattr(conn, "peer", conn), what, None if ak is None else _shown(ak))
         return cmd.response(ResponseCode.NO_PERMISSION, remark)
