@@ -431,6 +431,13 @@ def test_route_queries_can_require_a_signature(tmp_path, acl_file):
             a = c.receive()
             answers[a.opaque] = a.code
         assert [answers[x.opaque] for x in cmds] == [16, 0] * 5
+        # a large body is checked too (in the table thread): its signature covers it
+        big = b"x" * (server_acl._LOOP_BODY_BYTES + 1)
+        assert c.call(signed(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, big,
+                             credentials=USER)).code == 0
+        forged = signed(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, big, credentials=USER)
+        forged.body = big[:-1] + b"y"
+        assert c.call(forged).code == 16
         # the other reads stay open
         assert c.request(RC.GET_BROKER_CLUSTER_INFO).code == 0
 

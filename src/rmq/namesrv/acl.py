@@ -345,6 +345,10 @@ def _host(conn):
 #: Codes NameServer.quick always hands to the table thread (changes, registrations).
 _TABLE_CODES = ADMIN_CODES | BROKER_CODES
 
+#: A request whose body is larger is checked in the table thread (its HMAC would hold
+#: the loop: any client may attach a body up to maxFrameLength to a read).
+_LOOP_BODY_BYTES = 64 * 1024
+
 #: quick() results the table thread must not check again, at most this many pending
 #: (entries of connections lost meanwhile are dropped with the rest past it).
 _MAX_PASSED = 4096
@@ -382,6 +386,8 @@ class AclGate:
             # the NameServer answers these in the table thread whatever they are: the
             # check (an HMAC over a registration's body) runs there too, off the loop
             return NEEDS_TABLE
+        if len(cmd.body or b"") > _LOOP_BODY_BYTES and self.checker.mode(cmd.code) != OPEN:
+            return NEEDS_TABLE      # a read with a large body: its HMAC off the loop too
         resp = self._refuse(cmd, conn)
         if resp is not None:
             return None if cmd.is_oneway else resp
