@@ -52,6 +52,8 @@ BEYOND_4_9_8 = {
     # Java's TLS System properties (TlsSystemConfig), read from the file by rmq; those
     # without a default (the certificate paths, the key's password) are not listed
     "tls.server.mode", "tls.server.need.client.auth", "tls.config.file",
+    "aclEnable", "aclFilePath", "aclAdminRequests", "aclBrokerRequests", "aclRouteRequests",
+    "aclOtherRequests",
 }
 
 
@@ -107,7 +109,7 @@ def test_every_field_has_a_java_type_and_a_unique_key():
                 and f.key not in ("rocketmqHome", "kvConfigPath", "configStorePath",
                                   "routeSnapshotPath", "tls.server.certPath",
                                   "tls.server.keyPath", "tls.server.trustCertPath",
-                                  "tls.config.file")]
+                                  "tls.config.file", "aclFilePath")]
 
 
 def test_get_text_is_k_eq_v_lines():

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 from rmq import bodies
+from rmq.acl import SessionCredentials
 from rmq.client import DEFAULT_TIMEOUT, BlockingRemotingClient, split_addresses
 from rmq.namesrv.config import parse_properties, properties_to_string
 from rmq.errors import BodyError, ProtocolError, RemotingConnectError, RemotingError, ResponseError
@@ -103,11 +104,14 @@ class NamesrvAdmin:
     """Admin requests to the NameServers of ``namesrv_addr`` (a ``;``-separated
     list, as mqadmin's -n, or a list). ``timeout``: seconds per request, connecting
     included. Close it (or use it as a context manager) to drop its connections.
-    ``ssl``: TLS (RemotingClient's ``ssl``) when it makes the client (not with ``client``)."""
+    ``ssl``: TLS (RemotingClient's ``ssl``) when it makes the client (not with ``client``).
+    ``credentials``: every request is signed with them (rmq.acl; a ``client`` given
+    signs with its own)."""
 
     def __init__(self, namesrv_addr: str | Iterable[str], timeout: float = DEFAULT_TIMEOUT,
                  client: BlockingRemotingClient | None = None,
-                 ssl: SSLContext | bool | None = None) -> None:
+                 ssl: SSLContext | bool | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         if isinstance(namesrv_addr, str):
             self.addresses = split_addresses(namesrv_addr)
         else:
@@ -116,7 +120,8 @@ class NamesrvAdmin:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
         self.timeout = timeout
         self._own_client = client is None
-        self.client = client if client is not None else BlockingRemotingClient(ssl=ssl)
+        self.client = client if client is not None else BlockingRemotingClient(
+            ssl=ssl, credentials=credentials)
 
     def close(self) -> None:
         if self._own_client:

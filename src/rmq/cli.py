@@ -125,7 +125,14 @@ def _namesrv(args):
         log.info("recording every frame to %s (segments of %d MiB)", args.trace_dir,
                  args.trace_segment_mib)
     namesrv = NameServer(config, kv)
-    app = NameServerApp(namesrv, trace=trace)
+    try:
+        app = NameServerApp(namesrv, trace=trace)
+    except ConfigError as e:         # aclEnable with a bad plain_acl.yml or class setting
+        print(f"rmq namesrv: {e}", file=sys.stderr)
+        kv.close()
+        if trace is not None:
+            trace.close()
+        return 2
     log.info("rmq %s NameServer (%s core, crc32 %s), kvConfig %s", rmq.__version__,
              rmq.IMPLEMENTATION, rmq.CRC32_KERNEL, config.kvConfigPath)
     loop = new_event_loop()
@@ -236,7 +243,9 @@ def _admin(args):
               "or set NAMESRV_ADDR", file=sys.stderr)
         return 2
     try:
-        admin = NamesrvAdmin(addrs, args.timeout, ssl=_admin_tls(args))
+        from rmq.acl import credentials_from
+        admin = NamesrvAdmin(addrs, args.timeout, ssl=_admin_tls(args),
+                             credentials=credentials_from(args.access_key, args.secret_key))
     except ValueError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -276,6 +285,12 @@ def _add_admin_parser(sub):
                         help="Java's tls.config.file: tls.client.certPath, keyPath, "
                              "keyPassword, trustCertPath, authServer (implies --tls; "
                              "default /etc/rocketmq/tls.properties when it exists)")
+    common.add_argument("--accessKey", dest="access_key", type=_trimmed, metavar="KEY",
+                        help="sign the requests with this ACL account (default: "
+                             "$RMQ_ACCESS_KEY); mqadmin reads it from conf/tools.yml")
+    common.add_argument("--secretKey", dest="secret_key", type=_trimmed, metavar="SECRET",
+                        help="its secret key (default: $RMQ_SECRET_KEY, which keeps it "
+                             "off the command line that ps shows)")
 
     def verb(name, run, help):
         v = verbs.add_parser(name, parents=[common], help=help, description=help)

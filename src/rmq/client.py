@@ -21,6 +21,7 @@ import threading
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rmq.acl import SessionCredentials, sign_command
 from rmq.codec import FrameDecoder, RemotingCommand, encode_frame
 from rmq.errors import (ProtocolError, RemotingClosedError, RemotingConnectError, RemotingError,
                         RemotingTimeoutError)
@@ -147,14 +148,18 @@ class RemotingClient:
     accepted; a larger one closes the connection. ``ssl``: TLS to every address (Java's
     tls.enable): an ``ssl.SSLContext`` (rmq.tls.client_context builds one from Java's
     tls.client.* keys) or True (the system's CAs); the handshake is part of connecting.
+    ``credentials``: every request is signed with them (Java's AclClientRPCHook), see
+    rmq.acl.
     """
 
     def __init__(self, *, connect_timeout: float = 3.0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 ssl: _ssl.SSLContext | bool | None = None) -> None:
+                 ssl: _ssl.SSLContext | bool | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
         self.ssl = _ssl.create_default_context() if ssl is True else (ssl or None)
+        self.credentials = credentials
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Task[_Channel]] = {}  # addr -> the connect
         self._closed = False
@@ -213,6 +218,8 @@ class RemotingClient:
         deadline = loop.time() + timeout
         ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
                                 RemotingConnectError)
+        if self.credentials is not None:
+            sign_command(cmd, self.credentials)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         ch.pending[cmd.opaque] = fut
         try:
@@ -231,6 +238,8 @@ class RemotingClient:
         deadline = loop.time() + timeout
         ch = await self._within(self._channel(addr), deadline, addr, cmd, "connecting",
                                 RemotingConnectError)
+        if self.credentials is not None:
+            sign_command(cmd, self.credentials)
         await self._within(ch.send(cmd), deadline, addr, cmd, "sending")
 
     async def _within(self, aw: Awaitable[_T], deadline: float, addr: str, cmd: RemotingCommand,

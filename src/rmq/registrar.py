@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmq import bodies
+from rmq.acl import SessionCredentials
 from rmq.client import RemotingClient, split_addresses
 from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
@@ -175,12 +176,14 @@ class NameServers:
     """The NameServers of a namesrvAddr list and the connections to them."""
 
     def __init__(self, namesrv_addr: str, client: RemotingClient | None, max_frame: int,
-                 tls: ssl.SSLContext | bool | None = None) -> None:
+                 tls: ssl.SSLContext | bool | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.addrs = split_addresses(namesrv_addr)
         self._client = client
         self._own_client = client is None
         self._max_frame = max_frame
         self._tls = tls
+        self._credentials = credentials
 
     async def ask(self, request: Callable[[], RemotingCommand], timeout: float, failed: str, *,
                   read: Callable[[str, RemotingCommand], _T] | None = None,
@@ -192,7 +195,8 @@ class NameServers:
         logged as "``failed`` addr failed: e"}). Nothing outlives it, even cancelled."""
         async def one(addr: str) -> _T | None:
             if self._client is None:    # made when first needed; closed by close() unless given
-                self._client = RemotingClient(max_frame_length=self._max_frame, ssl=self._tls)
+                self._client = RemotingClient(max_frame_length=self._max_frame, ssl=self._tls,
+                                              credentials=self._credentials)
             cmd = request()
             if cmd.is_oneway:
                 await self._client.invoke_oneway(addr, cmd, call_timeout or timeout)
@@ -250,7 +254,8 @@ class BrokerRegistrar:
     enableSlaveActingMaster). ``on_results``: called with each registration's
     results (the masterAddr, haServerAddr and KV table of the answers). ``ssl``: TLS to
     the NameServers (Java's tls.enable), as RemotingClient's ``ssl``, when it makes
-    the client (not with ``client``).
+    the client (not with ``client``). ``credentials``: every request is signed with
+    them (rmq.acl; a ``client`` given signs with its own).
     """
 
     #: The shortest period (Java's 10 s floor). Demos and tests may lower it.
@@ -269,8 +274,9 @@ class BrokerRegistrar:
                  client: RemotingClient | None = None,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  on_results: Callable[[list[RegisterResult]], object] | None = None,
-                 ssl: ssl.SSLContext | bool | None = None) -> None:
-        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length, ssl)
+                 ssl: ssl.SSLContext | bool | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
+        self._namesrvs = NameServers(namesrv_addr, client, max_frame_length, ssl, credentials)
         self.namesrv_addrs = self._namesrvs.addrs
         self.cluster = cluster
         self.broker_name = broker_name

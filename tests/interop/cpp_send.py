@@ -2,6 +2,9 @@
 
 Usage: python cpp_send.py NAMESRV_ADDR TOPIC BODY
 
+With $CPP_ACCESS_KEY and $CPP_SECRET_KEY set, the producer signs its requests with
+them (``set_session_credentials``, channel ALIYUN): tests/test_acl.py.
+
 Run in a subprocess by tests/test_interop.py: the C++ client starts threads, logs
 under $HOME/logs/rocketmq-cpp and may abort the process on a protocol error, so it
 is kept out of the pytest process. Prints one JSON line:
@@ -10,6 +13,7 @@ exit 0 after a result, 2 after an error, 4 when the package cannot be imported.
 """
 
 import json
+import os
 import sys
 
 
@@ -22,6 +26,9 @@ def main():
         return 4
     producer = Producer("PID_RMQ_INTEROP", timeout=3000)
     producer.set_namesrv_addr(addr)
+    if os.environ.get("CPP_ACCESS_KEY"):
+        producer.set_session_credentials(os.environ["CPP_ACCESS_KEY"],
+                                         os.environ["CPP_SECRET_KEY"], "ALIYUN")
     producer.start()
     try:
         msg = Message(topic)

@@ -410,15 +410,25 @@ FIELDS = (
     Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
     Field("maxKvValueBytes", "int", 1024 * 1024, "rmq", check=(1, _INT32[1])),
     Field("maxKvTableBytes", "long", 128 * 1024 * 1024, "rmq", check=(1, _INT64[1])),
+    # Signed requests (rmq.namesrv.acl), off by default: the accounts of a plain_acl.yml
+    # and, per class of request, open, signed (any account) or admin (an admin one).
+    Field("aclEnable", "bool", False, "rmq"),
+    Field("aclFilePath", "str", _home_file("plain_acl.yml"), "rmq"),
+    Field("aclAdminRequests", "str", "admin", "rmq"),
+    Field("aclBrokerRequests", "str", "open", "rmq"),
+    Field("aclRouteRequests", "str", "open", "rmq"),
+    Field("aclOtherRequests", "str", "open", "rmq"),
 )
 
 _BY_KEY = {f.key: f for f in FIELDS}
 _ATTRS = tuple(dict.fromkeys(f.attr for f in FIELDS))
 
 #: Keys no remote request may set, whatever configBlackList says (5.x hard-codes the
-#: first four in DefaultRequestProcessor.initConfigBlackList).
+#: first four in DefaultRequestProcessor.initConfigBlackList); the ACL's settings too:
+#: a request signed by one admin account must not turn the checks off for everyone.
 ALWAYS_BLACKLISTED = frozenset(
-    {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+    {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
+    | {f.key for f in FIELDS if f.key.startswith("acl")})
 
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
 
@@ -561,6 +571,12 @@ class NamesrvConfig:
     maxKvKeyBytes: int
     maxKvValueBytes: int
     maxKvTableBytes: int
+    aclEnable: bool
+    aclFilePath: str
+    aclAdminRequests: str
+    aclBrokerRequests: str
+    aclRouteRequests: str
+    aclOtherRequests: str
 
     def __init__(self, **values: Any) -> None:
         self._lock = threading.Lock()

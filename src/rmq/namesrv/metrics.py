@@ -51,6 +51,8 @@ REFUSED_REASONS = (
     "kv_limit",             # the KV limits (maxKv*)
     "config_no_permission",  # UPDATE_NAMESRV_CONFIG of a black-listed key
     "config_invalid",
+    "acl_unsigned",         # aclEnable: a request that needs a signature has none
+    "acl_denied",           # aclEnable: an unknown account, a wrong signature, not admin
 )
 
 #: Request codes counted under their own label; any other (a client chooses it) is

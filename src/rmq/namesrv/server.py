@@ -65,7 +65,7 @@ import sys
 import threading
 
 from rmq.codec import FrameDecoder, encode_frame
-from rmq.namesrv import snapshot
+from rmq.namesrv import acl, snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.metrics import MetricsServer
 from rmq.namesrv.tlsconn import ServerTls
@@ -452,6 +452,10 @@ class _OutputBudget:
 _PASS = object()     # the gate lets the request through
 
 
+def _no_room(serve, decoder, data, room):
+    return serve(decoder, data, 0)
+
+
 class _Gate:
     """Stands in for the NameServer (as ``NameServerApp.namesrv``) while the network
     layer answers some requests itself: route queries before ``needWaitForService``'s
@@ -616,6 +620,9 @@ class NameServerApp:
         self._namesrv = namesrv      # namesrv is a _Gate while one is needed
         self.counters = namesrv.counters
         self.config = config = namesrv.config
+        if config.aclEnable:
+            # every request is checked before the NameServer sees it (rmq.namesrv.acl)
+            self.namesrv = self._namesrv = namesrv = acl.gate(namesrv, config)
         self.settings = Settings(config)
         self.tls = ServerTls.from_config(config)     # None: TLS disabled
         self.connections = set()
@@ -626,6 +633,9 @@ class NameServerApp:
         # What answers route queries on the loop: tables without concurrent readers
         # (the reference's) only from the answers they cached, never a build.
         self._served_routes = routes.route_server(build=routes.concurrent)
+        if config.aclEnable and namesrv.checker.checks_routes:
+            # signed route queries: the core answers none (no room), the gate checks each
+            self._served_routes = functools.partial(_no_room, self._served_routes)
         self.served_routes = self._served_routes
         self.loop = None
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
