@@ -646,7 +646,9 @@ class NameServerApp:
         self._tasks = []
         self._closing = None
         self._hurry = None
-        self.metrics = None          # the MetricsServer, with metricsPort
+        # made here, before `rmq namesrv` freezes what is loaded at start out of the
+        # GC's full passes (prometheus_client's modules with it)
+        self.metrics = MetricsServer(self) if config.metricsPort else None
 
     def in_table_thread(self, fn, *args):
         """Run ``fn(*args)`` in the table thread, after the work queued before it."""
@@ -681,9 +683,8 @@ class NameServerApp:
             self._tasks.append(self.loop.create_task(self._snapshot_routes()))
         if self._ready_at is not None:
             self._tasks.append(self.loop.create_task(self._wait_for_service()))
-        if self.config.metricsPort:
-            self.metrics = await MetricsServer(self).start(self.config.metricsAddress or host,
-                                                           self.config.metricsPort)
+        if self.metrics is not None:
+            await self.metrics.start(self.config.metricsAddress or host, self.config.metricsPort)
         addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
         log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
         self.settings.log()
