@@ -296,6 +296,28 @@ def test_broker_registrar_and_rmq_admin_over_tls(tmp_path, certs):
         with_broker(app, check, client_ctx(certs))
 
 
+def test_signed_admin_operations_over_tls(tmp_path, certs):
+    # items 2 and 3 together: rmq admin with TLS and an admin account's keys
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: admin-key\n    secretKey: admin-secret\n"
+                   "    admin: true\n")
+    conf = tmp_path / "tls.properties"
+    conf.write_text(f"tls.client.trustCertPath={certs / 'ca.crt'}\n")
+    with tls_server(tmp_path, certs, "enforcing", aclEnable=True,
+                    aclFilePath=str(acl)) as app:
+        def admin(*args):
+            return subprocess.run(rmq_cmd("admin", *args, "-n", app.address, "--timeout", "5",
+                                          "--tls-config", str(conf)),
+                                  capture_output=True, text=True, env=env(), timeout=60)
+        put = ("updateKvConfig", "-s", "ns", "-k", "k", "-v", "v")
+        r = admin(*put)                                   # TLS, unsigned: refused
+        assert r.returncode == 1 and "16" in r.stdout + r.stderr
+        assert app.namesrv.kv.get("ns", "k") is None
+        r = admin(*put, "--accessKey", "admin-key", "--secretKey", "admin-secret")
+        assert r.returncode == 0, r.stderr
+        assert app.namesrv.kv.get("ns", "k") == "v"
+
+
 # ---------------------------------------------------------------- configuration
 
 def test_tls_config_file_indirection(tmp_path, certs, caplog):
