@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test test-fast nox aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test test-fast spark-cluster-test nox aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ test: install $(INTEROP)
 	$(PYTEST) tests $(XDIST)
 	RMQ_PUREPYTHON=1 $(PYTEST) tests $(XDIST)
 	$(PYTEST) bench --benchmark-disable -q $(XDIST)
+
+# The trace job on a real Spark standalone cluster (a master and two workers from
+# pyspark's jars on 127.0.0.1, a venv-pack environment shipped with the job), compared
+# with a local[2] run: tests/test_spark_cluster.py alone, ~3 min (make test runs it too).
+spark-cluster-test: install
+	$(PYTEST) tests/test_spark_cluster.py -v
 
 # The edit loop: the compiled core only, no slow integrations, stop at the first failure.
 test-fast: install

@@ -33,7 +33,8 @@ __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partition
            "check_inputs", "java_problem", "spark_conf", "start_spark", "Progress", "Unusable",
            "frame_rows", "decode_frames", "decode_files", "decode_paths", "READERS",
            "requests_table", "aggregate",
-           "executor_implementations", "choose_bucket_ns", "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
+           "executor_implementations", "executor_environments", "choose_bucket_ns",
+           "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
 
 #: The NameServer drops a broker silent for longer than this (heartbeatTimeoutMillis).
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
@@ -59,6 +60,13 @@ def _ports(text):
     return ports
 
 
+def _conf_pair(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def positive_int(text):
     try:
         n = int(text)
@@ -79,6 +87,10 @@ def add_arguments(parser):
                              "summary.json, report.html and its charts")
     parser.add_argument("--master", default=None, metavar="URL",
                         help="Spark master (default: spark-submit's --master, else local[*])")
+    parser.add_argument("--conf", action="append", type=_conf_pair, default=[],
+                        metavar="KEY=VALUE",
+                        help="a Spark setting, as spark-submit's --conf (repeatable), e.g. "
+                             "spark.archives=rmq_env.tar.gz#environment")
     parser.add_argument("--server-ports", type=_ports, default=(9876,), metavar="PORT[,PORT]",
                         help="for pcap inputs: the NameServer's ports, which say the "
                              "direction of each frame (default 9876)")
@@ -128,7 +140,8 @@ def main(args):
         try:
             with progress.phase("starting Spark"):
                 spark = start_spark(args.master, verbose=getattr(args, "verbose", False),
-                                    ui=getattr(args, "ui", False))
+                                    ui=getattr(args, "ui", False),
+                                    extra=getattr(args, "conf", ()))
         except Exception as e:
             print(f"rmq trace analyze: Spark did not start: {_one_line(e)}"
                   f"{'' if getattr(args, 'verbose', False) else ' (--verbose says more)'}",
@@ -294,11 +307,12 @@ def spark_conf(master, *, verbose=False, ui=False, log4j_file=None):
     return conf
 
 
-def start_spark(master=None, *, verbose=False, ui=False):
-    """A SparkSession configured by :func:`spark_conf`. Under spark-submit (which
-    has started the JVM) its settings stay, except ``master`` when given; else the
-    JVM is started here, and unless ``verbose`` its stderr is passed on without the
-    JVM's own "WARNING:" lines (jdk.incubator.vector)."""
+def start_spark(master=None, *, verbose=False, ui=False, extra=()):
+    """A SparkSession configured by :func:`spark_conf` and then ``extra`` ((key,
+    value) pairs: ``--conf``). Under spark-submit (which has started the JVM) its
+    settings stay, except ``master`` when given; else the JVM is started here, and
+    unless ``verbose`` its stderr is passed on without the JVM's own "WARNING:" lines
+    (jdk.incubator.vector)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
@@ -309,9 +323,15 @@ def start_spark(master=None, *, verbose=False, ui=False):
         for k, v in spark_conf(master, verbose=verbose, ui=ui).items():
             if not conf.contains(k) or (k == "spark.master" and master):
                 conf.set(k, v)
+        conf.setAll(extra)
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     else:
         master = master or "local[*]"
+        python = dict(extra).get("spark.pyspark.python")
+        if python:
+            # what spark-submit does with it: PySpark takes the workers' Python from
+            # the environment only (e.g. ./environment/bin/python of spark.archives)
+            os.environ["PYSPARK_PYTHON"] = python
         if _is_local(master):
             # Local workers are this machine's: run them on this Python (with rmq and
             # its core), not whatever "python3" is on PATH; Spark's own address lookup
@@ -325,7 +345,7 @@ def start_spark(master=None, *, verbose=False, ui=False):
                 with open(log4j, "w") as f:
                     f.write(_QUIET_LOG4J)
             conf = SparkConf().setAll(spark_conf(master, verbose=verbose, ui=ui,
-                                                 log4j_file=log4j).items())
+                                                 log4j_file=log4j).items()).setAll(extra)
             gateway = None if verbose else _filtered_gateway(conf)
             SparkContext(conf=conf, gateway=gateway)
         spark = SparkSession.builder.getOrCreate()      # on that context
@@ -1034,15 +1054,23 @@ def _broker_summaries(events, start, end, bucket_ns):
 
 def _implementation(_):
     import rmq
-    return rmq.IMPLEMENTATION
+    return rmq.IMPLEMENTATION, sys.prefix
+
+
+def executor_environments(spark):
+    """(codecs, pythons): the rmq codec the executors' Python workers load
+    ("compiled", or "python" when rmq._core did not reach them) and the environments
+    they run in (``sys.prefix``: a shipped environment is unpacked in the executor's
+    work directory), from a task per core."""
+    sc = spark.sparkContext
+    n = sc.defaultParallelism
+    seen = sc.parallelize(range(n), n).map(_implementation).distinct().collect()
+    return sorted({impl for impl, _ in seen}), sorted({prefix for _, prefix in seen})
 
 
 def executor_implementations(spark):
-    """The rmq codec the executors' Python workers load ("compiled", or "python"
-    when rmq._core did not reach them), from a task per core."""
-    sc = spark.sparkContext
-    n = sc.defaultParallelism
-    return sorted(sc.parallelize(range(n), n).map(_implementation).distinct().collect())
+    """The rmq codec the executors' Python workers load (see executor_environments)."""
+    return executor_environments(spark)[0]
 
 
 def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader="auto",
@@ -1076,8 +1104,9 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader
     with progress.phase("summarizing", status=lambda: _tasks(sc)):
         summary = aggregate(frames, requests, paths)
         summary["seconds"] = round(time.monotonic() - t0, 3)
+        codecs, pythons = executor_environments(spark)
         summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
-                            "executor_implementation": executor_implementations(spark),
+                            "executor_implementation": codecs, "executor_python": pythons,
                             "reader": reader}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
