@@ -907,8 +907,9 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
 
     The GIL stays held: a run only copies answers, and while the table thread runs
     Python (a liveness scan dropping many brokers), giving the GIL up here would cost
-    the loop thread a wait of up to the switch interval to take it back, per read. Waiting for the read lock with the GIL is safe: no holder of
-    the table's lock ever waits for the GIL."""
+    the loop thread a wait of up to the switch interval to take it back, per read.
+    Waiting for the read lock with the GIL is safe: no holder of the table's lock
+    ever waits for the GIL."""
     cdef Py_ssize_t pos = 0, need = 0
     cdef int64_t length
     cdef int status, legacy

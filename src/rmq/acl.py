@@ -29,6 +29,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from rmq.javaorder import java_string_order
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
@@ -49,11 +51,6 @@ ONS_CHANNEL = "OnsChannel"
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 
-def _java_order(name: str) -> bytes:
-    # String.compareTo orders by UTF-16 code unit, which big-endian UTF-16 bytes keep.
-    return name.encode("utf-16-be", "surrogatepass")
-
-
 def _text(value: object) -> str:
     return value if isinstance(value, str) else str(value)
 
@@ -62,8 +59,10 @@ _CLIENT_EXCLUDES = frozenset((SIGNATURE,))
 
 
 def _fields_text(fields: Mapping[str, object], exclude: frozenset[str]) -> bytes:
-    names = sorted((k for k in fields if k not in exclude), key=_java_order)
-    return "".join(_text(fields[k]) for k in names).encode("utf-8", "replace")
+    names = [k for k in fields if k not in exclude]
+    # ASCII names (the usual) sort alike in code points and in UTF-16 code units
+    names.sort(key=None if "".join(names).isascii() else java_string_order)
+    return "".join([_text(fields[k]) for k in names]).encode("utf-8", "replace")
 
 
 def signing_content(ext_fields: Mapping[str, object] | None, body: Buffer | None = b"",
@@ -118,8 +117,11 @@ def signature_fields(ext_fields: Mapping[str, object] | None, body: Buffer | Non
 
 def sign_command(cmd: RemotingCommand, credentials: SessionCredentials) -> None:
     """Sign the request ``cmd`` in place (its ext fields get the signature's)."""
-    cmd.ext_fields = {**(cmd.ext_fields or {}),
-                      **signature_fields(cmd.ext_fields, cmd.body, credentials)}
+    fields = {**(cmd.ext_fields or {}), ACCESS_KEY: credentials.access_key}
+    if credentials.security_token is not None:
+        fields[SECURITY_TOKEN] = credentials.security_token
+    fields[SIGNATURE] = request_signature(fields, cmd.body, credentials.secret_key)
+    cmd.ext_fields = fields
 
 
 #: The environment variables of :func:`credentials_from`.

@@ -106,12 +106,6 @@ def _namesrv(args):
         # mqnamesrv -p: the effective configuration (file, then options), then exit
         sys.stdout.write(config.to_properties_text())
         return 0
-    from rmq.namesrv.tlsconn import ServerTls
-    try:
-        ServerTls.from_config(config)       # a wrong TLS setting stops the start here
-    except ConfigError as e:
-        print(f"rmq namesrv: {e}", file=sys.stderr)
-        return 2
     try:
         kv = KVConfig(config.kvConfigPath, **config.kv_limits())
     except KVConfigError as e:
@@ -127,7 +121,7 @@ def _namesrv(args):
     namesrv = NameServer(config, kv)
     try:
         app = NameServerApp(namesrv, trace=trace)
-    except ConfigError as e:         # aclEnable with a bad plain_acl.yml or class setting
+    except ConfigError as e:    # a wrong TLS setting; aclEnable with a bad plain_acl.yml
         print(f"rmq namesrv: {e}", file=sys.stderr)
         kv.close()
         if trace is not None:

@@ -4,7 +4,7 @@ route tables' rules (rmq.namesrv.routeinfo) and both topic-table storages import
 from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["java_spread_hash", "java_hash_order"]
+__all__ = ["java_spread_hash", "java_hash_order", "java_string_order"]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -16,6 +16,13 @@ def java_spread_hash(s: str) -> int:
     for i in range(0, len(b), 2):
         h = (31 * h + ((b[i] << 8) | b[i + 1])) & 0xFFFFFFFF
     return h ^ (h >> 16)
+
+
+def java_string_order(s: str) -> bytes:
+    """A sort key of ``String.compareTo`` (a ``TreeMap``'s order): it compares UTF-16
+    code units, which big-endian UTF-16 bytes keep. Code-point order (Python's) is
+    the same for strings without characters above U+FFFF or in U+E000..U+FFFF."""
+    return s.encode("utf-16-be", "surrogatepass")
 
 
 def _capacity(n: int, initial: int) -> int:

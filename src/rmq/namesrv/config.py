@@ -678,9 +678,11 @@ class NamesrvConfig:
         named = (k.strip(_JAVA_TRIM) for k in (self.configBlackList or "").split(";"))
         return ALWAYS_BLACKLISTED | {k for k in named if k}
 
-    def is_blacklisted(self, key: str) -> bool:
-        """True if no remote request may set ``key`` (black list or path rule)."""
-        return key in self.black_list() or is_path_key(key) or is_tls_key(key)
+    def is_blacklisted(self, key: str, black: frozenset[str] | None = None) -> bool:
+        """True if no remote request may set ``key`` (black list, path or TLS rule);
+        ``black``: :meth:`black_list`, when the caller has it already."""
+        black = self.black_list() if black is None else black
+        return key in black or is_path_key(key) or is_tls_key(key)
 
     def update_from_properties_text(self, text: str) -> list[str]:
         """Apply an UPDATE_NAMESRV_CONFIG body; returns the keys whose value changed.
@@ -691,7 +693,7 @@ class NamesrvConfig:
         """
         props = parse_properties(text)
         black = self.black_list()
-        refused = [k for k in props if k in black or is_path_key(k) or is_tls_key(k)]
+        refused = [k for k in props if self.is_blacklisted(k, black)]
         if refused:
             raise ConfigNoPermission(refused)
         with self._lock:
