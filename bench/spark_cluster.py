@@ -57,7 +57,8 @@ def pack_environment(directory):
     [wheel] = (d / "wheel").glob("rmq-*.whl")
     # the driver's Python version: a Python worker must match the driver's minor version
     run([sys.executable, "-m", "venv", d / "venv"])
-    run([d / "venv" / "bin" / "python", "-m", "pip", "install", "-q", wheel])
+    # pyarrow: the tasks decode into Arrow batches and write frames.parquet with it
+    run([d / "venv" / "bin" / "python", "-m", "pip", "install", "-q", wheel, "pyarrow"])
     archive = d / "rmq_env.tar.gz"
     started = time.monotonic()
     run([Path(sys.executable).parent / "venv-pack", "-p", d / "venv", "-o", archive, "-q"])

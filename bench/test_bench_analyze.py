@@ -5,14 +5,17 @@ the pure-Python codec.
 The issue's targets: Spark local[2] at no less than half the standalone compiled
 rate on two cores, and at least 10 times the pure-Python job. The Spark figures,
 from the least to the most work handed to the JVM:
-- "spark rdd <reader>": the inputs' rows decoded and counted inside the Python
-  workers (the decoding inside Spark, nothing converted to Spark rows), the workers
-  opening the files themselves ("workers", the default for file: inputs) or handed
-  their bytes by binaryFiles ("spark", as for hdfs:// inputs);
-- "spark df": the frames DataFrame counted (every row pickled to the JVM and
-  converted to a Spark row);
-- "spark parquet": frames.parquet written (the job's first stage).
-The standalone figures decode the same files' bytes already in memory: no I/O at all.
+- "spark rdd <reader>": the inputs decoded into Arrow batches and their rows counted
+  inside the Python workers (the decoding inside Spark, nothing handed to the JVM),
+  the workers opening the files themselves ("workers", the default for file: inputs)
+  or handed their bytes by binaryFiles ("spark", as for hdfs:// inputs);
+- "spark df": the frames DataFrame counted (every row made in Python, pickled to the
+  JVM and converted to a Spark row);
+- "spark parquet <writer>": frames.parquet written (the job's first stage), by each
+  task from the columns with Arrow's writer ("arrow", the default for file: outputs)
+  or by Spark from rows ("spark", for outputs only Hadoop reaches).
+The standalone figures decode the same files' bytes already in memory into Arrow
+batches (the job's partition function): no I/O at all.
 The trace: ``rmq trace synth`` with 2,000 clients polling the routes of 10 topics
 every 30 s, 2 brokers of 100 topics registering every 30 s, KV traffic and errors:
 about 3.2 million frames, 1 GB in 64 MiB segments (with --benchmark-disable: a
@@ -63,7 +66,11 @@ def _load_share(paths):
 
 
 def _count_share(_):
-    return sum(1 for _ in analyze.decode_files(_share, {}))
+    return _frames(analyze.decode_files(_share, {}))
+
+
+def _frames(batches):
+    return sum(b.num_rows for b in batches)
 
 
 @pytest.mark.parametrize("impl", ["compiled", "python"])
@@ -77,9 +84,8 @@ def test_standalone_1_process(benchmark, figure, trace, impl, monkeypatch):
         monkeypatch.setattr(rmq.codec, "decode_frame", rmq.fallback.decode_frame)
         files = files[:1]       # ~30 s for the whole trace: its first segment tells the rate
     data = [("file:" + p, open(p, "rb").read()) for p in files]
-    expected = sum(1 for _ in analyze.decode_files(data, {}))
-    n = benchmark.pedantic(lambda: sum(1 for _ in analyze.decode_files(data, {})),
-                           **rounds(trace))
+    expected = _frames(analyze.decode_files(data, {}))
+    n = benchmark.pedantic(lambda: _frames(analyze.decode_files(data, {})), **rounds(trace))
     assert n == expected and (impl == "python" or n == trace["frames"])
     figure(benchmark, f"analyze standalone 1 process {impl}", n, "frames/s")
 
@@ -146,8 +152,8 @@ def test_spark_rdd_decode(benchmark, figure, trace, spark, reader):
     if impl == "python" and reader == "spark" and not trace["smoke"]:
         pytest.skip("the pure-Python job's figure is the default reader's")
     paths = _paths(session, trace)
-    n = benchmark.pedantic(lambda: analyze.frame_rows(session, paths, reader=reader).count(),
-                           **rounds(trace, impl))
+    n = benchmark.pedantic(lambda: analyze.frame_batches(session, paths, reader=reader)
+                           .map(lambda b: b.num_rows).sum(), **rounds(trace, impl))
     assert n == trace["frames"]
     figure(benchmark, f"analyze spark rdd {reader} {impl}", n, "frames/s")
 
@@ -161,19 +167,22 @@ def test_spark_dataframe_count(benchmark, figure, trace, spark):
     figure(benchmark, f"analyze spark df {impl}", n, "frames/s")
 
 
-def test_spark_parquet(benchmark, figure, trace, spark, tmp_path):
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_spark_parquet(benchmark, figure, trace, spark, tmp_path, writer):
     impl, session = spark
-    if impl == "python" and not trace["smoke"]:
-        pytest.skip("the pure-Python figures are the rdd and df ones")
+    if impl == "python" and not trace["smoke"] and writer == "spark":
+        pytest.skip("the pure-Python figures are the rdd, df and arrow-parquet ones")
     paths = _paths(session, trace)
-    out = "file:" + str(tmp_path / "frames.parquet")
+    out = str(tmp_path)
 
     def run():
-        analyze.decode_frames(session, paths).write.mode("overwrite").parquet(out)
+        analyze.write_frames(session, paths, out, writer=writer)
 
-    benchmark.pedantic(run, **rounds(trace))
-    assert session.read.parquet(out).count() == trace["frames"]
-    figure(benchmark, f"analyze spark parquet {impl}", trace["frames"], "frames/s")
+    benchmark.pedantic(run, **rounds(trace, impl))
+    frames = session.read.parquet("file:" + str(tmp_path / "frames.parquet"))
+    assert frames.count() == trace["frames"]
+    assert frames.schema == analyze.frames_schema()
+    figure(benchmark, f"analyze spark parquet {writer} {impl}", trace["frames"], "frames/s")
 
 
 def test_spark_shipping_only(benchmark, figure, trace, spark):

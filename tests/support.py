@@ -21,7 +21,7 @@ CORE_NAMES = (
     "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder",
     "crc32", "body_crc32", "json_loads", "json_dumps",
     "decode_register_broker_body", "encode_register_broker_body",
-    "encode_topic_route_data", "FrameSplitter", "TopicTable", "TraceRows", "RequestPairer",
+    "encode_topic_route_data", "FrameSplitter", "TopicTable", "TraceRows", "TraceColumns",
     "IMPLEMENTATION", "CRC32_KERNEL",
 )
 

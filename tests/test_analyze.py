@@ -131,6 +131,34 @@ def recorded(tmp_path_factory, spark):
     return rec, answers, out, summary
 
 
+def test_both_writers_write_the_same_frames(recorded, spark, tmp_path):
+    """frames.parquet written by the tasks from the columns (Arrow's writer, the
+    default for a local output) and by Spark from rows: the same schema, the
+    frames_schema, and the same rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    rec, answers, out, summary = recorded
+    paths = analyze.list_inputs(spark, [str(out.parent / "trace")])
+    by_spark = analyze.write_frames(spark, paths, "file:" + str(tmp_path), writer="spark")
+    assert by_spark == "file:" + str(tmp_path / "frames.parquet")
+    x = spark.read.parquet(str(out / "frames.parquet"))
+    y = spark.read.parquet(by_spark)
+    assert x.schema == y.schema == analyze.frames_schema()
+
+    def comparable(df):         # set operations take no MAP column: its sorted entries
+        return df.select([F.array_sort(F.map_entries(f.name)).alias(f.name)
+                          if isinstance(f.dataType, MapType) else F.col(f.name)
+                          for f in df.schema.fields])
+    x, y = comparable(x), comparable(y)
+    assert x.count() == y.count() == summary["frames"]
+    assert x.exceptAll(y).count() == 0 and y.exceptAll(x).count() == 0
+    with pytest.raises(ValueError, match="writer must be one of"):
+        analyze.write_frames(spark, paths, str(tmp_path), writer="pandas")
+    with pytest.raises(ValueError, match="the arrow writer writes to a file system"):
+        analyze.write_frames(spark, paths, "hdfs://nn/out", writer="arrow")
+
+
 def test_session_counts_are_the_traffic_sent(recorded):
     rec, answers, out, summary = recorded
     from rmq.protocol import RESPONSE_NAMES
@@ -315,8 +343,8 @@ def test_both_readers_give_the_same_rows(tmp_path, spark):
     assert len(paths) == 4
 
     def rows(reader):
-        return sorted(analyze.frame_rows(spark, paths, reader=reader).collect(),
-                      key=lambda r: (r[1], r[2]))
+        batches = analyze.frame_batches(spark, paths, reader=reader).collect()
+        return sorted(_rows_of(batches), key=lambda r: (r[1], r[2]))
 
     workers = rows("workers")
     assert workers == rows("spark") == rows("auto")
@@ -325,17 +353,25 @@ def test_both_readers_give_the_same_rows(tmp_path, spark):
     assert workers[-1][ERROR].startswith("TraceError: ")
     assert "not a trace segment" in workers[-1][ERROR]
     with pytest.raises(ValueError, match="reader must be one of"):
-        analyze.frame_rows(spark, paths, reader="jvm")
+        analyze.frame_batches(spark, paths, reader="jvm")
+
+
+def _rows_of(batches):
+    """The PAIRED_ROW_FIELDS tuples of RAW_SCHEMA batches."""
+    import pyarrow as pa
+    table = pa.Table.from_batches(batches).select(list(PAIRED_ROW_FIELDS))
+    return [tuple(dict(v) if k == "ext" and v is not None else v for k, v in r.items())
+            for r in table.to_pylist()]
 
 
 def test_a_worker_that_cannot_open_an_input_makes_it_a_row(tmp_path):
     missing = "file:" + str(tmp_path / "gone.rmqtrace")
-    [row] = analyze.decode_paths([[missing]], {missing: 3})
+    [row] = _rows_of(analyze.decode_paths([[missing]], {missing: 3}))
     assert row[:3] == (missing, 3, 0) and row[3] is None
     assert len(row) == len(PAIRED_ROW_FIELDS) and row[ERROR].startswith("FileNotFoundError: ")
     empty = tmp_path / "empty.rmqtrace"
     empty.write_bytes(b"")
-    [row] = analyze.decode_paths([["file:" + str(empty)]], {})
+    [row] = _rows_of(analyze.decode_paths([["file:" + str(empty)]], {}))
     assert "empty or cut before its header" in row[ERROR]
 
 
@@ -561,10 +597,11 @@ class TestCommand:
 def test_rows_become_the_dataframe_createDataFrame_makes(spark, monkeypatch):
     """The rows reach the JVM without createDataFrame's per-row Python passes, and
     where those JVM calls are missing, through createDataFrame: the same frame."""
-    schema = analyze._raw_schema()
-    row = ("file:/t", 0, 1, 2, 3, "p:1", 0, 105, 0, 7, "JAVA", 409, "r", {"topic": "T"},
-           0, 30, None, 5, 0, None, False)
-    rows = spark.sparkContext.parallelize([row, row[:13] + (None,) + row[14:]], 2)
+    from pyspark.sql.types import IntegerType, MapType, StringType, StructField, StructType
+    schema = StructType([StructField("file", StringType()), StructField("code", IntegerType()),
+                         StructField("ext", MapType(StringType(), StringType()))])
+    row = ("file:/t", 105, {"topic": "T"})
+    rows = spark.sparkContext.parallelize([row, row[:2] + (None,)], 2)
     want = spark.createDataFrame(rows, schema, verifySchema=False).collect()
     fast = analyze._rows_dataframe(spark, rows, schema)
     assert fast.schema == schema and fast.collect() == want

@@ -75,7 +75,7 @@ def test_fallback_has_the_names_and_signatures_of_the_stub(tmp_path):
                   flags=re.S)
     stub, n = re.subn(r"def __new__\(cls, (.*?)\) -> Self: \.\.\.", r"def __init__(self, \1) -> None: ...",
                       stub, flags=re.S)
-    assert n == 4, stub                 # FrameDecoder, FrameSplitter, TraceRows, RequestPairer
+    assert n == 4, stub                 # FrameDecoder, FrameSplitter, TraceRows, TraceColumns
     view = tmp_path / "rmq_fallback_view"
     view.mkdir()
     (view / "__init__.pyi").write_text(stub)
@@ -94,6 +94,9 @@ def test_fallback_has_the_names_and_signatures_of_the_stub(tmp_path):
         rmq_fallback_view.TraceRows.offset
         rmq_fallback_view.TraceRows.records
         rmq_fallback_view.TraceRows.stopped
+        rmq_fallback_view.TraceColumns.offset
+        rmq_fallback_view.TraceColumns.records
+        rmq_fallback_view.TraceColumns.stopped
         """))
     config = tmp_path / "mypy.ini"
     config.write_text(f"[mypy]\nmypy_path = {ROOT / 'src'}\n"

@@ -14,7 +14,7 @@ include "crc32.pxi"
 include "scan.pxi"
 include "routes.pxi"
 include "trace.pxi"
-include "pairing.pxi"
+include "columns.pxi"
 
 # The typed public surface is src/rmq/_core.pyi (installed beside the module).
 IMPLEMENTATION = "compiled"

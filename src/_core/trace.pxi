@@ -104,6 +104,47 @@ cdef inline int mp_span(const uint8_t** pp, const uint8_t* end, bint binary,
     return MP_OK
 
 
+cdef struct TraceRecord:
+    int64_t t
+    int64_t conn            # conn_base + the record's connection id
+    int64_t direction
+    const uint8_t* peer_s   # NULL (peer_n -1) for nil
+    Py_ssize_t peer_n
+    const uint8_t* frame_s
+    Py_ssize_t frame_n
+
+
+cdef int read_record(const uint8_t** pp, const uint8_t* end, int64_t conn_base,
+                     TraceRecord* r) noexcept nogil:
+    """One [time_ns, conn, peer, direction, frame] record from pp[0], in the forms
+    msgpack's packer writes: MP_OK (pp[0] moved past it), MP_SHORT (the data ends
+    inside it) or MP_OTHER (another form, or conn_base + conn overflows)."""
+    cdef const uint8_t* p = pp[0]
+    cdef int64_t conn
+    cdef int rc
+    if p >= end:
+        return MP_SHORT
+    if p[0] != 0x95:                        # fixarray of 5
+        return MP_OTHER
+    p += 1
+    rc = mp_int(&p, end, &r.t)
+    if rc == MP_OK:
+        rc = mp_int(&p, end, &conn)
+    if rc == MP_OK:
+        rc = mp_span(&p, end, False, &r.peer_s, &r.peer_n)
+    if rc == MP_OK:
+        rc = mp_int(&p, end, &r.direction)
+    if rc == MP_OK:
+        rc = mp_span(&p, end, True, &r.frame_s, &r.frame_n)
+    if rc == MP_OK and ((conn > 0 and conn_base > INT64_MAX - conn)
+                        or (conn < 0 and conn_base < INT64_MIN - conn)):
+        rc = MP_OTHER
+    if rc == MP_OK:
+        r.conn = conn_base + conn
+        pp[0] = p
+    return rc
+
+
 @cython.final
 cdef class TraceRows:
     """TraceRows(data, start, file, file_index, conn_base=0, first_record=0,
@@ -162,6 +203,7 @@ cdef class TraceRows:
         cdef Py_ssize_t peer_n, frame_n, cached_n
         cdef int64_t t, conn, direction
         cdef int rc
+        cdef TraceRecord rec
         cdef RemotingCommand cmd
         cdef const char* cached
         if self.stopped is not None:
@@ -171,26 +213,13 @@ cdef class TraceRows:
         if p == end:
             self._stop(S_END)
             raise StopIteration
-        if p[0] != 0x95:                        # fixarray of 5
-            self._stop(S_OTHER)
-            raise StopIteration
-        p += 1
-        rc = mp_int(&p, end, &t)
-        if rc == MP_OK:
-            rc = mp_int(&p, end, &conn)
-        if rc == MP_OK:
-            rc = mp_span(&p, end, False, &peer_s, &peer_n)
-        if rc == MP_OK:
-            rc = mp_int(&p, end, &direction)
-        if rc == MP_OK:
-            rc = mp_span(&p, end, True, &frame_s, &frame_n)
-        if rc == MP_OK and ((conn > 0 and self.conn_base > INT64_MAX - conn)
-                            or (conn < 0 and self.conn_base < INT64_MIN - conn)):
-            rc = MP_OTHER
+        rc = read_record(&p, end, self.conn_base, &rec)
         if rc != MP_OK:
             self._stop(S_CUT if rc == MP_SHORT else S_OTHER)
             raise StopIteration
-        conn_o = PyLong_FromLongLong(self.conn_base + conn)
+        t, conn, direction = rec.t, rec.conn, rec.direction
+        peer_s, peer_n, frame_s, frame_n = rec.peer_s, rec.peer_n, rec.frame_s, rec.frame_n
+        conn_o = PyLong_FromLongLong(conn)
         if peer_n < 0:
             peer = None
         else:

@@ -80,6 +80,12 @@ REQUEST_NAMES: dict[int, str] = {v: k for k, v in vars(RequestCode).items() if k
 RESPONSE_NAMES: dict[int, str] = {v: k for k, v in vars(ResponseCode).items() if k.isupper()}
 
 
+def code_name(code: int, is_response: bool) -> str:
+    """A request or response code's name; CODE_<n> when rmq does not know it."""
+    name = (RESPONSE_NAMES if is_response else REQUEST_NAMES).get(code)
+    return name if name is not None else f"CODE_{code}"
+
+
 _JAVA_INT = re.compile(r"[+-]?\d+")
 
 

@@ -4,7 +4,7 @@ imports nothing of rmq's but the wire-level errors and protocol constants).
 
 A row is one frame of a trace with its header decoded: a flat tuple in the order of
 :data:`TRACE_ROW_FIELDS`. A frame that does not decode is still a row, with
-``decode_error`` set. The pairing of requests with their answers (``RequestPairer``)
+``decode_error`` set. The pairing of requests with their answers (``TraceColumns``)
 appends :data:`PAIRED_ROW_FIELDS`' last four fields.
 """
 
@@ -21,8 +21,9 @@ from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-__all__ = ["TRACE_ROW_FIELDS", "PAIRED_ROW_FIELDS", "MAX_WAITING", "NO_PAIRING", "SETTLED",
-           "OPEN", "ROW", "frame_row", "RecordRows"]
+__all__ = ["TRACE_ROW_FIELDS", "PAIRED_ROW_FIELDS", "COLUMN_FIELDS", "MAX_WAITING", "NO_PAIRING",
+           "SETTLED", "OPEN", "ROW", "BATCH_ROWS", "EXT_COLUMNS", "MAX_BATCH_BYTES", "frame_row", "unfit_field",
+           "unfit_row", "RecordRows"]
 
 #: The fields of a row, in order. ``conn`` is ``conn_base + `` the record's
 #: connection id; ``body_len`` and ``frame_len`` are in bytes.
@@ -47,6 +48,73 @@ OPEN = (None, None, None, True)
 #: unanswered: an input holding only one direction of its connections (a capture
 #: filtered on one port) would otherwise keep every request in memory.
 MAX_WAITING = 65536
+MAX_WAITING_LIMIT = 1 << 24
+
+#: Rows as columns (rmq._core.TraceColumns and its reference): the paired fields
+#: less ``file`` and ``file_index`` (one value per input), in the order take()
+#: hands them over. A batch ends at BATCH_ROWS rows or MAX_BATCH_BYTES of text,
+#: far below Arrow's 2 GiB offsets.
+COLUMN_FIELDS = PAIRED_ROW_FIELDS[2:]
+BATCH_ROWS = 65536
+MAX_BATCH_BYTES = 64 << 20
+#: The ext fields the analysis keys on, taken out as columns of their own
+#: (TraceColumns' ext_columns): column name -> ext key.
+EXT_COLUMNS = {"topic": "topic", "broker_name": "brokerName", "broker_addr": "brokerAddr",
+               "cluster": "clusterName"}
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+#: The range of each integer field of a row, as its column holds it.
+INT_RANGES = {"record": _INT64, "time_ns": _INT64, "conn": _INT64, "direction": _INT32,
+              "code": _INT32, "flag": _INT32, "opaque": _INT32, "version": _INT32,
+              "body_len": _INT32, "frame_len": _INT32}
+_TEXT_FIELDS = ("peer", "language", "remark", "decode_error")
+#: What an unfit row keeps (the fields that fit): where and when the frame was.
+_KEPT = ("record", "time_ns", "conn", "peer", "direction", "frame_len")
+
+
+def _fits(name: str, v: Any) -> bool:
+    if v is None:
+        return True
+    if name in INT_RANGES:
+        lo, hi = INT_RANGES[name]
+        return type(v) is int and lo <= v <= hi
+    if name in _TEXT_FIELDS:
+        return type(v) is str and _utf8(v)
+    if name == "ext":
+        return type(v) is dict and all(type(k) is str and type(x) is str and _utf8(k)
+                                       and _utf8(x) for k, x in v.items())
+    return True
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:      # a lone surrogate (a JSON "\ud800")
+        return False
+    return True
+
+
+def unfit_field(row: tuple[Any, ...]) -> str | None:
+    """The first field of a row (TRACE_ROW_FIELDS) its column cannot hold: an
+    integer of another type or out of its range, text that is not a str with a
+    UTF-8 form, ext not a dict of such; None when all fit."""
+    for name, v in zip(TRACE_ROW_FIELDS, row):
+        if not _fits(name, v):
+            return name
+    return None
+
+
+def unfit_row(file: Any, row: tuple[Any, ...], field: str) -> tuple[Any, ...]:
+    """The row a row with an unfit ``field`` becomes: the frame's place (the fields
+    of _KEPT that fit), none of its header, and ``decode_error`` saying what was
+    wrong."""
+    kept = {name: v for name, v in zip(TRACE_ROW_FIELDS, row)
+            if name in _KEPT and _fits(name, v)}
+    error = (f"TraceError: {file}: record {kept.get('record')} has a {field} its column "
+             f"cannot hold: {row[ROW[field]]!r:.80}")
+    return tuple(error if name == "decode_error" else kept.get(name)
+                 for name in TRACE_ROW_FIELDS)
 
 
 def frame_row(file: Any, file_index: Any, record: int, time_ns: Any, conn: Any, peer: Any,

@@ -323,23 +323,38 @@ def segment_rows(data: Buffer, file: str, file_index: Any, conn_base: int = 0,
     "records" and "truncated_bytes" once they are read."""
     from rmq._impl import core
 
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
-    # the header is small: the first 64 KiB hold it, or the segment is not one
-    unpacker.feed(memoryview(data)[:65536])
-    _read_header(unpacker, file)
     rows: _core.TraceRows | RecordRows = core.TraceRows(
-        data, unpacker.tell(), file, file_index, conn_base, 0, max_frame_length)
+        data, segment_start(data, file), file, file_index, conn_base, 0, max_frame_length)
     try:
         yield from rows
         if rows.stopped == "other":     # a record in a form the compiled reader leaves to it
-            rows = _CoreRecordRows(data, rows.offset, file, file_index, conn_base,
-                                   rows.records, max_frame_length)
+            rows = core_record_rows(data, rows.offset, file, conn_base, rows.records,
+                                    max_frame_length, file_index)
             yield from rows
     finally:
         if stats is not None:
             stats["records"] = rows.records
             with memoryview(data) as view:
                 stats["truncated_bytes"] = view.nbytes - rows.offset if rows.stopped else 0
+
+
+def segment_start(data: Buffer, file: str) -> int:
+    """Where the records of a segment (bytes-like) begin, after its header; raises
+    TraceError when ``data`` is not a segment ``file`` of this format."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
+    # the header is small: the first 64 KiB hold it, or the segment is not one
+    unpacker.feed(memoryview(data)[:65536])
+    _read_header(unpacker, file)
+    return int(unpacker.tell())
+
+
+def core_record_rows(data: Buffer, start: int, file: str, conn_base: int, first_record: int,
+                     max_frame_length: int, file_index: Any = None) -> RecordRows:
+    """The rows of the records from ``start`` on, read by the reference's reader
+    (every form) with the active core's frame decoder: for the records the compiled
+    readers leave (``stopped == "other"``)."""
+    return _CoreRecordRows(data, start, file, file_index, conn_base, first_record,
+                           max_frame_length)
 
 
 def read_records(source: str | os.PathLike[str] | Buffer, **pcap_options: Any

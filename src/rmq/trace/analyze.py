@@ -31,7 +31,8 @@ import time
 
 __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
            "check_inputs", "java_problem", "spark_conf", "start_spark", "Progress", "Unusable",
-           "frame_rows", "decode_frames", "decode_files", "decode_paths", "READERS",
+           "frame_batches", "decode_frames", "write_frames", "decode_files", "decode_paths",
+           "READERS", "WRITERS",
            "requests_table", "aggregate",
            "executor_implementations", "executor_environments", "choose_bucket_ns",
            "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
@@ -102,6 +103,11 @@ def add_arguments(parser):
                              "binaryFiles (any Hadoop filesystem); 'workers' (and 'auto') "
                              "lets the Python workers open file: inputs themselves, "
                              "which skips copying them through the JVM (default auto)")
+    parser.add_argument("--writer", choices=WRITERS, default="auto",
+                        help="how frames.parquet is written: 'arrow' (each task writes its "
+                             "part from the decoded columns; an output on a file system the "
+                             "workers share), 'spark' (rows handed to Spark's writer; any "
+                             "Hadoop filesystem), 'auto' (arrow where it can; default)")
     parser.add_argument("--verbose", action="store_true",
                         help="Spark's own logs (from WARN) and stage progress bars on stderr "
                              "(default: errors only)")
@@ -149,7 +155,8 @@ def main(args):
             return 1
     try:
         summary = analyze(spark, args.inputs, args.out, server_ports=args.server_ports,
-                          partitions=args.partitions, reader=args.reader, progress=progress)
+                          partitions=args.partitions, reader=args.reader,
+                          writer=getattr(args, "writer", "auto"), progress=progress)
     except NoInputs as e:
         print(f"rmq trace analyze: {e}", file=sys.stderr)
         return 2
@@ -485,14 +492,14 @@ class NoInputs(ValueError):
 # ---------------------------------------------------------------- the partition function
 
 def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None, decoded=None):
-    """The rows (rmq.rows.PAIRED_ROW_FIELDS tuples) of ``files``, an
-    iterator of (path, bytes), as ``binaryFiles`` hands them over.
+    """The frames of ``files``, an iterator of (path, bytes) as ``binaryFiles`` hands
+    them over, as Arrow record batches (rmq.trace.arrow.RAW_SCHEMA).
 
     Runs in the executors' Python workers: rmq is imported here, so the compiled
-    codec is loaded there, and only plain tuples go back to the JVM. Nothing a file
-    holds makes it raise: an undecodable frame is a row with ``decode_error``, a
-    file that cannot be read (or stops being readable) one more such row.
-    ``decoded``, an accumulator, counts the files done (for progress)."""
+    core is loaded there. Nothing a file holds makes it raise: an undecodable frame
+    is a row with ``decode_error``, a file that cannot be read (or stops being
+    readable) one more such row. ``decoded``, an accumulator, counts the files done
+    (for progress)."""
     for path, data in files:
         yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
         if decoded is not None:
@@ -500,7 +507,7 @@ def decode_files(files, file_indexes, server_ports=(9876,), conn_spaces=None, de
 
 
 def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None, decoded=None):
-    """The rows of the ``file:`` inputs of ``groups`` (lists of paths), which the
+    """The batches of the ``file:`` inputs of ``groups`` (lists of paths), which the
     worker maps from its own disk: the file the executor's JVM would have read for
     ``binaryFiles``, without copying it through the JVM's heap and its socket."""
     import mmap
@@ -514,17 +521,15 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None, d
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                from rmq.rows import NO_PAIRING
-                yield _input_error(path, _file_index(path, file_indexes), 0, e) + NO_PAIRING
-            else:
-                try:
-                    yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
-                finally:
-                    if isinstance(data, mmap.mmap):
-                        try:
-                            data.close()
-                        except BufferError:     # a reader still holds it: closed when freed
-                            pass
+                data = e
+            try:
+                yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
+            finally:
+                if isinstance(data, mmap.mmap):
+                    try:
+                        data.close()
+                    except BufferError:     # a reader still holds it: closed when freed
+                        pass
             if decoded is not None:
                 decoded.add(1)
 
@@ -539,37 +544,18 @@ def _local_path(uri):
 
 
 def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
-    """The paired rows of one input: its requests carry the answers found in it."""
-    from rmq._impl import core
-    return core.RequestPairer(_input_rows(path, data, file_indexes, server_ports, conn_spaces))
-
-
-def _input_rows(path, data, file_indexes, server_ports, conn_spaces):
-    from rmq.codec import decode_frame
-    from rmq.rows import frame_row
-    from rmq.trace import is_capture, read_records, segment_rows
+    """The batches of one input (``data`` its bytes, or the OSError opening it):
+    its requests carry the answers found in it."""
+    from rmq.trace import arrow
 
     index = _file_index(path, file_indexes)
+    if isinstance(data, OSError):
+        return iter([arrow.error_batch(path, index, 0, data)])
     # The segments of one recording share its connection ids (a request at the
     # end of one segment, its answer in the next); other inputs have their own.
     conn_base = (conn_spaces or {}).get(path, index) << 32
-    stats = {"records": 0}
-    try:
-        if not is_capture(data):
-            yield from segment_rows(data, path, index, conn_base, _MAX_FRAME, stats=stats)
-            return
-        for record, (t, conn, peer, direction, frame) in enumerate(
-                read_records(data, server_ports=server_ports)):
-            stats["records"] = record + 1
-            yield frame_row(path, index, record, t, conn_base + conn, peer, direction, frame,
-                            _MAX_FRAME, decode_frame)
-    except Exception as e:      # not a trace, a cut pcap, a corrupt record, no rmq.trace.pcap...
-        yield _input_error(path, index, stats["records"], e)
-
-
-def _input_error(path, index, record, e):
-    return (path, index, record, None, None, None, None, None, None, None, None, None, None,
-            None, None, None, f"{type(e).__name__}: {e}")
+    return arrow.input_batches(path, data, index, conn_base, server_ports,
+                               max_frame_length=_MAX_FRAME)
 
 
 def _file_index(path, file_indexes):
@@ -635,23 +621,34 @@ def _publish(spark, local_dir, out):
 
 # ---------------------------------------------------------------- the job
 
-def _raw_schema():
+def frames_schema():
+    """frames.parquet's Spark schema (rmq.trace.arrow.FRAMES_SCHEMA's types)."""
+    import pyarrow as pa
     from pyspark.sql.types import (BooleanType, IntegerType, LongType, MapType, StringType,
-                                   StructField, StructType)
+                                   StructField, StructType, TimestampType)
 
-    from rmq.rows import PAIRED_ROW_FIELDS
-    types = {"file": StringType(), "file_index": LongType(), "record": LongType(),
-             "time_ns": LongType(), "conn": LongType(), "peer": StringType(),
-             "direction": IntegerType(), "code": IntegerType(), "flag": IntegerType(),
-             "opaque": IntegerType(), "language": StringType(), "version": IntegerType(),
-             "remark": StringType(), "ext": MapType(StringType(), StringType()),
-             "body_len": IntegerType(), "frame_len": IntegerType(),
-             "decode_error": StringType(), "answer_time_ns": LongType(),
-             "answer_code": IntegerType(), "answer_remark": StringType(),
-             "pair_open": BooleanType()}
-    # No field needs a Python-side conversion (a TimestampType would): rows go to
-    # the JVM as they are, the time column is made there.
-    return StructType([StructField(n, types[n]) for n in PAIRED_ROW_FIELDS])
+    from rmq.trace.arrow import FRAMES_SCHEMA
+    types = {pa.int64(): LongType(), pa.int32(): IntegerType(), pa.string(): StringType(),
+             pa.bool_(): BooleanType(), pa.timestamp("us", tz="UTC"): TimestampType(),
+             pa.map_(pa.string(), pa.string()): MapType(StringType(), StringType())}
+    return StructType([StructField(f.name, types[f.type]) for f in FRAMES_SCHEMA])
+
+
+def _frames_rows(raws):
+    """The frames rows (tuples of frames_schema) of RAW batches, in the forms Spark
+    takes without a conversion in Python (the time in microseconds, maps as dicts):
+    for an output only Spark can write."""
+    import pyarrow as pa
+
+    from rmq.trace import arrow
+    for raw in raws:
+        frames = arrow.frames_batch(raw)
+        columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c
+                   for c in frames.columns]
+        values = [c.to_pylist() for c in columns]
+        ext = frames.schema.get_field_index("ext")
+        values[ext] = [None if m is None else dict(m) for m in values[ext]]
+        yield from zip(*values)
 
 
 def _name_map(names):
@@ -673,11 +670,11 @@ def default_partitions(sc, files):
 READERS = ("auto", "workers", "spark")
 
 
-def frame_rows(spark, paths, server_ports=(9876,), partitions=None, reader="auto",
-               decoded=None):
-    """The RDD of PAIRED_ROW_FIELDS tuples of the input files ``paths`` (as
-    :func:`list_inputs` gives them); ``decoded``, an accumulator, counts the files
-    decoded."""
+def frame_batches(spark, paths, server_ports=(9876,), partitions=None, reader="auto",
+                  decoded=None):
+    """The RDD of the Arrow record batches (rmq.trace.arrow.RAW_SCHEMA) of the input
+    files ``paths`` (as :func:`list_inputs` gives them), a partition per group of
+    files; ``decoded``, an accumulator, counts the files decoded."""
     import functools
 
     if reader not in READERS:
@@ -765,33 +762,55 @@ def _code_name(code, is_response):
 
 def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="auto",
                   decoded=None):
-    """The frames DataFrame of the input files ``paths``, not yet computed.
+    """The frames DataFrame of the input files ``paths``, not yet computed, its rows
+    made in Python (the job writes frames.parquet from columns: :func:`write_frames`).
 
     A request's ``answer_*`` columns hold the answer found in the same input file;
     ``pair_open`` marks the answers that met no request there, whose keys
-    :func:`requests_table` pairs across the files (rmq.fallback.pairing)."""
-    from pyspark.sql import functions as F
+    :func:`requests_table` pairs across the files (rmq.fallback.columns)."""
+    return _rows_dataframe(spark, frame_batches(spark, paths, server_ports, partitions, reader,
+                                                decoded).mapPartitions(_frames_rows),
+                           frames_schema())
 
-    raw = _rows_dataframe(spark, frame_rows(spark, paths, server_ports, partitions, reader,
-                                            decoded), _raw_schema())
-    col = F.col
-    is_response = (col("flag").bitwiseAND(1) != 0)
-    ext = col("ext")
-    return raw.select(
-        "time_ns",
-        F.expr("timestamp_micros(time_ns div 1000)").alias("time"),
-        "conn", "peer",
-        F.when(col("direction") == 0, "in").when(col("direction") == 1, "out")
-         .alias("direction"),
-        "code", _code_name(col("code"), is_response).alias("code_name"),
-        is_response.alias("is_response"),
-        "opaque", "flag",
-        (col("flag").bitwiseAND(2) != 0).alias("oneway"),
-        "language", "version", "remark", "ext", "body_len", "frame_len",
-        ext["topic"].alias("topic"), ext["brokerName"].alias("broker_name"),
-        ext["brokerAddr"].alias("broker_addr"), ext["clusterName"].alias("cluster"),
-        "answer_time_ns", "answer_code", "answer_remark", "pair_open",
-        "decode_error", "file", "file_index", "record")
+
+#: How frames.parquet is written: "arrow" (each task writes its part with Arrow's
+#: Parquet writer, from the decoded columns: an output on a file system the
+#: workers share, file: or a path), "spark" (rows handed to Spark's writer: any
+#: output Hadoop reaches), "auto" ("arrow" where it can, else "spark").
+WRITERS = ("auto", "arrow", "spark")
+
+
+def _arrow_writable(out):
+    return not _is_uri(out) or out.startswith("file:")
+
+
+def write_frames(spark, paths, out, server_ports=(9876,), partitions=None, reader="auto",
+                 writer="auto", decoded=None):
+    """Decode the input files ``paths`` into ``out``/frames.parquet; its Spark path."""
+    if writer not in WRITERS:
+        raise ValueError(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
+    frames_path = _spark_path(out, "frames.parquet")
+    if writer == "spark" or (writer == "auto" and not _arrow_writable(out)):
+        decode_frames(spark, paths, server_ports, partitions, reader, decoded) \
+            .write.mode("overwrite").parquet(frames_path)
+        return frames_path
+    if not _arrow_writable(out):
+        raise ValueError(f"the arrow writer writes to a file system the workers share "
+                         f"(a path or file:), not {out}")
+    import functools
+
+    directory = _local_path(frames_path)
+    shutil.rmtree(directory, ignore_errors=True)        # as Spark's mode("overwrite")
+    os.makedirs(directory)
+    frame_batches(spark, paths, server_ports, partitions, reader, decoded) \
+        .mapPartitionsWithIndex(functools.partial(_write_part, directory)).collect()
+    open(os.path.join(directory, "_SUCCESS"), "wb").close()
+    return frames_path
+
+
+def _write_part(directory, partition, batches):
+    from rmq.trace import arrow
+    yield arrow.write_frames_part(directory, partition, batches)
 
 
 #: A request's columns in requests.parquet, then its answer's. Its other ext fields
@@ -812,7 +831,7 @@ def requests_table(frames):
     request is not oneway (clients may reuse opaques).
 
     The decode has paired each input's requests with the answers in it
-    (rmq.fallback.pairing), and marked ``pair_open`` the answers that met no request
+    (rmq.fallback.columns), and marked ``pair_open`` the answers that met no request
     there. Every frame of those answers' (connection, opaque) keys is paired again
     here, across the files: in capture order (time, then the order within the file),
     a request's answer is the row right after it when that row is an answer."""
@@ -1074,7 +1093,7 @@ def executor_implementations(spark):
 
 
 def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader="auto",
-            progress=None):
+            writer="auto", progress=None):
     """Run the whole analysis of ``inputs`` into ``out``; the summary (as written to
     summary.json). ``progress`` (a :class:`Progress`) is told each phase."""
     from rmq.trace import report
@@ -1093,8 +1112,7 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader
     with progress.phase(
             "decoding", status=lambda: _join(f"{decoded.value}/{_files(len(paths))}", _tasks(sc)),
             done=lambda: f"{_files(len(paths))}, {frames.count():,} frames -> frames.parquet"):
-        decode_frames(spark, paths, server_ports, partitions, reader, decoded) \
-            .write.mode("overwrite").parquet(frames_path)
+        write_frames(spark, paths, out, server_ports, partitions, reader, writer, decoded)
         # Read back what was written: the decode runs once, everything after works on parquet.
         frames = spark.read.parquet(frames_path)
     with progress.phase("pairing requests and answers", status=lambda: _tasks(sc),
@@ -1107,7 +1125,7 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader
         codecs, pythons = executor_environments(spark)
         summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
                             "executor_implementation": codecs, "executor_python": pythons,
-                            "reader": reader}
+                            "reader": reader, "writer": writer}
 
     local = out if not _is_uri(out) else tempfile.mkdtemp(prefix="rmq-analyze-")
     try:

@@ -27,8 +27,7 @@ import msgpack
 from rmq import bodies
 from rmq.codec import RemotingCommand, encode_frame
 from rmq.crc32 import body_crc32
-from rmq.protocol import (IN, OUT, REQUEST_NAMES, RESPONSE_NAMES, V4_9_8, RequestCode,
-                          ResponseCode)
+from rmq.protocol import (IN, OUT, V4_9_8, RequestCode, ResponseCode, code_name)
 from rmq.trace import DEFAULT_SEGMENT_BYTES, SegmentWriter
 
 __all__ = ["synthesize", "add_arguments", "main"]
@@ -163,11 +162,11 @@ class _Synthesizer:
 
     def _exchange(self, t, conn, peer, req, resp):
         self._emit(t, conn, peer, IN, encode_frame(req))
-        self.requests[REQUEST_NAMES.get(req.code, f"CODE_{req.code}")] += 1
+        self.requests[code_name(req.code, False)] += 1
         if resp is not None:
             answer_t = t + self.rng.randrange(40_000, 600_000)     # 40-600 us
             self._emit(answer_t, conn, peer, OUT, encode_frame(resp))
-            self.answers[RESPONSE_NAMES.get(resp.code, f"CODE_{resp.code}")] += 1
+            self.answers[code_name(resp.code, True)] += 1
 
     def _route_body(self, t):
         alive = tuple(i for i, name in enumerate(self.broker_ids)
