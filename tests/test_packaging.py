@@ -139,7 +139,7 @@ def test_sdist_ships_what_a_build_and_the_tests_need(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     core = {f"src/_core/{p.name}" for p in (ROOT / "src/_core").iterdir()
             if p.suffix in (".pyx", ".pxi", ".c", ".h") and p.name != "_core.c"}
-    assert "src/_core/_core.pyx" in core and "src/_core/pairing.pxi" in core
+    assert "src/_core/_core.pyx" in core and "src/_core/columns.pxi" in core
     assert core <= names, core - names
     assert "src/_core/_core.c" not in names      # generated: built from the .pyx
     tests = {f"tests/{p.name}" for p in (ROOT / "tests").glob("*.py")}
