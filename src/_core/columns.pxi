@@ -220,7 +220,11 @@ cdef void strings_free(Strings* c) noexcept:
 
 
 cdef enum:
-    MAX_NAMED = 8           # ext fields taken out as columns of their own
+    MAX_NAMED = 8           # ext fields taken out as columns of their own (rmq.rows.MAX_EXT_COLUMNS)
+
+if MAX_NAMED != _rows.MAX_EXT_COLUMNS:
+    raise ImportError(f"rmq._core holds {MAX_NAMED} ext columns, rmq.rows says "
+                      f"{_rows.MAX_EXT_COLUMNS}: rebuild the extension")
 
 
 cdef struct Map:           # map<string, string>: int32 offsets into the entries
@@ -668,13 +672,10 @@ cdef class TraceColumns:
                     error = f"{type(e).__name__}: {e}"
                 if cmd is not None and not command_fits(cmd):
                     # text a column cannot hold: the row the reference makes of it
-                    self.append((None, None, self.records, rec.t, rec.conn,
-                                 None if rec.peer_n < 0 else PyUnicode_DecodeUTF8(
-                                     <const char*>rec.peer_s, rec.peer_n, "strict"),
-                                 rec.direction, cmd.code, cmd.flag, cmd.opaque, cmd.language,
-                                 cmd.version, cmd.remark, cmd.ext_fields,
-                                 rec.frame_n - 8 - (<uint32_t>be32(rec.frame_s + 4) & 0xFFFFFF),
-                                 rec.frame_n, None))
+                    self.append(command_row(
+                        None, None, self.records, &rec, rec.conn,
+                        None if rec.peer_n < 0 else PyUnicode_DecodeUTF8(
+                            <const char*>rec.peer_s, rec.peer_n, "strict"), cmd))
                     self.records += 1
                     self.offset = p - <const uint8_t*>view.buf
                     continue
@@ -701,8 +702,7 @@ cdef class TraceColumns:
                     fixed_put(&b.fixed[F_FLAG], cmd.flag)
                     fixed_put(&b.fixed[F_OPAQUE], cmd.opaque)
                     fixed_put(&b.fixed[F_VERSION], cmd.version)
-                    fixed_put(&b.fixed[F_BODY_LEN],
-                              rec.frame_n - 8 - (<uint32_t>be32(rec.frame_s + 4) & 0xFFFFFF))
+                    fixed_put(&b.fixed[F_BODY_LEN], record_body_len(&rec))
                     strings_put_str(&b.text[T_LANGUAGE], cmd.language)
                     strings_put_str(&b.text[T_REMARK], cmd.remark)
                     if cmd.ext_fields is None:
@@ -803,43 +803,30 @@ cdef class TraceColumns:
             strings_free(&s)
 
     cdef tuple _pair_open(self, Py_ssize_t n):
-        """pair_open: a boolean column (values and validity as bitmaps)."""
-        cdef Buf valid, values
-        cdef Py_ssize_t i
-        cdef uint8_t state
-        memset(&valid, 0, sizeof(Buf))
-        memset(&values, 0, sizeof(Buf))
-        try:
-            buf_reserve(&valid, n)
-            buf_reserve(&values, n)
-            for i in range(n):
-                state = (<uint8_t*>self.b.pair.data)[i]
-                (<uint8_t*>valid.data)[i] = state != PAIR_NONE
-                (<uint8_t*>values.data)[i] = state == PAIR_OPEN
-            valid.len = values.len = n
-            return (bitmap(&valid, n), bits_of(&values, n))
-        finally:
-            buf_free(&valid)
-            buf_free(&values)
-
-
-cdef bytes bits_of(Buf* v, Py_ssize_t n):
-    """A bitmap of the per-row bytes ``v``, always (a boolean column's values)."""
-    out = PyBytes_FromStringAndSize(NULL, (n + 7) >> 3)
-    cdef uint8_t* bits = <uint8_t*>PyBytes_AS_STRING(out)
-    cdef const uint8_t* p = <const uint8_t*>v.data
-    cdef Py_ssize_t i
-    memset(bits, 0, (n + 7) >> 3)
-    for i in range(n):
-        if p[i]:
-            bits[i >> 3] |= <uint8_t>(1 << (i & 7))
-    return out
+        """pair_open: a boolean column, its validity and its values as bitmaps."""
+        cdef const uint8_t* state = <const uint8_t*>self.b.pair.data
+        cdef Py_ssize_t i, nbytes = (n + 7) >> 3
+        cdef bint all_valid = True
+        valid = PyBytes_FromStringAndSize(NULL, nbytes)
+        values = PyBytes_FromStringAndSize(NULL, nbytes)
+        cdef uint8_t* v = <uint8_t*>PyBytes_AS_STRING(valid)
+        cdef uint8_t* x = <uint8_t*>PyBytes_AS_STRING(values)
+        memset(v, 0, nbytes)
+        memset(x, 0, nbytes)
+        for i in range(n):
+            if state[i] != PAIR_NONE:
+                v[i >> 3] |= <uint8_t>(1 << (i & 7))
+            else:
+                all_valid = False
+            if state[i] == PAIR_OPEN:
+                x[i >> 3] |= <uint8_t>(1 << (i & 7))
+        return (None if all_valid else valid, values)
 
 
 cdef bint text_fits(object s):
     """Whether a decoded str (or None) has a UTF-8 form (not so: a lone surrogate
     from a JSON escape); the form is cached in the str for the column's copy."""
-    if s is None:
+    if s is None or PyUnicode_IS_ASCII(s):
         return True
     try:
         PyUnicode_AsUTF8AndSize(s, NULL)

@@ -145,6 +145,19 @@ cdef int read_record(const uint8_t** pp, const uint8_t* end, int64_t conn_base,
     return rc
 
 
+cdef inline int64_t record_body_len(TraceRecord* r) noexcept:
+    """The body's bytes of a record's frame, once its header decoded (so it is whole)."""
+    return r.frame_n - 8 - (<uint32_t>be32(r.frame_s + 4) & 0xFFFFFF)
+
+
+cdef tuple command_row(file, file_index, int64_t record, TraceRecord* r, conn, peer,
+                       RemotingCommand cmd):
+    """The TRACE_ROW_FIELDS row of a record whose frame decoded to ``cmd``."""
+    return (file, file_index, record, r.t, conn, peer, r.direction, cmd.code, cmd.flag,
+            cmd.opaque, cmd.language, cmd.version, cmd.remark, cmd.ext_fields,
+            record_body_len(r), r.frame_n, None)
+
+
 @cython.final
 cdef class TraceRows:
     """TraceRows(data, start, file, file_index, conn_base=0, first_record=0,
@@ -243,6 +256,4 @@ cdef class TraceRows:
         except Exception as e:                  # a row, whatever the frame
             return (self.file, self.file_index, n, t, conn_o, peer, direction, None, None,
                     None, None, None, None, None, None, frame_n, f"{type(e).__name__}: {e}")
-        return (self.file, self.file_index, n, t, conn_o, peer, direction, cmd.code, cmd.flag,
-                cmd.opaque, cmd.language, cmd.version, cmd.remark, cmd.ext_fields,
-                frame_n - 8 - (<uint32_t>be32(frame_s + 4) & 0xFFFFFF), frame_n, None)
+        return command_row(self.file, self.file_index, n, &rec, conn_o, peer, cmd)

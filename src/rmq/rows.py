@@ -61,6 +61,7 @@ MAX_BATCH_BYTES = 64 << 20
 #: (TraceColumns' ext_columns): column name -> ext key.
 EXT_COLUMNS = {"topic": "topic", "broker_name": "brokerName", "broker_addr": "brokerAddr",
                "cluster": "clusterName"}
+MAX_EXT_COLUMNS = 8
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT32 = (-(1 << 31), (1 << 31) - 1)

@@ -29,7 +29,7 @@ from typing import Any
 
 from rmq.fallback.codec import decode_frame
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
-from rmq.rows import (BATCH_ROWS, COLUMN_FIELDS, MAX_BATCH_BYTES, MAX_WAITING,
+from rmq.rows import (BATCH_ROWS, COLUMN_FIELDS, MAX_BATCH_BYTES, MAX_EXT_COLUMNS, MAX_WAITING,
                       MAX_WAITING_LIMIT, ROW, TRACE_ROW_FIELDS, RecordRows, unfit_field,
                       unfit_row)
 
@@ -55,8 +55,9 @@ class TraceColumns:
                  batch_rows: int = BATCH_ROWS, max_waiting: int = MAX_WAITING,
                  ext_columns: Iterable[str] = ()) -> None:
         names = tuple(ext_columns)
-        if len(names) > 8 or any(type(k) is not str for k in names):
-            raise ValueError(f"ext_columns must be at most 8 str keys, got {ext_columns!r:.80}")
+        if len(names) > MAX_EXT_COLUMNS or any(type(k) is not str for k in names):
+            raise ValueError(f"ext_columns must be at most {MAX_EXT_COLUMNS} str keys, "
+                             f"got {ext_columns!r:.80}")
         self._ext_names = names
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")

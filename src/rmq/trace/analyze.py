@@ -521,15 +521,18 @@ def decode_paths(groups, file_indexes, server_ports=(9876,), conn_spaces=None, d
                                       flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
                             if os.fstat(f.fileno()).st_size else b"")
             except OSError as e:
-                data = e
-            try:
-                yield from _decode_input(path, data, file_indexes, server_ports, conn_spaces)
-            finally:
-                if isinstance(data, mmap.mmap):
-                    try:
-                        data.close()
-                    except BufferError:     # a reader still holds it: closed when freed
-                        pass
+                from rmq.trace import arrow
+                yield arrow.error_batch(path, _file_index(path, file_indexes), 0, e)
+            else:
+                try:
+                    yield from _decode_input(path, data, file_indexes, server_ports,
+                                             conn_spaces)
+                finally:
+                    if isinstance(data, mmap.mmap):
+                        try:
+                            data.close()
+                        except BufferError:     # a reader still holds it: closed when freed
+                            pass
             if decoded is not None:
                 decoded.add(1)
 
@@ -544,13 +547,10 @@ def _local_path(uri):
 
 
 def _decode_input(path, data, file_indexes, server_ports, conn_spaces):
-    """The batches of one input (``data`` its bytes, or the OSError opening it):
-    its requests carry the answers found in it."""
+    """The batches of one input: its requests carry the answers found in it."""
     from rmq.trace import arrow
 
     index = _file_index(path, file_indexes)
-    if isinstance(data, OSError):
-        return iter([arrow.error_batch(path, index, 0, data)])
     # The segments of one recording share its connection ids (a request at the
     # end of one segment, its answer in the next); other inputs have their own.
     conn_base = (conn_spaces or {}).get(path, index) << 32

@@ -91,8 +91,7 @@ def raw_batch(taken: tuple[int, Any, bytes | None], file: str, file_index: int
     """The RAW_SCHEMA batch of what TraceColumns.take() returned, less the rows it
     carries into the next batch."""
     n, columns, keep = taken
-    arrays = [pa.array([file] * n, pa.string()) if n < 2 else
-              pa.repeat(pa.scalar(file, pa.string()), n),
+    arrays = [pa.repeat(pa.scalar(file, pa.string()), n),
               pa.repeat(pa.scalar(file_index, pa.int64()), n)]
     arrays += [_array(_TYPES[name], n, c) for name, c in zip(COLUMN_FIELDS, columns)]
     arrays += [_array(pa.string(), n, c) for c in columns[len(COLUMN_FIELDS):]]
@@ -124,13 +123,12 @@ def input_batches(path: str, data: Any, file_index: int, conn_base: int = 0,
     record = 0
     try:
         if is_capture(data):
-            for record, (t, conn, peer, direction, frame) in enumerate(
-                    read_records(data, server_ports=server_ports)):
+            for t, conn, peer, direction, frame in read_records(data, server_ports=server_ports):
                 columns.append(frame_row(None, None, record, t, conn_base + conn, peer,
                                          direction, frame, max_frame_length, decode_frame))
+                record += 1         # the records read: the error row's, if the next fails
                 if columns.full:
                     yield raw_batch(columns.take(), path, file_index)
-                record += 1
         else:
             start = segment_start(data, path)
             while True:
