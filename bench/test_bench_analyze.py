@@ -176,12 +176,17 @@ def test_spark_parquet(benchmark, figure, trace, spark, tmp_path, writer):
     out = str(tmp_path)
 
     def run():
-        analyze.write_frames(session, paths, out, writer=writer)
+        # the job's two tables: the arrow writer's tasks write requests.parquet's
+        # parts with frames.parquet's; Spark's writer pairs them in a job of its own
+        analyze.write_requests(session, out, analyze.write_frames(session, paths, out,
+                                                                  writer=writer))
 
     benchmark.pedantic(run, **rounds(trace, impl))
     frames = session.read.parquet("file:" + str(tmp_path / "frames.parquet"))
     assert frames.count() == trace["frames"]
     assert frames.schema == analyze.frames_schema()
+    requests = session.read.parquet("file:" + str(tmp_path / "requests.parquet"))
+    assert requests.schema == analyze.requests_schema() and requests.count() > 0
     figure(benchmark, f"analyze spark parquet {writer} {impl}", trace["frames"], "frames/s")
 
 

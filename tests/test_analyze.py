@@ -131,32 +131,110 @@ def recorded(tmp_path_factory, spark):
     return rec, answers, out, summary
 
 
-def test_both_writers_write_the_same_frames(recorded, spark, tmp_path):
-    """frames.parquet written by the tasks from the columns (Arrow's writer, the
-    default for a local output) and by Spark from rows: the same schema, the
-    frames_schema, and the same rows."""
+def comparable(df):
+    """``df`` for set operations, which take no MAP column: its sorted entries."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import MapType
+    return df.select([F.array_sort(F.map_entries(f.name)).alias(f.name)
+                      if isinstance(f.dataType, MapType) else F.col(f.name)
+                      for f in df.schema.fields])
 
+
+def assert_same_rows(x, y):
+    x, y = comparable(x), comparable(y)
+    assert x.count() == y.count()
+    assert x.exceptAll(y).count() == 0 and y.exceptAll(x).count() == 0
+
+
+def write_tables(spark, paths, out, **kw):
+    """frames.parquet and requests.parquet under ``out`` as the job writes them: the
+    two DataFrames, read back, and what write_frames said."""
+    written = analyze.write_frames(spark, paths, out, **kw)
+    requests_path = analyze.write_requests(spark, out, written)
+    return spark.read.parquet(written.frames_path), spark.read.parquet(requests_path), written
+
+
+def test_both_writers_write_the_same_tables(recorded, spark, tmp_path):
+    """frames.parquet and requests.parquet written by the tasks from the columns
+    (Arrow's writer, the default for a local output) and by Spark from rows: the
+    same schemas (frames_schema, and the Spark schema of REQUESTS_SCHEMA) and the
+    same rows."""
     rec, answers, out, summary = recorded
     paths = analyze.list_inputs(spark, [str(out.parent / "trace")])
-    by_spark = analyze.write_frames(spark, paths, "file:" + str(tmp_path), writer="spark")
-    assert by_spark == "file:" + str(tmp_path / "frames.parquet")
+    frames, requests, written = write_tables(spark, paths, "file:" + str(tmp_path),
+                                             writer="spark")
+    assert written == analyze.Written("file:" + str(tmp_path / "frames.parquet"))
     x = spark.read.parquet(str(out / "frames.parquet"))
-    y = spark.read.parquet(by_spark)
-    assert x.schema == y.schema == analyze.frames_schema()
-
-    def comparable(df):         # set operations take no MAP column: its sorted entries
-        return df.select([F.array_sort(F.map_entries(f.name)).alias(f.name)
-                          if isinstance(f.dataType, MapType) else F.col(f.name)
-                          for f in df.schema.fields])
-    x, y = comparable(x), comparable(y)
-    assert x.count() == y.count() == summary["frames"]
-    assert x.exceptAll(y).count() == 0 and y.exceptAll(x).count() == 0
+    assert x.schema == frames.schema == analyze.frames_schema()
+    assert x.count() == summary["frames"]
+    assert_same_rows(x, frames)
+    y = spark.read.parquet(str(out / "requests.parquet"))
+    assert y.schema == requests.schema == analyze.requests_schema()
+    assert y.count() == summary["requests"]
+    assert_same_rows(y, requests)
     with pytest.raises(ValueError, match="writer must be one of"):
         analyze.write_frames(spark, paths, str(tmp_path), writer="pandas")
     with pytest.raises(ValueError, match="the arrow writer writes to a file system"):
         analyze.write_frames(spark, paths, "hdfs://nn/out", writer="arrow")
+
+
+def test_both_writers_agree_on_odd_values(tmp_path, spark):
+    """Values where Arrow's and Spark's arithmetic could part: heartbeatTimeoutMillis
+    as Spark's try_cast reads it (spaces, signs, decimals, overflow), a latency that
+    overflows a long (null), unknown codes (CODE_<n>), an answer without a request."""
+    t = 1_700_000_000 * S
+    timeouts = ["30000", " 30000\t", "+7", "-0", "1.5", "1e3", "", "abc", "\u00a012",
+                "9223372036854775807", "9223372036854775808"]
+    records = [(t + i, 1, "10.0.0.1:1", IN,
+                request_frame(103, {"brokerName": "b", "brokerAddr": "a:1",
+                                    "heartbeatTimeoutMillis": v}, opaque=i))
+               for i, v in enumerate(timeouts)]
+    low, high = -(1 << 63), (1 << 63) - 1
+    records += [(low, 2, "10.0.0.2:1", IN, request_frame(105, {"topic": "T"}, opaque=1)),
+                (high, 2, "10.0.0.2:1", OUT, answer_frame(105, 0, opaque=1)),
+                (t, 3, "10.0.0.3:1", IN, request_frame(4321, opaque=1)),
+                (t + 5, 3, "10.0.0.3:1", OUT, answer_frame(4321, 4567, opaque=1)),
+                (t + 9, 3, "10.0.0.3:1", OUT, answer_frame(105, 0, opaque=9)),
+                (t + 10, 3, "10.0.0.3:1", IN, b"\x00\x00\x00\x02\x00\x00")]   # undecodable
+    write_segment(tmp_path / "in", records)
+    (tmp_path / "in" / "junk.rmqtrace").write_bytes(b"not a trace")         # unreadable
+    paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
+    by_arrow = write_tables(spark, paths, str(tmp_path / "a"))
+    by_spark = write_tables(spark, paths, str(tmp_path / "s"), writer="spark")
+    assert by_arrow[2].counts == {"frames": len(records) + 1, "requests": len(timeouts) + 2,
+                                  "open": 1}
+    for x, y in zip(by_arrow[:2], by_spark[:2]):
+        assert_same_rows(x, y)
+    # the summary from the counts the tasks made, and from Spark's frames
+    assert by_arrow[2].frame_counts == analyze.frame_counts(by_spark[0])
+    summary = analyze.aggregate(*by_arrow[:2], paths, by_arrow[2].frame_counts)
+    assert summary == analyze.aggregate(*by_spark[:2], paths)
+    assert (summary["undecodable_frames"], summary["unreadable_inputs"]) == (1, 1)
+    assert [(e["file"].rsplit("/", 1)[1], e["record"]) for e in summary["input_errors"]] == \
+        [("junk.rmqtrace", 0), (os.path.basename(paths[1]), len(records) - 1)]
+    requests = by_arrow[1]
+    got = {r["opaque"]: r["heartbeat_timeout_ms"]
+           for r in requests.where("peer = '10.0.0.1:1'").collect()}
+    assert [got[i] for i in range(len(timeouts))] == [
+        30000, 30000, 7, 0, None, None, None, None, None, (1 << 63) - 1, None]
+    [overflow] = requests.where("peer = '10.0.0.2:1'") \
+        .select("answer_time_ns", "latency_us").collect()
+    assert overflow["answer_time_ns"] == high and overflow["latency_us"] is None
+    [unknown] = requests.where("peer = '10.0.0.3:1'") \
+        .select("code_name", "answer_code_name").collect()
+    assert (unknown["code_name"], unknown["answer_code_name"]) == ("CODE_4321", "CODE_4567")
+
+
+def test_spark_long_is_sparks_try_cast(spark):
+    from rmq.trace import arrow
+    texts = ["120000", " 120000", "\t12\n", "+5", "-5", "1.5", "1.", ".5", "1e3", "", " ", "+",
+             "-", "+-5", "- 5", "9223372036854775807", "9223372036854775808",
+             "-9223372036854775808", "-9223372036854775809", "0x10", "\uff11\uff12", "\u0663",
+             "12a", "1_000", "\x0012", "12\x00", "\u00a012", "\u200b12", "1.5.5", "00012",
+             "-0", "1,5", "\x1f7\x7f", "\u2028 9", "\x80 1", None]
+    df = spark.createDataFrame([(t,) for t in texts], "s string")
+    assert [r[0] for r in df.selectExpr("try_cast(s as bigint)").collect()] == \
+        [arrow.spark_long(t) for t in texts]
 
 
 def test_session_counts_are_the_traffic_sent(recorded):
@@ -434,7 +512,8 @@ def test_an_answer_in_the_next_segment_of_a_recording_is_matched(tmp_path, spark
     assert req["latency_us"] == 2000.0
 
 
-def test_requests_across_segments_meet_the_answers_the_whole_trace_gives(tmp_path, spark):
+def test_requests_across_segments_meet_the_answers_the_whole_trace_gives(tmp_path, spark,
+                                                                        monkeypatch):
     """Random exchanges (opaques reused, oneway requests, lost and duplicate answers)
     over a recording of many small segments: requests_table, which pairs within each
     file and again across files only the keys of answers that met no request, gives
@@ -478,6 +557,22 @@ def test_requests_across_segments_meet_the_answers_the_whole_trace_gives(tmp_pat
            for r in analyze.requests_table(frames).collect()}
     assert got == want
     assert sum(v is not None for v in want.values()) > 100
+    # The job: each input's requests written by its task, the open keys' requests
+    # dropped from those parts and paired again from their frames (arrow.pair_again);
+    # and, past MAX_OPEN_KEYS, the whole table written again by Spark.
+    from rmq.trace import arrow
+    paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
+    for limit in (arrow.MAX_OPEN_KEYS, 1):
+        monkeypatch.setattr(arrow, "MAX_OPEN_KEYS", limit)
+        out = tmp_path / f"out-{limit}"
+        _, requests, written = write_tables(spark, paths, str(out))
+        assert written.counts["open"] == sum(r[2] is True for r in pairs)
+        assert (written.open_keys is None) == (limit == 1)
+        assert written.counts["requests"] == len(want)
+        got = [(r["conn"], r["opaque"], r["time_ns"], r["answer_time_ns"])
+               for r in requests.collect()]
+        assert len(got) == len(want) and {g[:3]: g[3] for g in got} == want
+        assert sorted(os.listdir(out)) == ["frames.parquet", "requests.parquet"]
 
 
 def test_broker_gaps_and_expiries(tmp_path, spark):
@@ -514,6 +609,35 @@ def test_broker_gaps_and_expiries(tmp_path, spark):
     assert [((e["time_ns"] - t0) // S, e["reason"]) for e in b["expiries"]] == \
         [(100, "unregistered")]
     assert summary["request_mix"]["bucket_ns"] == 10 * S       # 700 s in at most 120 buckets
+
+
+def test_broker_summary_of_its_events():
+    """Events in any order; intervals of equal times count; the lower median; the
+    largest timeout the broker sent; a gap it unregistered in is marked so."""
+    import random
+
+    from rmq.protocol import RequestCode as C
+    reg, qdv, hb, unreg = (C.REGISTER_BROKER, C.QUERY_DATA_VERSION, C.BROKER_HEARTBEAT,
+                           C.UNREGISTER_BROKER)
+    events = [("c1", reg, 0, 0, 200_000), (None, reg, 10 * S, 1, None), ("c2", reg, 20 * S, 2, None),
+              ("c1", reg, 30 * S, 3, 100_000), ("c1", qdv, 30 * S, 4, None),
+              ("c1", unreg, 50 * S, 5, None), ("c1", hb, 100 * S, 6, None),
+              ("c1", reg, 400 * S, 7, None)]
+    random.Random(3).shuffle(events)
+    b = analyze.broker_summary(("a", "1:1"), events, 0, 700 * S, 100 * S)
+    assert (b["broker_name"], b["broker_addr"], b["cluster"]) == ("a", "1:1", "c2")
+    assert (b["registrations"], b["heartbeats"], b["unregistrations"]) == (5, 2, 1)
+    # intervals 10, 10, 10, 0, 70, 300 s: the lower median is 10 s
+    assert b["median_interval_s"] == 10 and b["timeout_s"] == 200
+    assert b["gaps"] == [
+        {"from_ns": 30 * S, "to_ns": 100 * S, "expired": False, "unregistered": True},
+        {"from_ns": 100 * S, "to_ns": 400 * S, "expired": True, "unregistered": False}]
+    assert [(e["time_ns"] // S, e["reason"]) for e in b["expiries"]] == [
+        (50, "unregistered"), (300, "timeout"), (600, "silent at end")]
+    assert b["registrations_per_bucket"] == [[0, 4], [4, 1]]
+    alone = analyze.broker_summary(("b", "2:2"), [(None, unreg, 5, 0, None)], 0, 10, 1)
+    assert (alone["median_interval_s"], alone["gaps"], alone["cluster"]) == (None, [], None)
+    assert alone["timeout_s"] == analyze.DEFAULT_HEARTBEAT_TIMEOUT_MS / 1000
 
 
 def test_bucket_size_follows_the_span():

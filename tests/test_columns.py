@@ -310,8 +310,10 @@ def read_all(impl, data, batch_rows=None):
         from rmq.trace import core_record_rows
         rows = core_record_rows(data, start, "f", 1 << 32, record, (1 << 31) - 1)
         try:
-            for r in rows:
+            for r in rows:      # as rmq.trace.arrow.input_batches goes on
                 cols.append(r)
+                if cols.full:
+                    out += batch_rows_of(cols.take())
             stopped = rows.stopped
         except rmq.errors.TraceError as e:
             stopped = str(e)

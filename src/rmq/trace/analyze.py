@@ -1,14 +1,17 @@
 """rmq trace analyze: a Spark job over trace segments (and pcap captures).
 
 Each input file is one binary record; ``mapPartitions`` decodes them with the
-compiled codec inside the executors' Python workers and hands the JVM plain tuples
-only. ``file:`` inputs are opened by the workers themselves, others are handed over
-by ``binaryFiles`` (:data:`READERS`). Outputs under ``--out``:
+compiled codec inside the executors' Python workers into Arrow columns
+(:mod:`rmq.trace.arrow`), and the tasks write the Parquet parts themselves: no row
+crosses into the JVM (:data:`WRITERS`). ``file:`` inputs are opened by the workers
+themselves, others are handed over by ``binaryFiles`` (:data:`READERS`). Outputs
+under ``--out``:
 
 - ``frames.parquet``: one row per frame (a frame that does not decode, or a file that
   cannot be read, is a row with ``decode_error`` set: the job never fails on data);
 - ``requests.parquet``: one row per request, joined by (conn, opaque) to its answer
-  with ``latency_us`` (null when oneway or unanswered);
+  with ``latency_us`` (null when oneway or unanswered): paired within each input by
+  the tasks, and across the inputs by Spark only for the keys left open there;
 - ``summary.json``, ``report.html`` and its PNG charts (:mod:`rmq.trace.report`), made
   from small aggregates collected to the driver: the frames never are.
 
@@ -28,11 +31,13 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 
 __all__ = ["add_arguments", "main", "analyze", "list_inputs", "default_partitions",
            "check_inputs", "java_problem", "spark_conf", "start_spark", "Progress", "Unusable",
-           "frame_batches", "decode_frames", "write_frames", "decode_files", "decode_paths",
-           "READERS", "WRITERS",
+           "frame_batches", "decode_frames", "write_frames", "write_requests", "Written",
+           "frames_schema", "requests_schema", "frame_counts", "broker_summary",
+           "decode_files", "decode_paths", "READERS", "WRITERS",
            "requests_table", "aggregate",
            "executor_implementations", "executor_environments", "choose_bucket_ns",
            "DEFAULT_HEARTBEAT_TIMEOUT_MS"]
@@ -104,8 +109,9 @@ def add_arguments(parser):
                              "lets the Python workers open file: inputs themselves, "
                              "which skips copying them through the JVM (default auto)")
     parser.add_argument("--writer", choices=WRITERS, default="auto",
-                        help="how frames.parquet is written: 'arrow' (each task writes its "
-                             "part from the decoded columns; an output on a file system the "
+                        help="how frames.parquet and requests.parquet are written: 'arrow' "
+                             "(each task writes its parts from the decoded columns; an "
+                             "output on a file system the "
                              "workers share), 'spark' (rows handed to Spark's writer; any "
                              "Hadoop filesystem), 'auto' (arrow where it can; default)")
     parser.add_argument("--verbose", action="store_true",
@@ -623,15 +629,29 @@ def _publish(spark, local_dir, out):
 
 def frames_schema():
     """frames.parquet's Spark schema (rmq.trace.arrow.FRAMES_SCHEMA's types)."""
-    import pyarrow as pa
-    from pyspark.sql.types import (BooleanType, IntegerType, LongType, MapType, StringType,
-                                   StructField, StructType, TimestampType)
-
     from rmq.trace.arrow import FRAMES_SCHEMA
+    return _spark_schema(FRAMES_SCHEMA)
+
+
+def requests_schema():
+    """requests.parquet's Spark schema (rmq.trace.arrow.REQUESTS_SCHEMA's types)."""
+    from rmq.trace.arrow import REQUESTS_SCHEMA
+    return _spark_schema(REQUESTS_SCHEMA)
+
+
+def _spark_schema(schema):
+    import pyarrow as pa
+    from pyspark.sql.types import (BooleanType, DoubleType, IntegerType, LongType, MapType,
+                                   StringType, StructField, StructType, TimestampType)
+
+    from rmq.trace.arrow import NAMES
+
     types = {pa.int64(): LongType(), pa.int32(): IntegerType(), pa.string(): StringType(),
-             pa.bool_(): BooleanType(), pa.timestamp("us", tz="UTC"): TimestampType(),
+             NAMES: StringType(),
+             pa.bool_(): BooleanType(), pa.float64(): DoubleType(),
+             pa.timestamp("us", tz="UTC"): TimestampType(),
              pa.map_(pa.string(), pa.string()): MapType(StringType(), StringType())}
-    return StructType([StructField(f.name, types[f.type]) for f in FRAMES_SCHEMA])
+    return StructType([StructField(f.name, types[f.type]) for f in schema])
 
 
 def _frames_rows(raws):
@@ -773,10 +793,11 @@ def decode_frames(spark, paths, server_ports=(9876,), partitions=None, reader="a
                            frames_schema())
 
 
-#: How frames.parquet is written: "arrow" (each task writes its part with Arrow's
-#: Parquet writer, from the decoded columns: an output on a file system the
-#: workers share, file: or a path), "spark" (rows handed to Spark's writer: any
-#: output Hadoop reaches), "auto" ("arrow" where it can, else "spark").
+#: How frames.parquet and requests.parquet are written: "arrow" (each task writes
+#: its parts with Arrow's Parquet writer, from the decoded columns: an output on a
+#: file system the workers share, file: or a path), "spark" (rows handed to
+#: Spark's writer: any output Hadoop reaches), "auto" ("arrow" where it can, else
+#: "spark").
 WRITERS = ("auto", "arrow", "spark")
 
 
@@ -784,33 +805,121 @@ def _arrow_writable(out):
     return not _is_uri(out) or out.startswith("file:")
 
 
+class Written(typing.NamedTuple):
+    """What :func:`write_frames` wrote."""
+    #: frames.parquet's Spark path
+    frames_path: str
+    #: requests.parquet's Spark path when the tasks wrote it (the arrow writer: each
+    #: request with the answer found in its input; :func:`write_requests` finishes it)
+    requests_path: typing.Optional[str] = None
+    #: the rows the tasks wrote, summed: frames, requests, and "open" (the answers
+    #: that met no request in their input); None from Spark's writer
+    counts: typing.Optional[dict] = None
+    #: (codecs, pythons) of the Python workers that decoded (executor_environments)
+    executors: typing.Optional[tuple] = None
+    #: the frames' counts for the summary (frame_counts), made by the tasks
+    frame_counts: typing.Optional[dict] = None
+    #: the keys (conn, opaque) of the answers that met no request in their input
+    #: (a pyarrow Table), None when too many (rmq.trace.arrow.MAX_OPEN_KEYS)
+    open_keys: typing.Any = None
+    #: the tasks that wrote the parts (part-NNNNN.parquet, from 0)
+    partitions: int = 0
+
+
 def write_frames(spark, paths, out, server_ports=(9876,), partitions=None, reader="auto",
                  writer="auto", decoded=None):
-    """Decode the input files ``paths`` into ``out``/frames.parquet; its Spark path."""
+    """Decode the input files ``paths`` into ``out``/frames.parquet (and, by the
+    arrow writer, each input's requests with their answers into
+    ``out``/requests.parquet): a :class:`Written`."""
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
     frames_path = _spark_path(out, "frames.parquet")
     if writer == "spark" or (writer == "auto" and not _arrow_writable(out)):
         decode_frames(spark, paths, server_ports, partitions, reader, decoded) \
             .write.mode("overwrite").parquet(frames_path)
-        return frames_path
+        return Written(frames_path)
     if not _arrow_writable(out):
         raise ValueError(f"the arrow writer writes to a file system the workers share "
                          f"(a path or file:), not {out}")
     import functools
 
-    directory = _local_path(frames_path)
-    shutil.rmtree(directory, ignore_errors=True)        # as Spark's mode("overwrite")
-    os.makedirs(directory)
-    frame_batches(spark, paths, server_ports, partitions, reader, decoded) \
-        .mapPartitionsWithIndex(functools.partial(_write_part, directory)).collect()
-    open(os.path.join(directory, "_SUCCESS"), "wb").close()
-    return frames_path
-
-
-def _write_part(directory, partition, batches):
     from rmq.trace import arrow
-    yield arrow.write_frames_part(directory, partition, batches)
+
+    requests_path = _spark_path(out, "requests.parquet")
+    directories = [_local_path(frames_path), _local_path(requests_path)]
+    for d in directories:
+        shutil.rmtree(d, ignore_errors=True)        # as Spark's mode("overwrite")
+        os.makedirs(d)
+    parts = frame_batches(spark, paths, server_ports, partitions, reader, decoded) \
+        .mapPartitionsWithIndex(functools.partial(_write_parts, *directories)).collect()
+    for d in directories:
+        open(os.path.join(d, "_SUCCESS"), "wb").close()
+    counts = {k: sum(p[k] for p in parts) for k in ("frames", "requests", "open")}
+    executors = (sorted({p["codec"] for p in parts}), sorted({p["python"] for p in parts}))
+    stats = arrow.FrameStats()
+    for p in parts:
+        stats.merge(p["stats"])
+    return Written(frames_path, requests_path, counts, executors, stats.counts(),
+                   arrow.merge_keys([p["open_keys"] for p in parts]), len(parts))
+
+
+def _write_parts(frames_dir, requests_dir, partition, batches):
+    import rmq
+    from rmq.trace import arrow
+    written = arrow.write_parts(frames_dir, requests_dir, partition, batches)
+    yield dict(written, codec=rmq.IMPLEMENTATION, python=sys.prefix)
+
+
+def write_requests(spark, out, written):
+    """``out``/requests.parquet, from what :func:`write_frames` wrote: the whole
+    :func:`requests_table` by Spark, or, after the tasks wrote each input's requests,
+    the keys of the answers that met no request in their input paired across the
+    inputs; its Spark path."""
+    path = _spark_path(out, "requests.parquet")
+    if written.requests_path is None:
+        requests_table(spark.read.parquet(written.frames_path)) \
+            .write.mode("overwrite").parquet(path)
+    elif written.counts["open"]:
+        _pair_across_inputs(spark, written, path)
+    return path
+
+
+def _pair_across_inputs(spark, written, path):
+    """Pair again across the inputs the (connection, opaque) keys of the answers
+    that met no request in their input. Up to rmq.trace.arrow.MAX_OPEN_KEYS of them
+    (a recording: the exchanges in flight at each rotation): a task per part drops
+    their requests from requests.parquet and hands over their frames, which the
+    driver pairs as TraceColumns pairs one input (arrow.pair_again) into one more
+    part. More (a capture of the answers only): Spark writes the whole table again."""
+    import functools
+
+    import pyarrow as pa
+
+    from rmq.trace import arrow
+
+    directory = _local_path(path)
+    if written.open_keys is None:
+        again = directory + ".again"
+        requests_table(spark.read.parquet(written.frames_path)) \
+            .write.mode("overwrite").parquet("file:" + again)
+        shutil.rmtree(directory)
+        os.replace(again, directory)
+        return
+    sc = spark.sparkContext
+    n = written.partitions
+    found = sc.parallelize(range(n), min(n, sc.defaultParallelism)).map(functools.partial(
+        _settle_part, _local_path(written.frames_path), directory,
+        sc.broadcast(written.open_keys))).collect()
+    arrow.write_requests_part(directory, n, arrow.pair_again(pa.concat_tables(found)))
+
+
+def _settle_part(frames_dir, requests_dir, keys, partition):
+    """Drop the requests of the open ``keys`` from requests.parquet's part
+    ``partition``; their frames in frames.parquet's."""
+    from rmq.trace import arrow
+    name = arrow.part_name(partition)
+    arrow.drop_requests(os.path.join(requests_dir, name), keys.value)
+    return arrow.key_frames(os.path.join(frames_dir, name), keys.value)
 
 
 #: A request's columns in requests.parquet, then its answer's. Its other ext fields
@@ -825,6 +934,23 @@ _ANSWER_COLUMNS = ("answer_time_ns", "answer_code", "answer_code_name", "answer_
 _BROADCAST_OPEN_KEYS = 1_000_000
 
 
+def _is_request(col):
+    return (col("direction") == "in") & ~col("is_response")
+
+
+def _heartbeat_timeout():
+    from pyspark.sql import functions as F
+    return F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)").alias(_REQUEST_COLUMNS[-1])
+
+
+def _with_latency(requests):
+    """``requests`` with latency_us: null when the difference overflows a long, as
+    rmq.trace.arrow.requests_batch."""
+    from pyspark.sql import functions as F
+    return requests.select(
+        "*", (F.try_subtract("answer_time_ns", "time_ns") / 1000.0).alias("latency_us"))
+
+
 def requests_table(frames):
     """Each request (towards the NameServer), with the answer to it: the next frame
     of its (connection, opaque) in capture order, when that is an answer and the
@@ -835,17 +961,11 @@ def requests_table(frames):
     there. Every frame of those answers' (connection, opaque) keys is paired again
     here, across the files: in capture order (time, then the order within the file),
     a request's answer is the row right after it when that row is an answer."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     col = F.col
     keys = ["conn", "opaque"]
-    ok = frames.where(col("decode_error").isNull())
-    is_request = (col("direction") == "in") & ~col("is_response")
-    is_answer = (col("direction") == "out") & col("is_response")
-    heartbeat_timeout = F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)") \
-        .alias(_REQUEST_COLUMNS[-1])
-    requests = ok.where(is_request)
+    requests = frames.where(col("decode_error").isNull() & _is_request(col))
     open_keys = frames.where(col("pair_open")).select(*keys)
     n_open = open_keys.count()
     if n_open:
@@ -853,23 +973,35 @@ def requests_table(frames):
         if n_open <= _BROADCAST_OPEN_KEYS:
             open_keys = F.broadcast(open_keys)
         requests = requests.join(open_keys, keys, "left_anti")
-    latency = ((col("answer_time_ns") - col("time_ns")) / 1000.0).alias("latency_us")
     paired_in_file = requests.select(
-        *_REQUEST_COLUMNS[:-1], heartbeat_timeout, *_ANSWER_COLUMNS[:2],
+        *_REQUEST_COLUMNS[:-1], _heartbeat_timeout(), *_ANSWER_COLUMNS[:2],
         _code_name(col("answer_code"), F.lit(True)).alias("answer_code_name"),
         *_ANSWER_COLUMNS[3:])
-    if not n_open:
-        return paired_in_file.select("*", latency)
-    events = ok.where(is_request | is_answer).join(open_keys, keys, "left_semi").select(
-        *_REQUEST_COLUMNS[:-1], heartbeat_timeout, "remark", is_request.alias("_req"))
+    if n_open:
+        paired_in_file = paired_in_file.unionByName(_paired_again(frames, open_keys))
+    return _with_latency(paired_in_file)
+
+
+def _paired_again(frames, open_keys):
+    """The requests of the keys ``open_keys`` (a DataFrame of conn, opaque), each
+    given the next frame of its key over all ``frames`` when that is its answer."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    keys = ["conn", "opaque"]
+    is_request = _is_request(col)
+    is_answer = (col("direction") == "out") & col("is_response")
+    events = frames.where(col("decode_error").isNull() & (is_request | is_answer)) \
+        .join(open_keys, keys, "left_semi").select(
+            *_REQUEST_COLUMNS[:-1], _heartbeat_timeout(), "remark", is_request.alias("_req"))
     w = Window.partitionBy(*keys).orderBy("time_ns", "file_index", "record")
     answered = (F.lead("_req").over(w) == F.lit(False)) & ~col("oneway")
     answer_of = dict(zip(_ANSWER_COLUMNS, ("time_ns", "code", "code_name", "remark")))
-    paired_again = events.select(
+    return events.select(
         *_REQUEST_COLUMNS, "_req",
         *[F.when(answered, F.lead(c).over(w)).alias(a) for a, c in answer_of.items()]
     ).where(col("_req")).drop("_req")
-    return paired_in_file.unionByName(paired_again).select("*", latency)
 
 
 def choose_bucket_ns(span_ns):
@@ -880,16 +1012,13 @@ def choose_bucket_ns(span_ns):
     return int(_BUCKETS_S[-1] * 1e9 * (span_ns // (_BUCKETS_S[-1] * 1e9 * _MAX_BUCKETS) + 1))
 
 
-def _counts(df, key):
-    return {r[0]: r[1] for r in df.groupBy(key).count().orderBy(key).collect()
-            if r[0] is not None}
-
-
-def aggregate(frames, requests, inputs):
-    """The summary: counts and the small series the report draws (plain data)."""
+def frame_counts(frames):
+    """The summary's counts over ``frames`` (a DataFrame of frames.parquet), by
+    Spark: what the tasks of the arrow writer count as they write
+    (rmq.trace.arrow.FrameStats.counts)."""
     from pyspark.sql import functions as F
 
-    from rmq.protocol import RequestCode, ResponseCode
+    from rmq.trace.arrow import MAX_INPUT_ERRORS
 
     col = F.col
     f = frames.agg(
@@ -897,8 +1026,30 @@ def aggregate(frames, requests, inputs):
         F.sum(F.when(col("decode_error").isNotNull() & col("time_ns").isNotNull(), 1)
               .otherwise(0)).alias("undecodable"),
         F.sum(F.when(col("time_ns").isNull(), 1).otherwise(0)).alias("unreadable"),
-        F.countDistinct("conn").alias("conns"),
-        F.min("time_ns").alias("start"), F.max("time_ns").alias("end")).first()
+        F.countDistinct("conn").alias("connections"),
+        F.min("time_ns").alias("start"), F.max("time_ns").alias("end")).first().asDict()
+    f["answers"] = {r[0]: r[1] for r in frames.where(
+        col("decode_error").isNull() & (col("direction") == "out") & col("is_response"))
+        .groupBy("code_name").count().orderBy("code_name").collect() if r[0] is not None}
+    f["errors"] = [
+        {"file": r["file"], "record": r["record"], "time_ns": r["time_ns"],
+         "error": r["decode_error"]}
+        for r in frames.where(col("decode_error").isNotNull())
+        .select("file", "record", "time_ns", "decode_error").orderBy("file", "record")
+        .limit(MAX_INPUT_ERRORS).collect()] if f["undecodable"] or f["unreadable"] else []
+    return f
+
+
+def aggregate(frames, requests, inputs, counts=None):
+    """The summary: counts and the small series the report draws (plain data).
+    ``counts``: :func:`frame_counts` of ``frames``, when the tasks that wrote them
+    counted them."""
+    from pyspark.sql import functions as F
+
+    from rmq.protocol import RequestCode, ResponseCode
+
+    col = F.col
+    f = counts or frame_counts(frames)
     start, end = f["start"], f["end"]
     span = (end - start) if start is not None else 0
     bucket_ns = choose_bucket_ns(span)
@@ -907,20 +1058,15 @@ def aggregate(frames, requests, inputs):
         "frames": f["rows"] - f["unreadable"],
         "undecodable_frames": f["undecodable"],
         "unreadable_inputs": f["unreadable"],
-        "connections": f["conns"],
+        "connections": f["connections"],
         "start_ns": start, "end_ns": end,
+        "input_errors": f["errors"],
+        "answers_per_code": f["answers"],
     }
-    summary["input_errors"] = [
-        {"file": r["file"], "record": r["record"], "time_ns": r["time_ns"],
-         "error": r["decode_error"]}
-        for r in frames.where(col("decode_error").isNotNull())
-        .select("file", "record", "time_ns", "decode_error").orderBy("file", "record")
-        .limit(100).collect()]
 
-    decoded = frames.where(col("decode_error").isNull())
     # One pass over the requests for their counts, outcomes, error answers and mix
     # over time (per bucket and code).
-    bucket = ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
+    bucket = _bucket_column(start, bucket_ns)
     per_code, errors, mix = {}, {}, {}
     summary["oneway"] = summary["unanswered"] = summary["errors"] = 0
     for b, name, oneway, code, answer_name, n in requests.groupBy(
@@ -938,8 +1084,6 @@ def aggregate(frames, requests, inputs):
             errors[name, answer_name, code] = errors.get((name, answer_name, code), 0) + n
     summary["requests_per_code"] = dict(sorted(per_code.items()))
     summary["requests"] = sum(per_code.values())
-    summary["answers_per_code"] = _counts(
-        decoded.where((col("direction") == "out") & col("is_response")), "code_name")
     summary["errors_per_code"] = [
         {"request": k[0], "answer": k[1], "answer_code": k[2], "count": n}
         for k, n in sorted(errors.items(), key=lambda e: (-e[1], e[0][0] or "", e[0][2]))]
@@ -977,98 +1121,113 @@ def _liveness_codes():
 
 
 def _brokers(requests, start, end, bucket_ns):
-    """Per broker (brokerName + brokerAddr): registrations, liveness gaps (longer
-    than twice the broker's median interval), expiries (a gap past its heartbeat
-    timeout, an UNREGISTER_BROKER, or silence past it at the end of the trace)."""
+    """Per broker (brokerName + brokerAddr): :func:`broker_summary` of its liveness
+    requests, gathered by broker in one job (a few rows per broker and minute)."""
+    import functools
+
     from pyspark.sql import functions as F
 
     from rmq.protocol import RequestCode
 
     col = F.col
-    # a few rows per broker and minute, read by five jobs: kept in memory
     events = requests.where(
         col("code").isin(*_liveness_codes(), RequestCode.UNREGISTER_BROKER)
         & col("broker_name").isNotNull() & col("broker_addr").isNotNull()
-    ).select(*_BROKER_KEY, "cluster", "code", "time_ns", "record", "heartbeat_timeout_ms").cache()
-    try:
-        return _broker_summaries(events, start, end, bucket_ns)
-    finally:
-        events.unpersist()
+    ).select(*_BROKER_KEY, *_BROKER_EVENT)
+    return sorted(events.rdd.map(_broker_and_event).groupByKey().map(functools.partial(
+        _summarize_broker, start=start, end=end, bucket_ns=bucket_ns)).collect(),
+        key=lambda b: (b["broker_name"], b["broker_addr"]))
 
 
 _BROKER_KEY = ("broker_name", "broker_addr")
+#: A broker's liveness request, as broker_summary takes it.
+_BROKER_EVENT = ("cluster", "code", "time_ns", "record", "heartbeat_timeout_ms")
 
 
-def _broker_summaries(events, start, end, bucket_ns):
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+def _broker_and_event(row):
+    return tuple(row[:2]), tuple(row[2:])
 
+
+def _summarize_broker(item, start, end, bucket_ns):
+    return broker_summary(item[0], item[1], start, end, bucket_ns)
+
+
+def broker_summary(key, events, start, end, bucket_ns):
+    """One broker's registrations, liveness gaps and expiries, from its liveness
+    requests ``events`` ((cluster, code, time_ns, record, heartbeat_timeout_ms) in
+    any order; codes: :func:`_liveness_codes` and UNREGISTER_BROKER) over a trace
+    from ``start`` to ``end``.
+
+    - A gap between two liveness requests is flagged when longer than twice the
+      broker's median interval (the lower median) or than its heartbeat timeout
+      (the largest heartbeatTimeoutMillis it sent, else the NameServer's default);
+      past the timeout the broker expired (unless it unregistered inside the gap).
+    - Expiries: each UNREGISTER_BROKER, each expired gap (at its start plus the
+      timeout), and silence past the timeout at the end of the trace.
+    - ``registrations_per_bucket``: [bucket, count] of its REGISTER_BROKERs, buckets
+      of ``bucket_ns`` from ``start`` (the request mix's)."""
     from rmq.protocol import RequestCode
 
     REGISTER_BROKER, UNREGISTER_BROKER = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
-    LIVENESS_CODES = _liveness_codes()
-    col = F.col
-    key = list(_BROKER_KEY)
-    live = events.where(col("code").isin(*LIVENESS_CODES)).withColumn(
-        "gap_ns", col("time_ns") - F.lag("time_ns").over(
-            Window.partitionBy(*key).orderBy("time_ns", "record")))
-    per_broker = events.groupBy(*key).agg(
-        F.max("cluster").alias("cluster"),
-        F.sum(F.when(col("code") == REGISTER_BROKER, 1).otherwise(0)).alias("registrations"),
-        F.sum(F.when(col("code").isin(*LIVENESS_CODES[1:]), 1).otherwise(0)).alias("heartbeats"),
-        F.sum(F.when(col("code") == UNREGISTER_BROKER, 1).otherwise(0)).alias("unregistrations"),
-        F.min("time_ns").alias("first_ns"),
-        F.max(F.when(col("code").isin(*LIVENESS_CODES), col("time_ns"))).alias("last_live_ns"),
-        F.max("heartbeat_timeout_ms").alias("timeout_ms"))
-    medians = live.where(col("gap_ns").isNotNull()).groupBy(*key).agg(
-        F.percentile_approx("gap_ns", 0.5, 10000).alias("median_ns"))
-    stats = per_broker.join(medians, key, "left").withColumn(
-        "timeout_ms", F.coalesce(col("timeout_ms"), F.lit(DEFAULT_HEARTBEAT_TIMEOUT_MS)))
-    gaps = live.join(stats.select(*key, "median_ns", "timeout_ms"), key).where(
-        (col("gap_ns") > 2 * col("median_ns")) | (col("gap_ns") > col("timeout_ms") * 1_000_000)
-    ).select(*key, (col("time_ns") - col("gap_ns")).alias("from_ns"), col("time_ns").alias("to_ns"),
-             (col("gap_ns") > col("timeout_ms") * 1_000_000).alias("expired"))
-    gaps_by = {}
-    for g in gaps.orderBy(*key, "from_ns").collect():
-        gaps_by.setdefault((g[0], g[1]), []).append(
-            {"from_ns": g["from_ns"], "to_ns": g["to_ns"], "expired": g["expired"]})
-    unregs = {}
-    for u in events.where(col("code") == UNREGISTER_BROKER).select(*key, "time_ns") \
-            .orderBy(*key, "time_ns").collect():
-        unregs.setdefault((u[0], u[1]), []).append(u[2])
-    timeline = {}
-    for t in events.where(col("code") == REGISTER_BROKER).groupBy(
-            *key, ((col("time_ns") - F.lit(start or 0)) / F.lit(bucket_ns)).cast("long")
-            .alias("bucket")).count().orderBy(*key, "bucket").collect():
-        timeline.setdefault((t[0], t[1]), []).append([t[2], t[3]])
-
-    out = []
-    for b in stats.orderBy(*key).collect():
-        k = (b["broker_name"], b["broker_addr"])
-        timeout_ns = b["timeout_ms"] * 1_000_000
-        unreg_times = unregs.get(k, [])
-        expiries = [{"time_ns": t, "reason": "unregistered"} for t in unreg_times]
-        gap_list = gaps_by.get(k, [])
-        for g in gap_list:
+    live_codes = _liveness_codes()
+    events = sorted((e for e in events if e[2] is not None), key=lambda e: (e[2], e[3]))
+    live = [e[2] for e in events if e[1] in live_codes]
+    timeouts = [e[4] for e in events if e[4] is not None]
+    timeout_ms = max(timeouts) if timeouts else DEFAULT_HEARTBEAT_TIMEOUT_MS
+    timeout_ns = timeout_ms * 1_000_000
+    intervals = [b - a for a, b in zip(live, live[1:])]
+    median = sorted(intervals)[(len(intervals) + 1) // 2 - 1] if intervals else None
+    unreg_times = [e[2] for e in events if e[1] == UNREGISTER_BROKER]
+    gaps, expiries = [], [{"time_ns": t, "reason": "unregistered"} for t in unreg_times]
+    for (a, b), gap in zip(zip(live, live[1:]), intervals):
+        if gap > timeout_ns or (median is not None and gap > 2 * median):
             # a broker that unregistered inside the gap did not expire in it
-            g["unregistered"] = any(g["from_ns"] <= t <= g["to_ns"] for t in unreg_times)
+            g = {"from_ns": a, "to_ns": b, "expired": gap > timeout_ns,
+                 "unregistered": any(a <= t <= b for t in unreg_times)}
+            gaps.append(g)
             if g["expired"] and not g["unregistered"]:
-                expiries.append({"time_ns": g["from_ns"] + timeout_ns, "reason": "timeout"})
-        last = b["last_live_ns"]
-        if last is not None and end - last > timeout_ns and not any(t >= last for t in unreg_times):
-            expiries.append({"time_ns": last + timeout_ns, "reason": "silent at end"})
-        expiries.sort(key=lambda e: e["time_ns"])
-        out.append({
-            "broker_name": k[0], "broker_addr": k[1], "cluster": b["cluster"],
-            "registrations": b["registrations"], "heartbeats": b["heartbeats"],
-            "unregistrations": b["unregistrations"],
-            "median_interval_s": None if b["median_ns"] is None else b["median_ns"] / 1e9,
-            "timeout_s": b["timeout_ms"] / 1000,
-            "gaps": gap_list,
-            "expiries": expiries,
-            "registrations_per_bucket": timeline.get(k, []),
-        })
-    return out
+                expiries.append({"time_ns": a + timeout_ns, "reason": "timeout"})
+    last = live[-1] if live else None
+    if last is not None and end - last > timeout_ns and not any(t >= last for t in unreg_times):
+        expiries.append({"time_ns": last + timeout_ns, "reason": "silent at end"})
+    expiries.sort(key=lambda e: e["time_ns"])
+    timeline = {}
+    for e in events:
+        if e[1] == REGISTER_BROKER:
+            b = _bucket(e[2], start, bucket_ns)
+            timeline[b] = timeline.get(b, 0) + 1
+    clusters = [e[0] for e in events if e[0] is not None]
+    return {
+        "broker_name": key[0], "broker_addr": key[1],
+        "cluster": max(clusters) if clusters else None,
+        "registrations": sum(e[1] == REGISTER_BROKER for e in events),
+        "heartbeats": sum(e[1] in live_codes[1:] for e in events),
+        "unregistrations": len(unreg_times),
+        "median_interval_s": None if median is None else median / 1e9,
+        "timeout_s": timeout_ms / 1000,
+        "gaps": gaps,
+        "expiries": expiries,
+        "registrations_per_bucket": [[b, n] for b, n in sorted(timeline.items())],
+    }
+
+
+def _bucket(time_ns, start, bucket_ns):
+    """The request mix's bucket of ``time_ns`` (:func:`_bucket_column`, in Python)."""
+    since = time_ns - (start or 0)
+    if not -(1 << 63) <= since < (1 << 63):
+        since = float(time_ns) - float(start or 0)
+    return int(float(since) / float(bucket_ns))
+
+
+def _bucket_column(start, bucket_ns):
+    """The request mix's bucket of each row: (time - start) / bucket, in doubles,
+    truncated; the difference taken in doubles when it overflows a long (a trace
+    spanning centuries, which only a forged input does)."""
+    from pyspark.sql import functions as F
+    time_ns, start = F.col("time_ns"), F.lit(start or 0)
+    since = F.coalesce(F.try_subtract(time_ns, start).cast("double"),
+                       time_ns.cast("double") - start.cast("double"))
+    return (since / F.lit(bucket_ns)).cast("long")
 
 
 def _implementation(_):
@@ -1106,23 +1265,23 @@ def analyze(spark, inputs, out, *, server_ports=(9876,), partitions=None, reader
         spark.conf.set("spark.sql.shuffle.partitions", str(2 * sc.defaultParallelism))
     with progress.phase("listing inputs", done=lambda: _sized(paths)):
         paths = list_inputs(spark, inputs)
-    frames_path, requests_path = _spark_path(out, "frames.parquet"), \
-        _spark_path(out, "requests.parquet")
     decoded = sc.accumulator(0) if progress.enabled else None
     with progress.phase(
             "decoding", status=lambda: _join(f"{decoded.value}/{_files(len(paths))}", _tasks(sc)),
-            done=lambda: f"{_files(len(paths))}, {frames.count():,} frames -> frames.parquet"):
-        write_frames(spark, paths, out, server_ports, partitions, reader, writer, decoded)
+            done=lambda: f"{_files(len(paths))}, "
+                         f"{written.counts['frames'] if written.counts else frames.count():,} "
+                         f"frames -> frames.parquet"):
+        written = write_frames(spark, paths, out, server_ports, partitions, reader, writer,
+                               decoded)
         # Read back what was written: the decode runs once, everything after works on parquet.
-        frames = spark.read.parquet(frames_path)
+        frames = spark.read.parquet(written.frames_path)
     with progress.phase("pairing requests and answers", status=lambda: _tasks(sc),
                         done=lambda: f"{requests.count():,} requests -> requests.parquet"):
-        requests_table(frames).write.mode("overwrite").parquet(requests_path)
-        requests = spark.read.parquet(requests_path)
+        requests = spark.read.parquet(write_requests(spark, out, written))
     with progress.phase("summarizing", status=lambda: _tasks(sc)):
-        summary = aggregate(frames, requests, paths)
+        summary = aggregate(frames, requests, paths, written.frame_counts)
         summary["seconds"] = round(time.monotonic() - t0, 3)
-        codecs, pythons = executor_environments(spark)
+        codecs, pythons = written.executors or executor_environments(spark)
         summary["spark"] = {"master": spark.sparkContext.master, "version": spark.version,
                             "executor_implementation": codecs, "executor_python": pythons,
                             "reader": reader, "writer": writer}
