@@ -225,13 +225,20 @@ def test_both_writers_agree_on_odd_values(tmp_path, spark):
     assert (unknown["code_name"], unknown["answer_code_name"]) == ("CODE_4321", "CODE_4567")
 
 
+def test_no_frames_count_as_zero_both_ways(spark):
+    from rmq.trace import arrow
+    nothing = spark.createDataFrame([], analyze.frames_schema())
+    assert analyze.frame_counts(nothing) == arrow.FrameStats().counts()
+
+
 def test_spark_long_is_sparks_try_cast(spark):
     from rmq.trace import arrow
     texts = ["120000", " 120000", "\t12\n", "+5", "-5", "1.5", "1.", ".5", "1e3", "", " ", "+",
              "-", "+-5", "- 5", "9223372036854775807", "9223372036854775808",
              "-9223372036854775808", "-9223372036854775809", "0x10", "\uff11\uff12", "\u0663",
              "12a", "1_000", "\x0012", "12\x00", "\u00a012", "\u200b12", "1.5.5", "00012",
-             "-0", "1,5", "\x1f7\x7f", "\u2028 9", "\x80 1", None]
+             "-0", "1,5", "\x1f7\x7f", "\u2028 9", "\x80 1", "0" * 5000 + "12", "9" * 5000,
+             "-" + "0" * 30 + "5", "1" + "0" * 19, None]
     df = spark.createDataFrame([(t,) for t in texts], "s string")
     assert [r[0] for r in df.selectExpr("try_cast(s as bigint)").collect()] == \
         [arrow.spark_long(t) for t in texts]
@@ -562,12 +569,15 @@ def test_requests_across_segments_meet_the_answers_the_whole_trace_gives(tmp_pat
     # and, past MAX_OPEN_KEYS, the whole table written again by Spark.
     from rmq.trace import arrow
     paths = analyze.list_inputs(spark, [str(tmp_path / "in")])
-    for limit in (arrow.MAX_OPEN_KEYS, 1):
-        monkeypatch.setattr(arrow, "MAX_OPEN_KEYS", limit)
-        out = tmp_path / f"out-{limit}"
+    limits = (arrow.MAX_OPEN_KEYS, arrow.MAX_PAIR_AGAIN_ROWS)
+    for keys, rows in (limits, (1, limits[1]), (limits[0], 1)):
+        monkeypatch.setattr(arrow, "MAX_OPEN_KEYS", keys)
+        monkeypatch.setattr(arrow, "MAX_PAIR_AGAIN_ROWS", rows)
+        out = tmp_path / f"out-{keys}-{rows}"
         _, requests, written = write_tables(spark, paths, str(out))
         assert written.counts["open"] == sum(r[2] is True for r in pairs)
-        assert (written.open_keys is None) == (limit == 1)
+        assert (written.open_keys is None) == (keys == 1)
+        assert (out / "requests.parquet" / "_SUCCESS").exists()
         assert written.counts["requests"] == len(want)
         got = [(r["conn"], r["opaque"], r["time_ns"], r["answer_time_ns"])
                for r in requests.collect()]

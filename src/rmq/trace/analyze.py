@@ -852,8 +852,7 @@ def write_frames(spark, paths, out, server_ports=(9876,), partitions=None, reade
         os.makedirs(d)
     parts = frame_batches(spark, paths, server_ports, partitions, reader, decoded) \
         .mapPartitionsWithIndex(functools.partial(_write_parts, *directories)).collect()
-    for d in directories:
-        open(os.path.join(d, "_SUCCESS"), "wb").close()
+    open(os.path.join(directories[0], "_SUCCESS"), "wb").close()   # requests': write_requests
     counts = {k: sum(p[k] for p in parts) for k in ("frames", "requests", "open")}
     executors = (sorted({p["codec"] for p in parts}), sorted({p["python"] for p in parts}))
     stats = arrow.FrameStats()
@@ -879,18 +878,21 @@ def write_requests(spark, out, written):
     if written.requests_path is None:
         requests_table(spark.read.parquet(written.frames_path)) \
             .write.mode("overwrite").parquet(path)
-    elif written.counts["open"]:
-        _pair_across_inputs(spark, written, path)
+    else:
+        if written.counts["open"]:
+            _pair_across_inputs(spark, written, path)
+        open(os.path.join(_local_path(path), "_SUCCESS"), "wb").close()
     return path
 
 
 def _pair_across_inputs(spark, written, path):
     """Pair again across the inputs the (connection, opaque) keys of the answers
     that met no request in their input. Up to rmq.trace.arrow.MAX_OPEN_KEYS of them
-    (a recording: the exchanges in flight at each rotation): a task per part drops
-    their requests from requests.parquet and hands over their frames, which the
-    driver pairs as TraceColumns pairs one input (arrow.pair_again) into one more
-    part. More (a capture of the answers only): Spark writes the whole table again."""
+    (a recording: the exchanges in flight at each rotation) with up to
+    MAX_PAIR_AGAIN_ROWS frames: a task per part drops their requests from
+    requests.parquet and hands over their frames, which the driver pairs as
+    TraceColumns pairs one input (arrow.pair_again) into one more part. More (a
+    capture of the answers only): Spark writes the whole table again."""
     import functools
 
     import pyarrow as pa
@@ -898,28 +900,34 @@ def _pair_across_inputs(spark, written, path):
     from rmq.trace import arrow
 
     directory = _local_path(path)
-    if written.open_keys is None:
-        again = directory + ".again"
-        requests_table(spark.read.parquet(written.frames_path)) \
-            .write.mode("overwrite").parquet("file:" + again)
-        shutil.rmtree(directory)
-        os.replace(again, directory)
-        return
-    sc = spark.sparkContext
-    n = written.partitions
-    found = sc.parallelize(range(n), min(n, sc.defaultParallelism)).map(functools.partial(
-        _settle_part, _local_path(written.frames_path), directory,
-        sc.broadcast(written.open_keys))).collect()
-    arrow.write_requests_part(directory, n, arrow.pair_again(pa.concat_tables(found)))
+    if written.open_keys is not None:
+        sc = spark.sparkContext
+        n = written.partitions
+        found = sc.parallelize(range(n), min(n, sc.defaultParallelism)).map(functools.partial(
+            _settle_part, _local_path(written.frames_path), directory,
+            sc.broadcast(written.open_keys))).collect()
+        if all(f is not None for f in found) \
+                and sum(f.num_rows for f in found) <= arrow.MAX_PAIR_AGAIN_ROWS:
+            arrow.write_requests_part(directory, n, arrow.pair_again(pa.concat_tables(found)))
+            return
+    # the whole table from frames.parquet (the parts' drops do not matter), swapped in
+    again, old = directory + ".again", directory + ".old"
+    requests_table(spark.read.parquet(written.frames_path)) \
+        .write.mode("overwrite").parquet("file:" + again)
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
+    os.replace(again, directory)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _settle_part(frames_dir, requests_dir, keys, partition):
     """Drop the requests of the open ``keys`` from requests.parquet's part
-    ``partition``; their frames in frames.parquet's."""
+    ``partition``; their frames in frames.parquet's (None past MAX_PAIR_AGAIN_ROWS)."""
     from rmq.trace import arrow
     name = arrow.part_name(partition)
     arrow.drop_requests(os.path.join(requests_dir, name), keys.value)
-    return arrow.key_frames(os.path.join(frames_dir, name), keys.value)
+    frames = arrow.key_frames(os.path.join(frames_dir, name), keys.value)
+    return frames if frames.num_rows <= arrow.MAX_PAIR_AGAIN_ROWS else None
 
 
 #: A request's columns in requests.parquet, then its answer's. Its other ext fields
@@ -1023,9 +1031,10 @@ def frame_counts(frames):
     col = F.col
     f = frames.agg(
         F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(col("decode_error").isNotNull() & col("time_ns").isNotNull(), 1)
-              .otherwise(0)).alias("undecodable"),
-        F.sum(F.when(col("time_ns").isNull(), 1).otherwise(0)).alias("unreadable"),
+        F.coalesce(F.sum(F.when(col("decode_error").isNotNull() & col("time_ns").isNotNull(),
+                                1).otherwise(0)), F.lit(0)).alias("undecodable"),
+        F.coalesce(F.sum(F.when(col("time_ns").isNull(), 1).otherwise(0)), F.lit(0))
+        .alias("unreadable"),
         F.countDistinct("conn").alias("connections"),
         F.min("time_ns").alias("start"), F.max("time_ns").alias("end")).first().asDict()
     f["answers"] = {r[0]: r[1] for r in frames.where(

@@ -32,7 +32,7 @@ __all__ = ["RAW_SCHEMA", "FRAMES_SCHEMA", "REQUESTS_SCHEMA", "input_batches", "e
            "raw_batch", "frames_batch", "requests_batch", "write_parts", "write_requests_part",
            "merge_keys",
            "drop_requests", "key_frames", "pair_again", "spark_long", "FrameStats",
-           "MAX_INPUT_ERRORS", "MAX_OPEN_KEYS"]
+           "MAX_INPUT_ERRORS", "MAX_OPEN_KEYS", "MAX_PAIR_AGAIN_ROWS"]
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 #: A string column of few values (the file, the direction, the codes' names), made
@@ -322,10 +322,13 @@ def spark_long(text: str | None) -> int | None:
     if text is None:
         return None
     s = text.strip(_SPARK_TRIM)
-    digits = s[1:] if s[:1] in ("+", "-") else s
+    sign, digits = (s[0], s[1:]) if s[:1] in ("+", "-") else ("", s)
     if not (digits.isascii() and digits.isdigit()):
         return None
-    value = int(s)
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 19:        # past a long (and past what int() reads in one go)
+        return None
+    value = int(sign + digits)
     return value if -(1 << 63) <= value < (1 << 63) else None
 
 
@@ -393,7 +396,10 @@ class _Part:
         os.replace(self.tmp, self.final)
 
     def discard(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()
+        except Exception:       # what failed first is what the caller raises
+            pass
         try:
             os.unlink(self.tmp)
         except OSError:
@@ -402,8 +408,10 @@ class _Part:
 
 #: The answers' keys that met no request in their input (an answer's connection and
 #: opaque) up to this many are paired again across the inputs by pair_again, in the
-#: driver; more (a capture of the answers only) by Spark (rmq.trace.analyze).
+#: driver, when their frames are at most MAX_PAIR_AGAIN_ROWS; more (a capture of the
+#: answers only, opaques reused without end) by Spark (rmq.trace.analyze).
 MAX_OPEN_KEYS = 100_000
+MAX_PAIR_AGAIN_ROWS = 1_000_000
 _KEYS = ["conn", "opaque"]
 _KEYS_SCHEMA = pa.schema([("conn", pa.int64()), ("opaque", pa.int32())])
 
@@ -473,11 +481,8 @@ def merge_keys(parts: list[pa.Table | None]) -> pa.Table | None:
     return keys if keys.num_rows <= MAX_OPEN_KEYS else None
 
 
-def _hits(path: str, keys: pa.Table) -> pa.Array:
-    """The indices of the rows of a part whose (conn, opaque) is a row of ``keys``."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path, columns=_KEYS)
+def _hits(table: pa.Table, keys: pa.Table) -> pa.Array:
+    """The indices of the rows of ``table`` whose (conn, opaque) is a row of ``keys``."""
     index = pa.array(range(table.num_rows), pa.int64())
     hit = (pa.table({"conn": table.column("conn"), "opaque": table.column("opaque"),
                      "_row": index})
@@ -491,10 +496,10 @@ def drop_requests(path: str, keys: pa.Table) -> int:
     dropped. The part is replaced whole, and only when a row goes."""
     import pyarrow.parquet as pq
 
-    hit = _hits(path, keys)
-    if not len(hit):
+    if not len(_hits(pq.read_table(path, columns=_KEYS), keys)):
         return 0
     table = pq.read_table(path, schema=REQUESTS_SCHEMA)
+    hit = _hits(table, keys)        # of the table it rewrites, read once
     index = pa.array(range(table.num_rows), pa.int64())
     kept = table.filter(pc.invert(pc.is_in(index, value_set=hit)))
     directory, name = os.path.split(path)
@@ -523,9 +528,9 @@ def key_frames(path: str, keys: pa.Table) -> pa.Table:
     whose (conn, opaque) is a row of ``keys``: _ROW_COLUMNS."""
     import pyarrow.parquet as pq
 
-    hit = _hits(path, keys)
-    if len(hit):
-        frames = pq.read_table(path, columns=_ROW_COLUMNS).take(hit)
+    if len(_hits(pq.read_table(path, columns=_KEYS), keys)):
+        table = pq.read_table(path, columns=_ROW_COLUMNS)
+        frames = table.take(_hits(table, keys))
     else:       # the usual part: no key of it is open, and nothing else is read
         schema = pq.read_schema(path)
         frames = pa.schema([schema.field(n) for n in _ROW_COLUMNS]).empty_table()
