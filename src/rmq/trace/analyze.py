@@ -946,6 +946,10 @@ def _is_request(col):
     return (col("direction") == "in") & ~col("is_response")
 
 
+def _is_answer(col):
+    return (col("direction") == "out") & col("is_response")
+
+
 def _heartbeat_timeout():
     from pyspark.sql import functions as F
     return F.expr("try_cast(ext['heartbeatTimeoutMillis'] as bigint)").alias(_REQUEST_COLUMNS[-1])
@@ -999,8 +1003,7 @@ def _paired_again(frames, open_keys):
     col = F.col
     keys = ["conn", "opaque"]
     is_request = _is_request(col)
-    is_answer = (col("direction") == "out") & col("is_response")
-    events = frames.where(col("decode_error").isNull() & (is_request | is_answer)) \
+    events = frames.where(col("decode_error").isNull() & (is_request | _is_answer(col))) \
         .join(open_keys, keys, "left_semi").select(
             *_REQUEST_COLUMNS[:-1], _heartbeat_timeout(), "remark", is_request.alias("_req"))
     w = Window.partitionBy(*keys).orderBy("time_ns", "file_index", "record")
@@ -1038,7 +1041,7 @@ def frame_counts(frames):
         F.countDistinct("conn").alias("connections"),
         F.min("time_ns").alias("start"), F.max("time_ns").alias("end")).first().asDict()
     f["answers"] = {r[0]: r[1] for r in frames.where(
-        col("decode_error").isNull() & (col("direction") == "out") & col("is_response"))
+        col("decode_error").isNull() & _is_answer(col))
         .groupBy("code_name").count().orderBy("code_name").collect() if r[0] is not None}
     f["errors"] = [
         {"file": r["file"], "record": r["record"], "time_ns": r["time_ns"],

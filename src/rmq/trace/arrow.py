@@ -212,6 +212,17 @@ def error_batch(path: str, file_index: int, record: int, e: BaseException) -> pa
 
 # ---------------------------------------------------------------- frames.parquet
 
+def _is_request(col: Any) -> pa.Array:
+    """Rows of frames.parquet's columns (``col``) that are requests: towards the
+    NameServer, no response flag (decoded or not)."""
+    return pc.and_(pc.equal(col("direction"), "in"), pc.invert(col("is_response")))
+
+
+def _is_answer(col: Any) -> pa.Array:
+    """Rows that are answers: from the NameServer, the response flag set."""
+    return pc.and_(pc.equal(col("direction"), "out"), col("is_response"))
+
+
 def _code_names(code: pa.Array, is_response: pa.Array) -> pa.Array:
     """code_name: each distinct (code, is_response) named once."""
     key = pc.add(pc.multiply(code.cast(pa.int64()), 2), is_response.cast(pa.int64()))
@@ -281,15 +292,17 @@ class FrameStats:
         self._extend(extremes["min"].as_py(), extremes["max"].as_py())
         self._conns = pc.unique(pa.concat_arrays(
             [self._conns, pc.unique(col("conn")).drop_null().cast(pa.int64())]))
-        answered = pc.and_(pc.and_(pc.equal(col("direction"), "out"), col("is_response")),
-                           pc.invert(failed))
+        answered = pc.and_(_is_answer(col), pc.invert(failed))
         for x in pc.value_counts(pc.filter(col("code_name"), answered)).to_pylist():
             if x["values"] is not None:
                 self.answers[x["values"]] = self.answers.get(x["values"], 0) + x["counts"]
         if error.null_count < len(error):
+            # a rotten input errs on every frame: only the first few become dicts
             rows = pa.table({"file": col("file"), "record": col("record"), "time_ns": time_ns,
                              "error": error}).filter(failed)
-            self._keep_errors(rows.to_pylist())
+            rows = rows.set_column(0, "file", rows.column("file").cast(pa.string()))
+            self._keep_errors(rows.sort_by([("file", "ascending"), ("record", "ascending")])
+                              .slice(0, MAX_INPUT_ERRORS).to_pylist())
 
     def merge(self, other: FrameStats) -> None:
         self.rows += other.rows
@@ -353,8 +366,7 @@ def requests_batch(frames: pa.RecordBatch) -> pa.RecordBatch:
     """The requests.parquet batch (REQUESTS_SCHEMA) of a frames.parquet batch (each
     request with the answer its input gave it)."""
     col = frames.column
-    is_request = pc.and_(pc.and_(pc.equal(col("direction"), "in"), pc.invert(col("is_response"))),
-                         pc.is_null(col("decode_error")))
+    is_request = pc.and_(_is_request(col), pc.is_null(col("decode_error")))
     # only the columns it keeps are filtered (not the ext maps: the one field is looked up)
     kept = frames.select(_REQUEST_FRAME_COLUMNS).filter(is_request)
     requests = dict(zip(_REQUEST_FRAME_COLUMNS, kept.columns))
@@ -373,29 +385,39 @@ def part_name(partition: int) -> str:
 
 
 class _Part:
-    """A Parquet part written whole or not at all: under a temporary name, renamed
-    when done (a retried task writes it again)."""
+    """A Parquet file written whole or not at all: under a temporary name beside
+    ``path``, renamed to it when the ``with`` block ends well, removed when it does
+    not (a retried task writes it again)."""
 
-    def __init__(self, directory: str, partition: int, schema: pa.Schema) -> None:
+    def __init__(self, path: str, schema: pa.Schema) -> None:
         import pyarrow.parquet as pq
 
-        self.final = os.path.join(directory, part_name(partition))
-        self.tmp = os.path.join(directory, f".{part_name(partition)}.{uuid.uuid4().hex}.tmp")
+        directory, name = os.path.split(path)
+        self.final = path
+        self.tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         self.rows = 0
         self._writer = pq.ParquetWriter(self.tmp, schema, **_writer_options(schema))
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            self._writer.write_batch(batch)
-            self.rows += batch.num_rows
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        if data.num_rows:
+            self._writer.write(data)
+            self.rows += data.num_rows
 
-    def close(self) -> None:
-        self._writer.close()
+    def __enter__(self) -> _Part:
+        return self
 
-    def publish(self) -> None:
-        os.replace(self.tmp, self.final)
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is None:
+            try:
+                self._writer.close()
+                os.replace(self.tmp, self.final)
+                return
+            except BaseException:
+                self._discard()
+                raise
+        self._discard()
 
-    def discard(self) -> None:
+    def _discard(self) -> None:
         try:
             self._writer.close()
         except Exception:       # what failed first is what the caller raises
@@ -404,6 +426,11 @@ class _Part:
             os.unlink(self.tmp)
         except OSError:
             pass
+
+
+def _write_whole(path: str, data: pa.RecordBatch | pa.Table) -> None:
+    with _Part(path, data.schema) as part:
+        part.write(data)
 
 
 #: The answers' keys that met no request in their input (an answer's connection and
@@ -429,14 +456,10 @@ def write_parts(frames_dir: str, requests_dir: str, partition: int,
     request in their input, rmq.fallback.columns: their keys are still to be paired
     across the inputs); ``open_keys``, those keys (conn, opaque), None past
     MAX_OPEN_KEYS; ``stats``, the frames' FrameStats."""
-    frames = _Part(frames_dir, partition, FRAMES_SCHEMA)
-    try:
-        requests = _Part(requests_dir, partition, REQUESTS_SCHEMA)
-    except BaseException:
-        frames.discard()
-        raise
+    name = part_name(partition)
     n_open, stats, keys = 0, FrameStats(), []
-    try:
+    with _Part(os.path.join(frames_dir, name), FRAMES_SCHEMA) as frames, \
+            _Part(os.path.join(requests_dir, name), REQUESTS_SCHEMA) as requests:
         for raw in batches:
             if raw.num_rows:
                 batch = frames_batch(raw)
@@ -448,14 +471,6 @@ def write_parts(frames_dir: str, requests_dir: str, partition: int,
                 if opened and n_open <= MAX_OPEN_KEYS:
                     keys.append(pa.Table.from_batches([raw.select(_KEYS)])
                                 .filter(raw.column("pair_open")))
-        frames.close()
-        requests.close()
-        frames.publish()
-        requests.publish()
-    except BaseException:
-        frames.discard()
-        requests.discard()
-        raise
     return {"frames": frames.rows, "requests": requests.rows, "open": n_open,
             "open_keys": _distinct_keys(keys) if n_open <= MAX_OPEN_KEYS else None,
             "stats": stats}
@@ -463,14 +478,7 @@ def write_parts(frames_dir: str, requests_dir: str, partition: int,
 
 def write_requests_part(directory: str, partition: int, batch: pa.RecordBatch) -> None:
     """Write ``batch`` (REQUESTS_SCHEMA) as requests.parquet's part ``partition``."""
-    part = _Part(directory, partition, REQUESTS_SCHEMA)
-    try:
-        part.write(batch)
-        part.close()
-        part.publish()
-    except BaseException:
-        part.discard()
-        raise
+    _write_whole(os.path.join(directory, part_name(partition)), batch)
 
 
 def merge_keys(parts: list[pa.Table | None]) -> pa.Table | None:
@@ -481,39 +489,38 @@ def merge_keys(parts: list[pa.Table | None]) -> pa.Table | None:
     return keys if keys.num_rows <= MAX_OPEN_KEYS else None
 
 
-def _hits(table: pa.Table, keys: pa.Table) -> pa.Array:
-    """The indices of the rows of ``table`` whose (conn, opaque) is a row of ``keys``."""
+def _key_mask(table: pa.Table, keys: pa.Table) -> pa.Array:
+    """Which rows of ``table`` have a (conn, opaque) that is a row of ``keys``."""
     index = pa.array(range(table.num_rows), pa.int64())
     hit = (pa.table({"conn": table.column("conn"), "opaque": table.column("opaque"),
                      "_row": index})
            .join(keys.select(_KEYS), _KEYS, join_type="left semi").column("_row"))
-    return hit.take(pc.sort_indices(hit))
+    return pc.is_in(index, value_set=hit)
+
+
+def _read_key_rows(path: str, keys: pa.Table, **read: Any) -> tuple[pa.Table, pa.Array] | None:
+    """The Parquet part at ``path`` (pq.read_table's ``read``) and the _key_mask of
+    its rows; None when no row has one of ``keys`` (the usual part: then only its
+    conn and opaque are read)."""
+    import pyarrow.parquet as pq
+
+    if not pc.any(_key_mask(pq.read_table(path, columns=_KEYS), keys)).as_py():
+        return None
+    table = pq.read_table(path, **read)
+    return table, _key_mask(table, keys)
 
 
 def drop_requests(path: str, keys: pa.Table) -> int:
     """Drop from the requests.parquet part at ``path`` the requests whose (conn,
     opaque) is a row of ``keys`` (they are paired again across the inputs); the rows
     dropped. The part is replaced whole, and only when a row goes."""
-    import pyarrow.parquet as pq
-
-    if not len(_hits(pq.read_table(path, columns=_KEYS), keys)):
+    found = _read_key_rows(path, keys, schema=REQUESTS_SCHEMA)
+    if found is None:
         return 0
-    table = pq.read_table(path, schema=REQUESTS_SCHEMA)
-    hit = _hits(table, keys)        # of the table it rewrites, read once
-    index = pa.array(range(table.num_rows), pa.int64())
-    kept = table.filter(pc.invert(pc.is_in(index, value_set=hit)))
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(kept, tmp, **_writer_options(kept.schema))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return len(hit)
+    table, hit = found
+    kept = table.filter(pc.invert(hit))
+    _write_whole(path, kept)
+    return int(table.num_rows - kept.num_rows)
 
 
 #: frames.parquet's columns that a frame's trace row (rmq.rows.TRACE_ROW_FIELDS) is
@@ -528,16 +535,14 @@ def key_frames(path: str, keys: pa.Table) -> pa.Table:
     whose (conn, opaque) is a row of ``keys``: _ROW_COLUMNS."""
     import pyarrow.parquet as pq
 
-    if len(_hits(pq.read_table(path, columns=_KEYS), keys)):
-        table = pq.read_table(path, columns=_ROW_COLUMNS)
-        frames = table.take(_hits(table, keys))
-    else:       # the usual part: no key of it is open, and nothing else is read
+    found = _read_key_rows(path, keys, columns=_ROW_COLUMNS)
+    if found is None:
         schema = pq.read_schema(path)
         frames = pa.schema([schema.field(n) for n in _ROW_COLUMNS]).empty_table()
+    else:
+        frames = found[0].filter(found[1])
     col = frames.column
-    ok = pc.and_(pc.is_null(col("decode_error")), pc.or_(
-        pc.and_(pc.equal(col("direction"), "in"), pc.invert(col("is_response"))),
-        pc.and_(pc.equal(col("direction"), "out"), col("is_response"))))
+    ok = pc.and_(pc.is_null(col("decode_error")), pc.or_(_is_request(col), _is_answer(col)))
     return frames.filter(ok)
 
 
