@@ -28,6 +28,8 @@ class BuildExt(build_ext):
         self.distribution.ext_modules[:] = cythonize(
             self.distribution.ext_modules,
             compiler_directives=directives,
+            # the .pxd beside each C header, cimported by the .pxi files
+            include_path=[CORE],
             annotate=os.environ.get("RMQ_ANNOTATE", "") not in ("", "0"),
         )
         super().finalize_options()
@@ -49,8 +51,9 @@ setup(
             "rmq._core",
             sources=[f"{CORE}/_core.pyx"] + [f"{CORE}/{c}" for c in C_SOURCES],
             include_dirs=[CORE],
-            # every .pxi and .h: a change to any of them rebuilds the extension
-            depends=sorted(glob.glob(f"{CORE}/*.pxi") + glob.glob(f"{CORE}/*.h")),
+            # every .pxi, .pxd and .h: a change to any of them rebuilds the extension
+            depends=sorted(glob.glob(f"{CORE}/*.pxi") + glob.glob(f"{CORE}/*.pxd")
+                           + glob.glob(f"{CORE}/*.h")),
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             define_macros=[("RMQ_DEBUG", "1" if DEBUG else "0")],

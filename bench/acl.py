@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import broker_sim  # noqa: E402
+from rmq import brokersim  # noqa: E402
 import rmq  # noqa: E402
 from nameserver import Client, running_namesrv  # noqa: E402
 from rmq.acl import (SessionCredentials, request_signature, sign_command,  # noqa: E402
@@ -44,7 +44,7 @@ def registrations(address, body, n, creds):
 def main():
     topics = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    body = broker_sim.encode_body(broker_sim.topic_names(topics), 1)
+    body = brokersim.encode_body(brokersim.topic_names(topics), 1)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "plain_acl.yml").write_text(ACL)

@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from spark_cluster import StandaloneCluster, clean_env, pack_environment, run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from spark_cluster import StandaloneCluster, clean_env, pack_environment, run  # noqa: E402
 
 
 def analyze(trace, out, master, *extra, env=None):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import broker_sim  # noqa: E402
+from rmq import brokersim  # noqa: E402
 import load  # noqa: E402
 from rmq import encode_frame  # noqa: E402
 from rmq.codec import FrameDecoder, RemotingCommand  # noqa: E402
@@ -43,7 +43,7 @@ class Probe(threading.Thread):
 
     def __init__(self, address, topic, interval=0.001):
         super().__init__(daemon=True)
-        self.sim = broker_sim.SimBroker(address, 900, timeout=60).connect()
+        self.sim = brokersim.SimBroker(address, 900, timeout=60).connect()
         self.topic, self.interval = topic, interval
         self.rtts, self.errors = [], 0
         self.running = threading.Event()
@@ -91,8 +91,8 @@ def read_answers(sock, count):
 
 
 def scenario_flood206(server, args):
-    brokers = broker_sim.register_brokers(server.address, 1,
-                                          broker_sim.topic_names(20000), queues=4)
+    brokers = brokersim.register_brokers(server.address, 1,
+                                          brokersim.topic_names(20000), queues=4)
     probe = Probe(server.address, "T-00001")
     probe.start()
     time.sleep(0.2)
@@ -106,7 +106,7 @@ def scenario_flood206(server, args):
     out = probe.measure(flood)
     out["flood_seconds"] = round(time.perf_counter() - t0, 2)
     probe.close()
-    broker_sim.close_all(brokers)
+    brokersim.close_all(brokers)
     return out
 
 
@@ -126,12 +126,12 @@ PUTS = 400
 
 
 def scenario_kvputs(server, args):
-    brokers = broker_sim.register_brokers(server.address, 1, broker_sim.topic_names(100),
+    brokers = brokersim.register_brokers(server.address, 1, brokersim.topic_names(100),
                                           queues=4)
     probe = Probe(server.address, "T-00001")
     probe.start()
     time.sleep(0.2)
-    sim = broker_sim.SimBroker(server.address, 901).connect()
+    sim = brokersim.SimBroker(server.address, 901).connect()
     value = "x" * (64 * 1024)
 
     def puts():
@@ -144,19 +144,19 @@ def scenario_kvputs(server, args):
     out["put_ms_mean"] = round((time.perf_counter() - t0) * 1000 / PUTS, 2)
     probe.close()
     sim.close()
-    broker_sim.close_all(brokers)
+    brokersim.close_all(brokers)
     return out
 
 
 def scenario_registrations(server, args):
-    topics = broker_sim.topic_names(100000)
-    brokers = broker_sim.register_brokers(server.address, 1, topics, queues=4)
-    others = broker_sim.register_brokers(server.address, 4, broker_sim.topic_names(10),
+    topics = brokersim.topic_names(100000)
+    brokers = brokersim.register_brokers(server.address, 1, topics, queues=4)
+    others = brokersim.register_brokers(server.address, 4, brokersim.topic_names(10),
                                          queues=4, first_index=1)
     probe = Probe(server.address, "T-00001")
     probe.start()
     time.sleep(0.2)
-    bodies = [broker_sim.encode_body(topics, c, queues=4) for c in range(2, 2 + args.regs)]
+    bodies = [brokersim.encode_body(topics, c, queues=4) for c in range(2, 2 + args.regs)]
     stop = threading.Event()
 
     def heartbeats():
@@ -179,7 +179,7 @@ def scenario_registrations(server, args):
     hb.join(5)
     out["registration_ms_median"] = round(statistics.median(times), 1)
     probe.close()
-    broker_sim.close_all(brokers + others)
+    brokersim.close_all(brokers + others)
     return out
 
 
@@ -194,7 +194,7 @@ def scenario_bomb(server, args):
     bomb = _bomb(1 << 30)
     socks = []
     for i in range(5):
-        b = broker_sim.SimBroker(server.address, 950 + i).connect()
+        b = brokersim.SimBroker(server.address, 950 + i).connect()
         b.sock.sendall(encode_frame(b.register_command(bomb, compressed=True)))
         socks.append(b)
     codes = [read_answers_code(b) for b in socks]
@@ -220,8 +220,8 @@ def read_answers_code(sim):
 
 
 def scenario_stalled(server, args):
-    brokers = broker_sim.register_brokers(server.address, 1,
-                                          broker_sim.topic_names(20000), queues=4)
+    brokers = brokersim.register_brokers(server.address, 1,
+                                          brokersim.topic_names(20000), queues=4)
     before = load.proc_status(server.pid)
     flood = b"".join(encode_frame(RemotingCommand.request(206)) for _ in range(1000))
     socks = []
@@ -244,7 +244,7 @@ def scenario_stalled(server, args):
         except OSError:
             pass
         s.close()
-    broker_sim.close_all(brokers)
+    brokersim.close_all(brokers)
     return {"budget_mib": 256, "hwm_before_mib": round(before["VmHWM"], 1),
             "hwm_after_mib": round(after["VmHWM"], 1),
             "peak_growth_mib": round(after["VmHWM"] - before["VmRSS"], 1),
@@ -255,13 +255,13 @@ def scenario_bigbroker(server, args):
     """A compressed registration of 1,000,000 topics (~2.4 MB), then its broker's
     connection closed: RSS peak, and RSS once the broker is dropped."""
     before = load.proc_status(server.pid)
-    topics = broker_sim.topic_names(1_000_000, width=7)
-    body = broker_sim.encode_body(topics, 1, queues=4, compressed=True)
-    b = broker_sim.SimBroker(server.address, 960, timeout=300).connect()
+    topics = brokersim.topic_names(1_000_000, width=7)
+    body = brokersim.encode_body(topics, 1, queues=4, compressed=True)
+    b = brokersim.SimBroker(server.address, 960, timeout=300).connect()
     seconds, _ = b.register(body, compressed=True)
     registered = load.proc_status(server.pid)
     b.close()
-    probe = broker_sim.SimBroker(server.address, 961, timeout=300).connect()
+    probe = brokersim.SimBroker(server.address, 961, timeout=300).connect()
     t0 = time.perf_counter()
     while probe.call(RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC,
                                              {"topic": topics[0]})).code == 0:

@@ -5,7 +5,7 @@ Starts ``python -m rmq namesrv`` (this interpreter, the environment as given, so
 kvConfig.json, then:
 
 1. W1 setup: 8 brokers x 10,000 topics (every topic on every broker), registered
-   through bench/broker_sim.py (one connection per broker, kept open).
+   through rmq.brokersim (one connection per broker, kept open).
 2. W1 queries: bench/loadgen (C, epoll, one thread) sends GET_ROUTEINFO_BY_TOPIC
    (code 105, Java 4.9.8's JSON header) round-robin over all topics from 4
    connections, 16 requests in flight per connection; then 1 in flight.
@@ -51,7 +51,7 @@ try:
 except ImportError:
     sys.path.insert(0, str(SRC))
 
-import broker_sim  # noqa: E402
+from rmq import brokersim  # noqa: E402
 import rmq  # noqa: E402
 from rmq import bodies  # noqa: E402
 from rmq.codec import RemotingCommand  # noqa: E402
@@ -228,7 +228,7 @@ class Server:
 
 def query_route(address, topic):
     """One GET_ROUTEINFO_BY_TOPIC with the Python client (a sanity check)."""
-    b = broker_sim.SimBroker(address, 999, timeout=30)
+    b = brokersim.SimBroker(address, 999, timeout=30)
     try:
         resp = b.call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                               {"topic": topic}, version=V4_9_8))
@@ -340,7 +340,7 @@ def run(args):
             and os.environ.get("RMQ_PUREPYTHON", "") in ("", "0")):
         log(f"warning: the server runs the pure-Python core ({report['env']['rmq']} has no "
             "built rmq._core): build it (make install, or an in-place build) to measure it")
-    topics = broker_sim.topic_names(args.topics)
+    topics = brokersim.topic_names(args.topics)
     workdir = tempfile.mkdtemp(prefix="rmq-load-")
     server = Server(workdir, args.server_log_level, pin_server, trace=args.trace)
     brokers = []
@@ -352,9 +352,9 @@ def run(args):
             f"({report['env']['implementation']} core, {report['env']['loop']})")
 
         # 1. W1 setup
-        body = broker_sim.encode_body(topics, 1, queues=args.queues, compressed=args.compressed)
+        body = brokersim.encode_body(topics, 1, queues=args.queues, compressed=args.compressed)
         t0 = time.perf_counter()
-        brokers = broker_sim.register_brokers(server.address, args.brokers, topics, body=body,
+        brokers = brokersim.register_brokers(server.address, args.brokers, topics, body=body,
                                               compressed=args.compressed)
         setup_s = time.perf_counter() - t0
         report["w1_setup"] = dict(summarize([b.last_seconds for b in brokers]),
@@ -391,7 +391,7 @@ def run(args):
 
         # 4. registration time, no other load
         reg = brokers[0]
-        series = broker_sim.body_series(topics, 2, queues=args.queues,
+        series = brokersim.body_series(topics, 2, queues=args.queues,
                                         compressed=args.compressed,
                                         alternate_queues=args.reg_changes_routes)
         times = []
@@ -445,7 +445,7 @@ def run(args):
         if not server.alive():
             raise BenchError("the NameServer died:\n" + server.log_tail())
     finally:
-        broker_sim.close_all(brokers)
+        brokersim.close_all(brokers)
         server.stop()
         report.setdefault("server", {})["log"] = server.log_tail(5)
         if not args.keep:
@@ -558,7 +558,7 @@ def main(argv=None):
     signal.setitimer(signal.ITIMER_REAL, args.deadline)
     try:
         rep = run(args)
-    except (BenchError, Deadline, OSError, broker_sim.RegistrationError,
+    except (BenchError, Deadline, OSError, brokersim.RegistrationError,
             subprocess.SubprocessError) as e:
         log(f"load.py: {type(e).__name__}: {e}")
         return 1

@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 
-import broker_sim
+from rmq import brokersim
 from load import Server, build_loadgen, free_port, log, query_route, run_loadgen
 
 
@@ -39,7 +39,7 @@ def one_run(metrics, args, topics, body):
     counts = {"seconds": [], "bytes": 0}
     try:
         server.start()
-        brokers = broker_sim.register_brokers(server.address, args.brokers, topics, body=body)
+        brokers = brokersim.register_brokers(server.address, args.brokers, topics, body=body)
         query_route(server.address, topics[0])
         thread = None
         if metrics and args.scrape_interval > 0:
@@ -78,8 +78,8 @@ def main(argv=None):
                         "endpoint on, never scraped)")
     args = p.parse_args(argv)
     build_loadgen()
-    topics = broker_sim.topic_names(args.topics)
-    body = broker_sim.encode_body(topics, 1)
+    topics = brokersim.topic_names(args.topics)
+    body = brokersim.encode_body(topics, 1)
     keys = (16, 1, "cpu16", "cpu1")
     runs = {False: {k: [] for k in keys}, True: {k: [] for k in keys}}
     scrape_ms = []

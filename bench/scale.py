@@ -7,7 +7,7 @@ from the defaults below and ``--set KEY=VALUE``) and stops it at the end.
 - ``w3``: 300 brokers x the same 10,000 topics (every topic on every broker: route
   width 300). ``w4``: 1,000 brokers x 1,000 topics, topic i on brokers
   ``(i*8 + j) % 1000`` for j in 0..7 (route width 8, ~8 topics per broker). For both:
-  every broker on its own connection, kept open (bench/broker_sim.py), registered one
+  every broker on its own connection, kept open (rmq.brokersim), registered one
   after the other (first round), then every broker re-registers with a new DataVersion
   counter and the same topics (re-registration, cache cold); route queries with
   bench/loadgen round-robin over every topic at 4 connections x 16 in flight, then at
@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import broker_sim  # noqa: E402
+from rmq import brokersim  # noqa: E402
 import load  # noqa: E402
 from load import (BenchError, Deadline, Server, build_loadgen, describe_server_python,  # noqa: E402
                   log, proc_status, query_route, run_loadgen, server_env, summarize)
@@ -80,7 +80,7 @@ SAMPLE = struct.Struct("<qIIii")
 def wind_up(server, brokers, workdir, keep, out, tail):
     """Close the brokers' connections, stop the server (its last ``tail`` log lines in
     ``out``), remove the work directory unless it is kept."""
-    broker_sim.close_all(brokers)
+    brokersim.close_all(brokers)
     server.stop()
     out["log_tail"] = server.log_tail(tail)
     if keep:
@@ -253,7 +253,7 @@ def register_round(brokers, bodies):
 def run_routes(workload, args, report):
     nb = args.brokers or (300 if workload == "w3" else 1000)
     nt = args.topics or (10_000 if workload == "w3" else 1000)
-    names = broker_sim.topic_names(nt)
+    names = brokersim.topic_names(nt)
     per, width = layout(workload, nb, nt)
     t = time.perf_counter()
     rounds = [[], [], []]
@@ -263,7 +263,7 @@ def run_routes(workload, args, report):
         key = (tuple(idx), tuple(queues) if isinstance(queues, list) else queues)
         if key not in encoded:
             topics = [names[i] for i in idx]
-            encoded[key] = [broker_sim.encode_body(topics, c, queues=queues) for c in (1, 2, 3)]
+            encoded[key] = [brokersim.encode_body(topics, c, queues=queues) for c in (1, 2, 3)]
         for r, body in zip(rounds, encoded[key]):
             r.append(body)
     log(f"{workload}: {nb} brokers x {nt} topics, width {width}; bodies encoded in "
@@ -284,7 +284,7 @@ def run_routes(workload, args, report):
         out["rss_start_mib"] = rss(server)[0]
         log(f"NameServer {server.address} pid {server.pid}; " + "; ".join(notes))
         for i in range(nb):
-            brokers.append(broker_sim.SimBroker(
+            brokers.append(brokersim.SimBroker(
                 server.address, i, timeout=args.step_timeout,
                 heartbeat_timeout_ms=args.broker_timeout_ms or None).connect())
 
@@ -353,7 +353,7 @@ def run_routes(workload, args, report):
 # ---------------------------------------------------------------- expiry
 
 def expiry_body(i):
-    return broker_sim.encode_body(broker_sim.topic_names(2, start=2 * i), 1, queues=4)
+    return brokersim.encode_body(brokersim.topic_names(2, start=2 * i), 1, queues=4)
 
 
 def read_samples(path):
@@ -412,7 +412,7 @@ def run_expiry(args, report):
         t0 = time.perf_counter()
         for i in range(n):
             if i % per_conn == 0 or i == staying:
-                owner = broker_sim.SimBroker(server.address, i, timeout=args.step_timeout,
+                owner = brokersim.SimBroker(server.address, i, timeout=args.step_timeout,
                                              heartbeat_timeout_ms=args.broker_timeout_ms or None)
                 owners.append(owner.connect())
                 b = owner
@@ -670,7 +670,7 @@ def main(argv=None):
                 run_expiry(args, report)
             else:
                 run_routes(w, args, report)
-    except (BenchError, Deadline, OSError, broker_sim.RegistrationError,
+    except (BenchError, Deadline, OSError, brokersim.RegistrationError,
             subprocess.SubprocessError) as e:
         log(f"scale.py: {type(e).__name__}: {e}")
         if args.json_out:

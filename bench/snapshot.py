@@ -5,14 +5,14 @@ restore, in one process, for N brokers x T topics (every topic on every broker).
 """
 import sys, time, json
 sys.path.insert(0, "bench")
-import broker_sim
+from rmq import brokersim
 from rmq.namesrv.routeinfo import RouteTable
 B, T = int(sys.argv[1]), int(sys.argv[2])
-topics = broker_sim.topic_names(T)
-body = broker_sim.encode_body(topics, 1)
+topics = brokersim.topic_names(T)
+body = brokersim.encode_body(topics, 1)
 rt = RouteTable()
 for i in range(B):
-    rt.register_broker("c", broker_sim.broker_addr(i), broker_sim.broker_name(i), 0, "ha", body=body, now_ms=0)
+    rt.register_broker("c", brokersim.broker_addr(i), brokersim.broker_name(i), 0, "ha", body=body, now_ms=0)
 t=time.perf_counter(); snap = rt.snapshot(); t1=time.perf_counter()
 data = json.dumps({"format":1,"tables":snap}, separators=(",",":")).encode(); t2=time.perf_counter()
 back = RouteTable(); t3=time.perf_counter(); back.restore(json.loads(data)["tables"], 0); t4=time.perf_counter()

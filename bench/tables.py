@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-import broker_sim
+from rmq import brokersim
 from rmq import fallback
 from rmq.namesrv.routeinfo import RouteTable
 
@@ -35,8 +35,8 @@ def register_all(rt, brokers, body):
     times = []
     for i in range(brokers):
         t = time.perf_counter()
-        rt.register_broker(broker_sim.CLUSTER, broker_sim.broker_addr(i),
-                           broker_sim.broker_name(i), 0, "ha", body=body, conn=i, now_ms=0)
+        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i),
+                           brokersim.broker_name(i), 0, "ha", body=body, conn=i, now_ms=0)
         times.append(time.perf_counter() - t)
     return times
 
@@ -46,9 +46,9 @@ def ms(times):
 
 
 def footprint(storage, brokers, ntopics):
-    topics = broker_sim.topic_names(ntopics)
-    body = broker_sim.encode_body(topics, 1)
-    again = broker_sim.encode_body(topics, 2)
+    topics = brokersim.topic_names(ntopics)
+    body = brokersim.encode_body(topics, 1)
+    again = brokersim.encode_body(topics, 2)
     rt = RouteTable(storage=storage)
     before = rss_mib()
     first = register_all(rt, brokers, body)
@@ -81,8 +81,8 @@ def footprint(storage, brokers, ntopics):
 
 def width(storage, ntopics, widths):
     """One more broker's first registration of the topics every other broker has."""
-    topics = broker_sim.topic_names(ntopics)
-    body = broker_sim.encode_body(topics, 1)
+    topics = brokersim.topic_names(ntopics)
+    body = brokersim.encode_body(topics, 1)
     for w in widths:
         rt = RouteTable(storage=storage)
         register_all(rt, w, body)
@@ -94,7 +94,7 @@ def width(storage, ntopics, widths):
 
 def register_all_from(rt, i, body):
     t = time.perf_counter()
-    rt.register_broker(broker_sim.CLUSTER, broker_sim.broker_addr(i), broker_sim.broker_name(i),
+    rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
                        0, "ha", body=body, conn=i, now_ms=0)
     return [time.perf_counter() - t]
 

@@ -3,7 +3,7 @@
 import pytest
 
 import rmq._core as compiled
-from broker_sim import encode_body, topic_names
+from rmq.brokersim import encode_body, topic_names
 
 TOPICS = 10_000
 REPEAT = 20

@@ -4,7 +4,7 @@ over TLS and over plain TCP, against one NameServer started with
 
 Starts ``python -m rmq namesrv`` (see bench/load.py's Server) with a certificate
 made by ``openssl`` in a temporary directory, registers W1 (8 brokers x 10,000
-topics through bench/broker_sim.py, their connections kept open so the routes stay),
+topics through rmq.brokersim, their connections kept open so the routes stay),
 then runs bench/loadgen-tls (bench/loadgen.c built with -DLOADGEN_TLS) with and
 without ``--tls``, alternating, ``--rounds`` times. Routes/s counts only answers
 with code 0 (a route); any other answer is reported as an error and fails the run.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import broker_sim  # noqa: E402
+from rmq import brokersim  # noqa: E402
 import load  # noqa: E402
 
 
@@ -72,13 +72,13 @@ def run(args):
     server = load.Server(workdir, "warning", pin_server, properties={
         "tls.server.mode": "permissive", "tls.server.certPath": cert,
         "tls.server.keyPath": key, "tls.config.file": ""})
-    topics = broker_sim.topic_names(args.topics)
+    topics = brokersim.topic_names(args.topics)
     brokers = []
     report = {"args": vars(args).copy(), "env": load.describe_server_python(server.env),
               "runs": []}
     try:
         server.start()
-        brokers = broker_sim.register_brokers(server.address, args.brokers, topics)
+        brokers = brokersim.register_brokers(server.address, args.brokers, topics)
         route, _ = load.query_route(server.address, topics[len(topics) // 2])
         if len(route["brokerDatas"]) != args.brokers:
             raise load.BenchError(f"route has {len(route['brokerDatas'])} brokers")
@@ -102,7 +102,7 @@ def run(args):
         if not server.alive():
             raise load.BenchError("the NameServer died:\n" + server.log_tail())
     finally:
-        broker_sim.close_all(brokers)
+        brokersim.close_all(brokers)
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return report
@@ -151,7 +151,7 @@ def main(argv=None):
     try:
         with deadline(args.deadline):
             rep = run(args)
-    except (load.BenchError, load.Deadline, OSError, broker_sim.RegistrationError,
+    except (load.BenchError, load.Deadline, OSError, brokersim.RegistrationError,
             subprocess.SubprocessError) as e:
         load.log(f"tls.py: {type(e).__name__}: {e}")
         return 1

@@ -13,13 +13,19 @@ The suite runs twice in ``make test``: on the compiled core, then with
 take both implementations as fixtures (``impl``, ``RT``, ``compiled``, ``fallback``,
 ``bodies``) ran both already, and tests marked ``once`` (the slow integrations, and
 what does not depend on the implementation) run in the first pass only.
+
+``@pytest.mark.requires("openssl", ...)``: the test needs parts beyond rmq (tests/parts.py,
+the one list of them); without one it fails when ``CI`` is set and skips elsewhere, and
+the summary's last line says which parts were missing.
 """
 
 import os
+import re
 
 import pytest
 from hypothesis import settings
 
+import parts
 from nameserver import LOOPS
 from support import PUREPYTHON, load_compiled, load_fallback, route_table
 
@@ -44,6 +50,33 @@ def pytest_configure(config):
                                        "real clients); `make test-fast` leaves them out")
     config.addinivalue_line("markers", "once: runs in the compiled pass only: it does not "
                                        "depend on which implementation rmq selected")
+    config.addinivalue_line("markers", "requires(*parts): needs these parts (tests/parts.py): "
+                                       "fails without one when CI is set, else skips")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("requires"):
+        parts._check_names(mark.args)
+        parts.require(*mark.args)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The last line says which parts were missing, and how many tests that cost."""
+    lost = {}
+    for key in ("skipped", "failed", "error"):
+        for report in terminalreporter.stats.get(key, ()):
+            text = getattr(report, "longreprtext", "") or str(getattr(report, "longrepr", ""))
+            for name in re.findall(re.escape(parts.MISSING) + r"([\w.-]+)", text)[:1]:
+                lost[name] = lost.get(name, 0) + 1
+    if lost:
+        terminalreporter.write_line(
+            "parts missing: " + ", ".join(f"{n} ({k} test{'s' if k > 1 else ''})"
+                                          for n, k in sorted(lost.items()))
+            + (" -- CI is set: they failed" if parts.in_ci() else " -- they were skipped"),
+            red=True, bold=True)
+    else:
+        terminalreporter.write_line("parts: none missing (no test skipped or failed for a "
+                                    "missing part)", green=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -100,5 +133,5 @@ def loop(request):
     """The event loop a NameServer under test runs on (uvloop's tests, like uvloop's
     own Test_UV_TCP / Test_AIO_TCP, run once per loop)."""
     if request.param == "uvloop":
-        pytest.importorskip("uvloop")
+        parts.require("uvloop")
     return request.param

@@ -12,19 +12,19 @@ import time
 import rmq
 from rmq.namesrv.config import NamesrvConfig
 from rmq.namesrv.kvconfig import KVConfig
-from rmq.namesrv import NameServer
+from rmq.namesrv import DefaultRequestProcessor
 from rmq.namesrv.server import NameServerApp
 
 
 @contextlib.contextmanager
 def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
     """Start a NameServer on an ephemeral port; yields the NameServerApp
-    (``.address`` is "127.0.0.1:PORT", ``.namesrv`` the request handler)."""
+    (``.address`` is "127.0.0.1:PORT", ``.processor`` the request processor)."""
     config.setdefault("kvConfigPath", str(tmp_path / "kvConfig.json"))
     cfg = NamesrvConfig(**config)
     kwargs = {"clock": clock} if clock else {}
     kv = KVConfig(cfg.kvConfigPath, **cfg.kv_limits())
-    app = NameServerApp(NameServer(cfg, kv, **kwargs), trace=trace)
+    app = NameServerApp(DefaultRequestProcessor(cfg, kv, **kwargs), trace=trace)
     if loop == "uvloop":
         import uvloop
         ev = uvloop.new_event_loop()
@@ -201,7 +201,7 @@ def recorded_traffic(tmp_path, session):
     """Run ``session(address)`` against a NameServer recording every frame under
     ``tmp_path/trace``; returns (the recorder, closed once every connection is
     gone, and what the session returned)."""
-    from rmq.trace import TraceRecorder
+    from rmq.trace.segments import TraceRecorder
     recorder = TraceRecorder(tmp_path / "trace")
     with running_namesrv(tmp_path, trace=recorder) as app:
         result = session(app.address)

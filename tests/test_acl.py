@@ -5,13 +5,13 @@ clients, ``rmq admin`` and the Apache C++ client (PyPI rocketmq 0.4.4) signing."
 import asyncio
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import parts
 import rmq
 from nameserver import Client, parse_json_body, register_broker, running_namesrv, wait_for
 from rmq import bodies
@@ -111,7 +111,7 @@ def test_signature_equals_javas_known_vector(secret, body, ext, expected):
                                                    "Signature": expected}
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH")
+@pytest.mark.requires("java")
 @pytest.mark.parametrize("secret,body,ext", JAVA_CASES)
 def test_signature_equals_the_jdk_computing_javas_steps(secret, body, ext):
     args = [x for kv in ext.items() for x in kv]
@@ -265,7 +265,7 @@ def seeded(acl_namesrv):
 def test_admin_operations_are_refused_and_change_nothing(seeded, caplog, creds, remark):
     acl_namesrv = seeded
     before = _state(acl_namesrv)
-    with caplog.at_level(logging.WARNING, logger="rmq.acl"), Client(acl_namesrv.address) as c:
+    with caplog.at_level(logging.WARNING, logger="rmq.namesrv.acl"), Client(acl_namesrv.address) as c:
         for code, ext, body in _admin_requests():
             resp = c.call(signed(code, ext, body, credentials=creds))
             assert (resp.code, resp.remark) == (16, remark.format(code=code)), code
@@ -275,7 +275,7 @@ def test_admin_operations_are_refused_and_change_nothing(seeded, caplog, creds, 
             c.send(signed(code, ext, body, credentials=creds, oneway=True))
         assert c.call(signed(RC.GET_KV_CONFIG, {"namespace": "ns", "key": "k1"})).code == 0
     assert _state(acl_namesrv) == before
-    refused = acl_namesrv.namesrv.counters.refused      # rmq_refused_total{reason}
+    refused = acl_namesrv.processor.counters.refused      # rmq_refused_total{reason}
     reason, other = ("acl_unsigned", "acl_denied") if creds is None else ("acl_denied",
                                                                           "acl_unsigned")
     assert (refused[reason], refused[other]) == (2 * len(_admin_requests()), 0)
@@ -338,7 +338,7 @@ def test_a_global_white_address_passes_unsigned(tmp_path):
 def test_the_file_is_read_again_when_it_changes(tmp_path, acl_file, caplog):
     newcomer = SessionCredentials("newcomer", "new-secret")
     put = {"namespace": "ns", "key": "k", "value": "v"}
-    with caplog.at_level(logging.INFO, logger="rmq.acl"), \
+    with caplog.at_level(logging.INFO, logger="rmq.namesrv.acl"), \
             running_namesrv(tmp_path, aclEnable=True, aclFilePath=str(acl_file)) as app, \
             Client(app.address) as c:
         assert c.call(signed(RC.PUT_KV_CONFIG, put, credentials=newcomer)).code == 16
@@ -500,16 +500,17 @@ def _cpp_send(tmp_path, address, topic, credentials=None):
     code, result, log = run([sys.executable, str(INTEROP / "cpp_send.py"), address, topic,
                              "signed"], "C++ client (rocketmq 0.4.4)", env=env)
     if code == 4 and result and result.get("type") == "import":
-        pytest.skip(f"PyPI rocketmq (C++ client) cannot be imported: {result['error']}")
+        parts.fail_or_skip("cpp-client", f"it cannot be imported: {result['error']}")
     return code, result, log
 
 
+@pytest.mark.requires("cpp-client")
 def test_the_cpp_client_with_session_credentials_gets_routes(tmp_path, acl_file, caplog):
     """With route queries requiring a signature: the C++ producer with credentials gets
     the route (its message reaches the broker the route names), without them it is
     refused (16, logged) and nothing reaches the broker."""
     from test_interop import SEND_CODES, FakeBroker
-    with caplog.at_level(logging.WARNING, logger="rmq.acl"), \
+    with caplog.at_level(logging.WARNING, logger="rmq.namesrv.acl"), \
             running_namesrv(tmp_path, aclEnable=True, aclFilePath=str(acl_file),
                             aclRouteRequests="signed") as app, \
             FakeBroker() as fake, Client(app.address) as c:
@@ -535,15 +536,15 @@ def test_open_route_queries_stay_in_the_core(tmp_path, acl_file):
             Client(app.address) as c:
         assert register_broker(c, "broker-a", "127.0.0.1:10911", topics=["T1", "T2"]).code == 0
         assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 0   # cached now
-        quick = app.namesrv.quick
-        app.namesrv.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
+        quick = app.processor.quick
+        app.processor.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
         for _ in range(5):
             assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 0
         assert calls == []
     with running_namesrv(tmp_path / "signed", aclEnable=True, aclFilePath=str(acl_file),
                          aclRouteRequests="signed") as app, Client(app.address) as c:
-        quick = app.namesrv.quick
-        app.namesrv.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
+        quick = app.processor.quick
+        app.processor.quick = lambda cmd, conn=None: calls.append(cmd.code) or quick(cmd, conn)
         for _ in range(5):
             assert c.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == 16
         assert calls == [RC.GET_ROUTEINFO_BY_TOPIC] * 5

@@ -14,18 +14,18 @@ import sys
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("matplotlib")
+import parts  # noqa: E402
+
+parts.require("pyspark", "pyarrow", "matplotlib", "java", module=True)
 
 import rmq  # noqa: E402
 from nameserver import Client, recorded_traffic, register_broker  # noqa: E402
-from rmq.rows import PAIRED_ROW_FIELDS  # noqa: E402
+from rmq.trace.rows import PAIRED_ROW_FIELDS  # noqa: E402
 from rmq.trace import analyze  # noqa: E402
-from rmq.trace import IN, OUT, SegmentWriter  # noqa: E402
+from rmq.trace.segments import IN, OUT, SegmentWriter  # noqa: E402
 
-_NO_JAVA = analyze.java_problem()
-if _NO_JAVA:        # Spark needs a JDK: without one nothing here can run
-    pytest.skip(_NO_JAVA, allow_module_level=True)
+if analyze.java_problem():        # Spark's own check of its JDK: the part check above passed
+    parts.fail_or_skip("java", analyze.java_problem(), module=True)
 
 # Spark and its JVMs: slow; the decoding underneath is compared between the two
 # implementations by the differential tests, so the job runs in the compiled pass only.
@@ -506,7 +506,7 @@ def test_two_files_keep_their_connections_apart(tmp_path, spark):
 def test_an_answer_in_the_next_segment_of_a_recording_is_matched(tmp_path, spark):
     """A recording's segments share its connection ids: a request at the end of
     one segment and its answer at the start of the next are one exchange."""
-    from rmq.trace import SegmentWriter
+    from rmq.trace.segments import SegmentWriter
     t = 1_700_000_000 * S
     w = SegmentWriter(tmp_path / "in", segment_bytes=1024)
     w.write(t, 3, "10.0.0.9:5000", IN, request_frame(105, {"topic": "T" * 900}, opaque=4))
@@ -676,8 +676,8 @@ class TestCommand:
     """The job as its own program (rmq trace analyze, spark-submit): each starts its
     own JVM, so under xdist's --dist loadscope they run beside the session's tests."""
 
-    @pytest.mark.skipif(not _spark_submit(), reason="no spark-submit")
     def test_runs_through_spark_submit(self, tmp_path):
+        assert _spark_submit(), "pyspark brings bin/spark-submit: it is not there"
         t = 1_700_000_000 * S
         write_segment(tmp_path / "in", [
             (t + i * 1000, 1, "p:1", IN if i % 2 == 0 else OUT,

@@ -40,15 +40,15 @@ def test_brokers_register_and_unregister_on_sigint(ns, caplog):
         assert sorted(clusters["Cluster-0"]) == ["broker-0", "broker-2"]
         assert brokers["broker-1"]["brokerAddrs"] == {0: "127.0.0.1:10921"}
         with Client(ns.address) as c:
-            route = bodies.decode_topic_route_data(c.request(105, {"topic": "TopicTest-00049"}).body)
+            route = bodies.decode_topic_route_data(c.request(105, {"topic": "T-00049"}).body)
         assert sorted(bd["brokerName"] for bd in route["brokerDatas"]) == [
             "broker-0", "broker-1", "broker-2"]
         assert {q["readQueueNums"] for q in route["queueDatas"]} == {8}
         # periodic re-registration (period 1 s): the live table's timestamps move on
-        first = {b["brokerAddr"]: b["lastUpdateTimestamp"] for b in ns.namesrv.routes.live_brokers()}
+        first = {b["brokerAddr"]: b["lastUpdateTimestamp"] for b in ns.processor.routes.live_brokers()}
         assert wait_for(lambda: all(
             b["lastUpdateTimestamp"] > first[b["brokerAddr"]]
-            for b in ns.namesrv.routes.live_brokers()), timeout=10)
+            for b in ns.processor.routes.live_brokers()), timeout=10)
     finally:
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=30)

@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pa = pytest.importorskip("pyarrow")
+import parts  # noqa: E402
+
+parts.require("pyarrow", module=True)
 
 import rmq  # noqa: E402
 from rmq.protocol import IN, OUT  # noqa: E402
-from rmq.rows import (EXT_COLUMNS, MAX_BATCH_BYTES, MAX_WAITING, PAIRED_ROW_FIELDS,  # noqa: E402
-                      TRACE_ROW_FIELDS)
+from rmq.trace.rows import (EXT_COLUMNS, MAX_BATCH_BYTES, MAX_WAITING,  # noqa: E402
+                            PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS)
 from rmq.trace import arrow  # noqa: E402
 
 F = {name: i for i, name in enumerate(PAIRED_ROW_FIELDS)}
@@ -307,7 +309,7 @@ def read_all(impl, data, batch_rows=None):
         out += batch_rows_of(cols.take())
     stopped = cols.stopped
     if stopped == "other":
-        from rmq.trace import core_record_rows
+        from rmq.trace.segments import core_record_rows
         rows = core_record_rows(data, start, "f", 1 << 32, record, (1 << 31) - 1)
         try:
             for r in rows:      # as rmq.trace.arrow.input_batches goes on

@@ -219,9 +219,9 @@ def test_load_a_java_namesrv_properties(tmp_path):
 def test_load_warns_about_unknown_keys_and_keeps_them(tmp_path, caplog):
     path = tmp_path / "namesrv.properties"
     path.write_text("listenPort=9877\nbrokerClusterName=X\nsomeFutureKey = v \n", "latin-1")
-    with caplog.at_level(logging.WARNING, logger="rmq.config"):
+    with caplog.at_level(logging.WARNING, logger="rmq.namesrv.config"):
         c = NamesrvConfig.load(path)
-    warned = " ".join(r.getMessage() for r in caplog.records if r.name == "rmq.config")
+    warned = " ".join(r.getMessage() for r in caplog.records if r.name == "rmq.namesrv.config")
     assert "brokerClusterName" in warned and "someFutureKey" in warned
     assert c.listenPort == 9877
     # Java registers the whole file in its Configuration: GET shows them, raw
@@ -288,7 +288,7 @@ def test_conversion_as_properties2object(text, attr, value):
 
 def test_non_boolean_value_warns(caplog):
     c = NamesrvConfig()
-    with caplog.at_level(logging.WARNING, logger="rmq.config"):
+    with caplog.at_level(logging.WARNING, logger="rmq.namesrv.config"):
         c.update_from_properties_text("enableTopicList=yes")
     assert "enableTopicList" in caplog.text
     assert c.enableTopicList is False

@@ -1,16 +1,14 @@
-"""A short deterministic run of the differential fuzzer (bench/fuzz.py): compiled core
+"""A short deterministic run of the differential fuzzer (tests/fuzz.py): compiled core
 against the pure-Python reference on frames, headers, bodies and the serving path
-(FrameDecoder.serve_routes + NameServer.handle on each RouteTable). Any finding fails:
+(FrameDecoder.serve_routes + DefaultRequestProcessor.handle on each RouteTable). Any finding fails:
 a non-rmq exception, a disagreement, or a result that depends on chunking.
 
 Then one test per class of finding the fuzzer has met, on its shrunk reproducer, so a
-fix can be checked by name. The long run is ``python bench/fuzz.py --count N --jobs 2``.
+fix can be checked by name. The long run is ``python tests/fuzz.py --count N --jobs 2``.
 """
 
-import importlib.util
 import json
 import struct
-from pathlib import Path
 
 import pytest
 from support import PUREPYTHON, load_compiled
@@ -20,10 +18,7 @@ if PUREPYTHON:
     pytest.skip("the fuzzer compares the compiled core with the reference", allow_module_level=True)
 load_compiled()
 
-_PATH = Path(__file__).resolve().parent.parent / "bench" / "fuzz.py"
-_spec = importlib.util.spec_from_file_location("rmq_bench_fuzz", _PATH)
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
+import fuzz  # noqa: E402  (tests/fuzz.py: after the check above, it imports both cores)
 
 SEED = 20240601
 #: inputs per target: ~20 s in all on this machine (handle is the slow one)

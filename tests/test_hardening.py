@@ -17,7 +17,7 @@ from nameserver import Client, call_in_loop, register_broker, running_namesrv, w
 from rmq.namesrv.config import NamesrvConfig
 from rmq.errors import BodyError, HeaderError, RmqError
 from rmq.namesrv.kvconfig import KVConfig
-from rmq.namesrv import NameServer
+from rmq.namesrv import DefaultRequestProcessor
 from rmq.protocol import MAX_JSON_DEPTH
 from support import load_compiled, load_fallback, route_table
 
@@ -86,7 +86,7 @@ def _big_broker(c, n=3000):
 def test_2_list_answers_are_built_once_per_change(tmp_path, code, ext):
     with running_namesrv(tmp_path) as app, Client(app.address) as c:
         _big_broker(c)
-        ns = app.namesrv
+        ns = app.processor
         built = ns.answers_built
         cmds = [rmq.RemotingCommand.request(code, ext) for _ in range(200)]
         c.send_raw(b"".join(rmq.encode_frame(x) for x in cmds))
@@ -111,10 +111,10 @@ def test_2_kv_list_answer_is_cached_until_a_kv_change(tmp_path):
     with running_namesrv(tmp_path) as app, Client(app.address) as c:
         assert c.request(100, {"namespace": "ns", "key": "k", "value": "v1"}).code == 0
         first = c.request(219, {"namespace": "ns"})
-        built = app.namesrv.answers_built
+        built = app.processor.answers_built
         for _ in range(20):
             assert c.request(219, {"namespace": "ns"}).body == first.body
-        assert app.namesrv.answers_built == built
+        assert app.processor.answers_built == built
         assert c.request(100, {"namespace": "ns", "key": "k", "value": "v2"}).code == 0
         assert b"v2" in c.request(219, {"namespace": "ns"}).body
 
@@ -124,7 +124,7 @@ def test_2_answer_cache_is_bounded(tmp_path):
     with running_namesrv(tmp_path) as app, Client(app.address) as c:
         for i in range(MAX_CACHED_ANSWERS + 50):
             assert c.request(224, {"cluster": f"made-up-{i}"}).code == 0
-        assert len(app.namesrv._answers) <= MAX_CACHED_ANSWERS
+        assert len(app.processor._answers) <= MAX_CACHED_ANSWERS
 
 
 # ---------------------------------------------------------------- 4/5. the table thread
@@ -132,7 +132,7 @@ def test_2_answer_cache_is_bounded(tmp_path):
 def _block_table_thread(app):
     """Occupy the table thread (holding the compiled table's write lock) until released."""
     release, held = threading.Event(), threading.Event()
-    lock = getattr(app.namesrv.routes, "_lock", None)      # the reference has none
+    lock = getattr(app.processor.routes, "_lock", None)      # the reference has none
 
     def hold():
         if lock is not None:
@@ -181,7 +181,7 @@ def test_4_a_waiting_connection_is_not_read(tmp_path):
 
 def test_4_work_of_a_closed_connection_is_dropped(tmp_path):
     with running_namesrv(tmp_path) as app, Client(app.address) as watcher:
-        changes = app.namesrv.changes
+        changes = app.processor.changes
         release = _block_table_thread(app)
         try:
             gone = Client(app.address)
@@ -194,7 +194,7 @@ def test_4_work_of_a_closed_connection_is_dropped(tmp_path):
         finally:
             release.set()
         app.writer.submit(lambda: None).result(5)       # the queue drained
-        assert app.namesrv.changes == changes            # never applied
+        assert app.processor.changes == changes            # never applied
         assert wait_for(lambda: len(app.connections) == 1)
         assert b"gone" not in watcher.request(106).body
 
@@ -231,7 +231,7 @@ def test_5_loop_never_waits_for_the_table_lock(tmp_path):
 # ---------------------------------------------------------------- 6. trace counters
 
 def test_6_trace_counters_do_not_drift(tmp_path):
-    from rmq.trace import TraceRecorder
+    from rmq.trace.segments import TraceRecorder
     rec = TraceRecorder(tmp_path, queue_frames=64, queue_bytes=1 << 20)
     frame = rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}))
     n = 200_000
@@ -322,7 +322,7 @@ def test_8_nesting_limit_is_the_same(impl, depth, ok):
 @pytest.mark.parametrize("value", ["1" + "0" * 300, str(2 ** 40), "-3000000000", "true",
                                    '"x"'])
 def test_8_register_topic_queue_numbers_out_of_int32(RT, value):
-    ns = NameServer(NamesrvConfig(), KVConfig(), routes=RT())
+    ns = DefaultRequestProcessor(NamesrvConfig(), KVConfig(), routes=RT())
     body = rmq.bodies.encode_register_broker_body(rmq.bodies.register_broker_body(
         [rmq.bodies.topic_config("T0"), rmq.bodies.topic_config("T1")], {"counter": 1}))
     reg = rmq.RemotingCommand.request(103, {"clusterName": "c1", "brokerAddr": A0,
@@ -459,7 +459,7 @@ def test_8_answers_keep_the_order_when_a_route_is_not_served_in_the_core(RT, imp
 
 
 def test_8_register_topic_with_a_broker_name_not_a_string(RT):
-    ns = NameServer(NamesrvConfig(), KVConfig(), routes=RT())
+    ns = DefaultRequestProcessor(NamesrvConfig(), KVConfig(), routes=RT())
     route = b'{"queueDatas":[{"brokerName":["bk"],"perm":6,"readQueueNums":4}]}'
     r = ns.handle(rmq.RemotingCommand.request(217, {"topic": "NEW"}, route))
     assert r.code == 1 and "brokerName" in r.remark

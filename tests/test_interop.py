@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import parts
 import rmq
 from rmq.bodies import encode_register_broker_body, register_broker_body, topic_config
 
@@ -35,7 +36,6 @@ from nameserver import Client, running_namesrv
 pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 INTEROP = Path(__file__).resolve().parent / "interop"
-NODE_MODULES = INTEROP / "node_modules"
 SUBPROCESS_TIMEOUT = 12          # hard cap; the node scripts' own watchdogs fire at 8 s
 
 REGISTER_BROKER = 103
@@ -200,14 +200,8 @@ def run(argv, what, env=None):
 @pytest.fixture(scope="module")
 def node():
     """The node binary and ali-ons, installed by `npm ci --prefix tests/interop`."""
-    exe = shutil.which("node")
-    if exe is None:
-        pytest.fail("node (Node.js >= 16) is not on PATH; it is needed for the ali-ons tests")
-    if not (NODE_MODULES / "ali-ons" / "package.json").is_file():
-        pytest.fail(f"ali-ons is not installed in {NODE_MODULES}: run `npm ci --prefix tests/interop`")
-    version = json.loads((NODE_MODULES / "ali-ons" / "package.json").read_text())["version"]
-    assert version == "3.12.0", f"tests/interop pins ali-ons 3.12.0, found {version}"
-    return exe
+    parts.require("node", "ali-ons")
+    return shutil.which("node")
 
 
 @pytest.fixture
@@ -375,13 +369,14 @@ def cpp_send(tmp_path, address, topic, body):
     code, result, log = run([sys.executable, str(INTEROP / "cpp_send.py"), address, topic, body],
                             "C++ client (rocketmq 0.4.4)", env=env)
     if code == 4 and result and result.get("type") == "import":
-        pytest.skip(f"PyPI rocketmq (C++ client) cannot be imported: {result['error']}")
+        parts.fail_or_skip("cpp-client", f"it cannot be imported: {result['error']}")
     logs = sorted((tmp_path / "logs" / "rocketmq-cpp").glob("*"))
     if logs:
         log += f"\nC++ client log {logs[-1]} (tail):\n" + logs[-1].read_text(errors="replace")[-3000:]
     return code, result, log
 
 
+@pytest.mark.requires("cpp-client")
 def test_cpp_producer_sends_through_the_route(tmp_path, namesrv):
     with FakeBroker() as fake, Client(namesrv.address) as broker:
         register_broker(broker, fake.address, [topic_config("CppTopic", 4, 4, 6)])
@@ -402,6 +397,7 @@ def test_cpp_producer_sends_through_the_route(tmp_path, namesrv):
     assert result["msg_id"] and f"UNIQ_KEY\x01{result['msg_id']}\x02" in ext["properties"], log
 
 
+@pytest.mark.requires("cpp-client")
 def test_cpp_producer_falls_back_to_tbw102(tmp_path, namesrv):
     # rmq answers 17 for the new topic; the C++ producer then uses the TBW102 route
     # (auto-create) and sends the message to that broker.
@@ -417,6 +413,7 @@ def test_cpp_producer_falls_back_to_tbw102(tmp_path, namesrv):
     assert code == 0 and result and result.get("status") == "OK", log
 
 
+@pytest.mark.requires("cpp-client")
 def test_cpp_producer_fails_fast_without_any_route(tmp_path, namesrv):
     start = time.monotonic()
     code, result, log = cpp_send(tmp_path, namesrv.address, "Nowhere", "x")

@@ -913,7 +913,7 @@ def test_lone_surrogates_are_refused(tmp_path, change):
 
 
 def test_values_are_never_logged(tmp_path, caplog, monkeypatch):
-    caplog.set_level("DEBUG", logger="rmq.kvconfig")
+    caplog.set_level("DEBUG", logger="rmq.namesrv.kvconfig")
     path = tmp_path / "kvConfig.json"
     kv = KVConfig(path)
     kv.put("ns", "k", "SECRET-VALUE")

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -82,12 +81,12 @@ def test_a_known_workload_is_counted_exactly(tmp_path):
             # route queries the core answers in a pipelined run, without Python (the
             # pure storage answers only what is cached: t2's answer is, after this)
             assert c.request(105, {"topic": "t2"}).code == 0
-            served = app.namesrv.routes.cache_stats()["served"]
+            served = app.processor.routes.cache_stats()["served"]
             for _ in range(10):
                 c.send(rmq.RemotingCommand.request(105, {"topic": "t2"}))
             for _ in range(10):
                 assert c.receive().code == 0
-            assert app.namesrv.routes.cache_stats()["served"] > served
+            assert app.processor.routes.cache_stats()["served"] > served
             sent, received = c.sent, c.received
             m = scrape(url)
             assert m[("rmq_connections", ())] == 1
@@ -178,7 +177,7 @@ def test_an_expired_broker_is_counted_as_expired(tmp_path):
 
 
 def test_trace_frames_dropped_are_counted(tmp_path):
-    from rmq.trace import TraceRecorder
+    from rmq.trace.segments import TraceRecorder
     trace = TraceRecorder(tmp_path / "trace", queue_bytes=1)      # no frame fits
     try:
         with running_namesrv(tmp_path, trace=trace) as app, metrics_server(app) as url:
@@ -276,10 +275,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None
-                                      or shutil.which("promtool") is None,
-                                      reason="Debian's prometheus package is not installed "
-                                             "(.ci/run installs it)")
+needs_prometheus = pytest.mark.requires("prometheus", "promtool")
 
 
 @needs_prometheus

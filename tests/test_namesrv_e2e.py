@@ -431,8 +431,8 @@ def test_update_config_black_list(srv, client, tmp_path, stype, text):
               16, "Can not update config in black list.")
     assert r.ext_fields is None
     assert client.request(319).body == before                # nothing changed
-    assert srv.namesrv.config.kvConfigPath == str(tmp_path / "kvConfig.json")
-    assert srv.namesrv.config.orderMessageEnable is False
+    assert srv.processor.config.kvConfigPath == str(tmp_path / "kvConfig.json")
+    assert srv.processor.config.orderMessageEnable is False
     assert sorted(os.listdir(tmp_path)) == files_before      # no file written
     # KV puts still go to the configured file
     client.request(100, {"namespace": "n", "key": "k", "value": "v"})
@@ -466,7 +466,7 @@ def test_oneway_requests_are_applied_never_answered(srv, client, stype):
     assert r.ext_fields == {"value": "v1"}
     route = body_of(client.request(105, {"topic": "T1"}))
     assert route["queueDatas"][0]["perm"] == 4                       # 205 applied
-    assert srv.namesrv.config.orderMessageEnable is True             # 318 applied
+    assert srv.processor.config.orderMessageEnable is True             # 318 applied
     assert client.request(102, {"namespace": "n", "key": "k"}, **ow) is None
     assert client.request(101, {"namespace": "n", "key": "k"}).code == 22
     assert client.poll(0.2) is None                                  # nothing else came

@@ -145,7 +145,7 @@ def test_wait_for_service_off_by_default(tmp_path, loop):
         with Client(app.address) as c:
             assert register_broker(c, "bk", "10.0.0.1:10911", topics=["T", "U"]).code == 0
             assert c.request(105, {"topic": "T"}).code == 0
-            assert app.namesrv is app._namesrv
+            assert app.processor is app._processor
 
 
 # ---------------------------------------------------------------- socket settings

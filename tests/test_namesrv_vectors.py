@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+import parts
 import rmq
 from nameserver import LOOPS, Client, parse_json_body, running_namesrv
 from rmq.crc32 import body_crc32
@@ -21,7 +22,7 @@ from support import VECTOR_BY_FILE, split_frame, vector_bytes
 @pytest.fixture(params=LOOPS)
 def loop(request):
     if request.param == "uvloop":
-        pytest.importorskip("uvloop")
+        parts.require("uvloop")
     return request.param
 
 
@@ -143,9 +144,9 @@ def test_replay_java_4_9_8_vectors(tmp_path, loop):
 
         # config
         replay(c, "318_update_namesrv_config_request.bin")
-        assert app.namesrv.config.orderMessageEnable is True
+        assert app.processor.config.orderMessageEnable is True
         replay(c, "318_update_namesrv_config_off_request.bin")
-        assert app.namesrv.config.orderMessageEnable is False
+        assert app.processor.config.orderMessageEnable is False
         replay(c, "319_get_namesrv_config_request.bin")
 
         # ORDER_TOPIC_CONFIG, then broker-b (binary header) gets it back on registration

@@ -6,13 +6,14 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import parts
 
 from nameserver import Client, wait_for
 from rmq.namesrv.config import loggable
@@ -131,7 +132,7 @@ def test_the_systemd_unit_starts_this_name_server(tmp_path):
     assert "listenPort=9877" in r.stdout.splitlines()      # it read the properties file
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+@pytest.mark.requires("systemd-analyze")
 def test_systemd_finds_nothing_wrong_in_the_unit(tmp_path):
     """systemd-analyze verify, with ExecStart pointing at this interpreter (it checks
     that the program exists)."""
@@ -164,8 +165,8 @@ def test_a_tls_or_http_client_on_the_plain_port_is_named_in_the_log(tmp_path, ca
     from nameserver import running_namesrv
 
     if loop == "uvloop":
-        pytest.importorskip("uvloop")
-    with caplog.at_level(logging.WARNING, logger="rmq.server"), \
+        parts.require("uvloop")
+    with caplog.at_level(logging.WARNING, logger="rmq.namesrv.server"), \
             running_namesrv(tmp_path, loop=loop) as app:
         host, port = app.address.split(":")
         ctx = ssl.create_default_context()

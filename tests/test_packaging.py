@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import parts
+
 import rmq
 
 pytestmark = pytest.mark.once
@@ -98,7 +100,7 @@ def test_supported_pythons_agree():
 def dists(tmp_path_factory):
     """``python -m build``: the sdist from this tree, then the wheel from the sdist
     (in an isolated build environment), so the wheel proves the sdist complete."""
-    pytest.importorskip("build")
+    parts.require("build")
     out = tmp_path_factory.mktemp("dist")
     # A copy of the tree (MANIFEST.in still decides what the sdist holds): the build
     # writes egg-info and a release tree into the directory it builds, which another

@@ -5,13 +5,14 @@ frames; one test captures a real session with tcpdump when it can."""
 
 import io
 import os
-import shutil
 import signal
 import subprocess
 import threading
 import time
 
 import pytest
+
+import parts
 
 import rmq
 from nameserver import Client, register_broker, running_namesrv
@@ -607,8 +608,7 @@ def test_is_pcap():
 def _start_tcpdump(path, port):
     """tcpdump capturing the loopback to ``path``, once it says it listens; skips the
     test when it cannot."""
-    if shutil.which("tcpdump") is None:
-        pytest.skip("tcpdump is not installed")
+    parts.require("tcpdump")
     # As root tcpdump would drop to its own user, who cannot write into pytest's
     # private temporary directory.
     as_root = ["-Z", "root"] if os.geteuid() == 0 else []
@@ -630,12 +630,12 @@ def _start_tcpdump(path, port):
     if proc.poll() is None:
         proc.kill()
     proc.wait()
-    pytest.skip(f"tcpdump cannot capture on lo: {''.join(lines).strip() or 'no output'}")
+    parts.fail_or_skip("tcpdump", f"it cannot capture on lo: {''.join(lines).strip() or 'no output'}")
 
 
 def test_real_tcpdump_capture_of_a_session(tmp_path):
     """The capture decodes to the frames the NameServer's own recorder saw."""
-    from rmq.trace import TraceRecorder, read_records, segment_files
+    from rmq.trace.segments import TraceRecorder, read_records, segment_files
     path = tmp_path / "session.pcap"
     recorder = TraceRecorder(tmp_path / "trace")
     with running_namesrv(tmp_path, trace=recorder) as app:

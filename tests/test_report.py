@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-pytest.importorskip("matplotlib")
+import parts  # noqa: E402
+
+parts.require("matplotlib", module=True)
 
 from rmq.trace import report  # noqa: E402
 

@@ -225,13 +225,13 @@ def test_threads_querying_under_eviction_get_the_right_answers():
 
 def test_the_name_server_takes_its_budget_from_route_cache_bytes(caplog):
     from rmq.cli import _log_route_cache
-    from rmq.namesrv import NameServer
+    from rmq.namesrv import DefaultRequestProcessor
     from rmq.namesrv.kvconfig import KVConfig
 
     config = NamesrvConfig()
     assert config.routeCacheBytes == 256 * 1024 * 1024
     config.routeCacheBytes = 12345
-    ns = NameServer(config, KVConfig(None))
+    ns = DefaultRequestProcessor(config, KVConfig(None))
     assert ns.routes.cache_budget == 12345
     with caplog.at_level(logging.INFO, logger="rmq.namesrv"):
         _log_route_cache(logging.getLogger("rmq.namesrv"), ns.routes)

@@ -947,7 +947,7 @@ def test_the_name_server_loads_no_fallback_module():
     import subprocess
     import sys
     code = ("import sys, rmq._core, rmq.namesrv, rmq.namesrv.server, rmq.cli, rmq.registrar, "
-            "rmq.admin, rmq.brokersim, rmq.trace, rmq.trace.pcap, rmq.trace.synth, rmq.routes; "
+            "rmq.admin, rmq.brokersim, rmq.trace, rmq.trace.pcap, rmq.trace.synth; "
             "print(sorted(m for m in sys.modules if m.startswith('rmq.fallback')))")
     env = {k: v for k, v in os.environ.items() if k != "RMQ_PUREPYTHON"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -81,7 +81,7 @@ def java5_body(n=3):
 
 
 def test_bench_body_is_fast():
-    from broker_sim import encode_body, topic_names
+    from rmq.brokersim import encode_body, topic_names
     data = encode_body(topic_names(10_000), 12, timestamp=1795354033953)
     got = check_body(data, fast=True)
     assert got[:3] == (12, 0, 1795354033953) and len(got[3]) == 10_000
@@ -90,7 +90,7 @@ def test_bench_body_is_fast():
 
 
 def test_bench_body_series_is_fast():
-    from broker_sim import body_series, topic_names
+    from rmq.brokersim import body_series, topic_names
     series = body_series(topic_names(50), 1, alternate_queues=True)
     for _ in range(3):
         check_body(next(series), fast=True)

@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 
 import rmq.trace.analyze
+from spark_cluster import StandaloneCluster, clean_env, pack_environment, run, spark_home
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from spark_cluster import (StandaloneCluster, clean_env, pack_environment,  # noqa: E402
-                           run, spark_home)
-
-pytestmark = [pytest.mark.slow, pytest.mark.once]
+pytestmark = [pytest.mark.slow, pytest.mark.once,
+              pytest.mark.requires("java", "pyspark", "pyarrow", "venv-pack")]
 
 
 @pytest.fixture(scope="module")

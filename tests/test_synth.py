@@ -11,7 +11,7 @@ from rmq import bodies
 from rmq.cli import main as cli_main
 from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES
 from rmq.trace.synth import synthesize
-from rmq.trace import IN, OUT, read_records, segment_files
+from rmq.trace.segments import IN, OUT, read_records, segment_files
 
 START = 1_700_000_000.0
 

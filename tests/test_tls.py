@@ -6,7 +6,6 @@ The certificates are made by the real ``openssl`` command."""
 
 import asyncio
 import logging
-import shutil
 import socket
 import ssl
 import subprocess
@@ -24,12 +23,13 @@ from rmq.registrar import BrokerRegistrar
 from rmq.tls import client_context
 from test_operating import env, rmq_cmd
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+pytestmark = pytest.mark.requires("openssl")
 
 TOPIC = "TlsTopic"
 BROKER = dict(cluster="DefaultCluster", broker_name="broker-tls",
               broker_addr="10.0.0.9:10911", ha_server_addr="10.0.0.9:10912")
-SERVER_LOG = "rmq.server"
+#: The loggers of the server and of its TLS connections.
+SERVER_LOGS = ("rmq.namesrv.server", "rmq.namesrv.tlsconn")
 
 
 def _openssl(*args, cwd):
@@ -124,7 +124,7 @@ def tls_refused(address, ctx):
 
 def logged(caplog, text):
     return wait_for(lambda: any(text in r.getMessage() for r in caplog.records
-                                if r.name == SERVER_LOG and r.levelno == logging.WARNING), 5)
+                                if r.name in SERVER_LOGS and r.levelno == logging.WARNING), 5)
 
 
 # ---------------------------------------------------------------- the three modes
@@ -138,7 +138,7 @@ def test_disabled_serves_plain_and_closes_a_tls_client_with_a_clear_line(tmp_pat
         assert tls_refused(app.address, client_ctx(certs))
         assert logged(caplog, "a TLS handshake on the RocketMQ port")
     assert not any("too large" in r.getMessage() or "369" in r.getMessage()
-               for r in caplog.records if r.name == SERVER_LOG)
+               for r in caplog.records if r.name in SERVER_LOGS)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -312,10 +312,10 @@ def test_signed_admin_operations_over_tls(tmp_path, certs):
         put = ("updateKvConfig", "-s", "ns", "-k", "k", "-v", "v")
         r = admin(*put)                                   # TLS, unsigned: refused
         assert r.returncode == 1 and "16" in r.stdout + r.stderr
-        assert app.namesrv.kv.get("ns", "k") is None
+        assert app.processor.kv.get("ns", "k") is None
         r = admin(*put, "--accessKey", "admin-key", "--secretKey", "admin-secret")
         assert r.returncode == 0, r.stderr
-        assert app.namesrv.kv.get("ns", "k") == "v"
+        assert app.processor.kv.get("ns", "k") == "v"
 
 
 # ---------------------------------------------------------------- configuration
@@ -431,7 +431,7 @@ def test_garbage_after_the_tls_record_byte_is_one_clean_failure(tmp_path, certs,
 
 
 def test_a_trace_records_the_plaintext_of_a_tls_connection(tmp_path, certs):
-    from rmq.trace import IN, OUT, read_records, segment_files, TraceRecorder
+    from rmq.trace.segments import IN, OUT, read_records, segment_files, TraceRecorder
     rec = TraceRecorder(tmp_path / "trace")
     with running_namesrv(tmp_path, trace=rec, **server_conf(certs, "permissive")) as app:
         with TlsClient(app.address, client_ctx(certs)) as c:

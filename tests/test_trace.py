@@ -13,8 +13,8 @@ import pytest
 
 import rmq
 from nameserver import Client, recorded_traffic, register_broker
-from rmq.trace import (IN, OUT, SegmentReader, SegmentWriter, TraceError, TraceRecorder,
-                       read_records, segment_files)
+from rmq.trace.segments import (IN, OUT, SegmentReader, SegmentWriter, TraceError, TraceRecorder,
+                                read_records, segment_files)
 
 
 def records_of(directory):

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import parts
+
 import rmq
 from rmq import cli
 from rmq.trace import analyze
@@ -56,7 +58,7 @@ def fake_java(tmp_path, script):
 # ---------------------------------------------------------------- no JDK
 
 def test_no_jdk_is_one_line_and_exit_2_before_spark(tmp_path, trace_dir):
-    pytest.importorskip("pyspark")
+    parts.require("pyspark")
     empty = tmp_path / "bin"
     empty.mkdir()
     p, took = run_cli([str(trace_dir), "--out", str(tmp_path / "out")],
@@ -97,7 +99,7 @@ def test_a_java_too_old_for_this_spark(tmp_path, monkeypatch):
 
 
 def test_the_cli_says_a_broken_java_in_one_line(tmp_path, trace_dir):
-    pytest.importorskip("pyspark")
+    parts.require("pyspark")
     bin_dir = fake_java(tmp_path, "exit 3\n")
     p, took = run_cli([str(trace_dir), "--out", str(tmp_path / "out")],
                       clean_env(PATH=str(bin_dir)))

@@ -1,7 +1,7 @@
 """Trace records read straight into analysis rows: rmq._core.TraceRows against its
-reference rmq.fallback.trace.TraceRows, and rmq.trace.segment_rows (the compiled
-reader, handing over to rmq.rows' reading at a record it leaves to it). The row layout
-is rmq.rows' for both."""
+reference rmq.fallback.trace.TraceRows, and rmq.trace.segments.segment_rows (the compiled
+reader, handing over to rmq.trace.rows' reading at a record it leaves to it). The row layout
+is rmq.trace.rows' for both."""
 
 import mmap
 import struct
@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rmq
-from rmq import trace
+from rmq.trace import segments as trace
 from rmq.errors import TraceError
-from rmq.rows import TRACE_ROW_FIELDS
-from rmq.trace import IN, OUT, SegmentWriter
+from rmq.trace.rows import TRACE_ROW_FIELDS
+from rmq.trace.segments import IN, OUT, SegmentWriter
 from support import VECTORS, command_kwargs, vector_bytes
 
 FILE = "file:/traces/t.rmqtrace"
@@ -174,9 +174,9 @@ def test_compiled_rows_equal_the_reference_on_the_vectors(compiled, fallback):
 
 def test_the_compiled_rows_are_laid_out_as_rmq_rows_says(compiled, fallback):
     """trace.pxi writes its rows' fields in order by hand; columns.pxi, the reference
-    and analysis read them by rmq.rows' positions. Each field, on a row that decodes
-    and on one that does not, is where rmq.rows puts it."""
-    from rmq.rows import ROW
+    and analysis read them by rmq.trace.rows' positions. Each field, on a row that decodes
+    and on one that does not, is where rmq.trace.rows puts it."""
+    from rmq.trace.rows import ROW
     frames = [request(code=105, opaque=5), BAD_FRAMES[2]]
     data = segment([(T0 + i, 3, f"p:{i}", i, f) for i, f in enumerate(frames)])
     for impl in (compiled, fallback):

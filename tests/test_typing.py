@@ -21,7 +21,9 @@ import pytest
 
 from support import PUREPYTHON
 
-pytest.importorskip("mypy", reason="mypy is not installed (pip install 'rmq[test]')")
+import parts  # noqa: E402
+
+parts.require("mypy", module=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "mypy.ini"
@@ -123,7 +125,7 @@ from rmq.client import BlockingRemotingClient, RemotingClient
 from rmq.namesrv.config import NamesrvConfig
 from rmq.trace.pcap import PcapReader, TraceRecord
 from rmq.protocol import RequestCode, ResponseCode
-from rmq.trace import SegmentReader, read_records
+from rmq.trace.segments import SegmentReader, read_records
 
 
 async def broker() -> None:

@@ -6,6 +6,7 @@ import zlib as _zlib
 # The inflate bounds (and why) and the compressed encoder live in rmq._wire, shared
 # with the pure-Python twin.
 from rmq._wire import (DEFAULT_MAX_INFLATED, INFLATE_CHUNK, MAX_INFLATE_RATIO, MIN_INFLATE_LIMIT,
+                       INFLATE_FIRST_GUESS as _INFLATE_FIRST_GUESS,
                        decode_inflated as _decode_inflated,
                        encode_compressed_body as _encode_compressed_body,
                        inflate_limit as _inflate_limit)
@@ -137,8 +138,8 @@ cdef bytes inflate(data, Py_ssize_t max_inflated):
     max_inflated = _inflate_limit(len(data), max_inflated)
     d = _zlib.decompressobj()
     pending = data
-    # Real tables compress 15-20 times: room for that first, then grow by half.
-    cap = min(max_inflated, max(INFLATE_CHUNK, 20 * len(data)))
+    # Room for a real table's ratio first, then grow by half.
+    cap = min(max_inflated, max(INFLATE_CHUNK, _INFLATE_FIRST_GUESS * len(data)))
     res = PyBytes_FromStringAndSize(NULL, cap)
     buf = <PyObject*>res
     Py_INCREF(buf)
@@ -251,21 +252,7 @@ def _first(kv):
     return kv[0]
 
 
-cdef extern from "routetable.h" nogil:
-    ctypedef struct rt_span:
-        const char* s
-        size_t n
-    ctypedef struct rt_qd_json:
-        rt_span prefix
-        rt_span val[4]
-    ctypedef struct rt_route_desc:
-        const rt_span* bds
-        size_t nbd
-        rt_span fst, otc
-        const rt_qd_json* qds
-        size_t nqd
-        rt_span tqm
-    size_t rt_route_json(char* out, const rt_route_desc* d)
+from routetable cimport rt_span, rt_qd_json, rt_route_desc, rt_route_json
 
 
 cdef int piece(WBuf* b, rt_span* out, obj, bint legacy, int depth, bytes prefix=EMPTY) except -1:

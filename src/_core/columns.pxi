@@ -3,13 +3,13 @@
 # in place, without a row object per frame. The reference is
 # rmq.fallback.columns.TraceColumns (the pairing rules, the carrying of waiting
 # requests between batches, and what a row may hold); rmq.trace.arrow makes
-# pyarrow arrays of what take() returns. The field order is rmq.rows'
+# pyarrow arrays of what take() returns. The field order is rmq.trace.rows'
 # PAIRED_ROW_FIELDS less file and file_index (one value per input: the caller's).
 
 from libc.stdint cimport INT32_MIN, INT32_MAX
 
-import rmq.rows as _rows
-from rmq.rows import MAX_WAITING as _MAX_WAITING
+import rmq.trace.rows as _rows
+from rmq.trace.rows import MAX_WAITING as _MAX_WAITING
 
 cdef extern from "Python.h":
     bint PyDict_Next(object d, Py_ssize_t* pos, PyObject** key, PyObject** value)
@@ -220,10 +220,10 @@ cdef void strings_free(Strings* c) noexcept:
 
 
 cdef enum:
-    MAX_NAMED = 8           # ext fields taken out as columns of their own (rmq.rows.MAX_EXT_COLUMNS)
+    MAX_NAMED = 8           # ext fields taken out as columns of their own (rmq.trace.rows.MAX_EXT_COLUMNS)
 
 if MAX_NAMED != _rows.MAX_EXT_COLUMNS:
-    raise ImportError(f"rmq._core holds {MAX_NAMED} ext columns, rmq.rows says "
+    raise ImportError(f"rmq._core holds {MAX_NAMED} ext columns, rmq.trace.rows says "
                       f"{_rows.MAX_EXT_COLUMNS}: rebuild the extension")
 
 
@@ -493,7 +493,7 @@ cdef class TraceColumns:
 
     The rows of one input (``file`` names it in messages) as columns: :meth:`read`
     reads trace records from a segment's bytes, :meth:`append` takes a row made
-    elsewhere (rmq.rows.TRACE_ROW_FIELDS: a capture's frames, the records this
+    elsewhere (rmq.trace.rows.TRACE_ROW_FIELDS: a capture's frames, the records this
     reader leaves). Requests meet their answers as the rows arrive (the rules are
     rmq.fallback.columns'). The values of the ext fields named by ``ext_columns``
     (at most 8 keys) are columns of their own too. :meth:`take` hands the rows
@@ -588,8 +588,8 @@ cdef class TraceColumns:
         return buf_put_u8(&b.pair, state)
 
     def append(self, row):
-        """One row (rmq.rows.TRACE_ROW_FIELDS) made elsewhere. A row the columns
-        cannot hold (rmq.rows.unfit_field) becomes one with only its record number
+        """One row (rmq.trace.rows.TRACE_ROW_FIELDS) made elsewhere. A row the columns
+        cannot hold (rmq.trace.rows.unfit_field) becomes one with only its record number
         and ``decode_error``."""
         cdef Batch* b = &self.b
         cdef int c
@@ -627,7 +627,7 @@ cdef class TraceColumns:
         numbered from ``first_record``, until the batch is full or the data read.
         Then ``offset`` is the end of the last record read, ``records`` the next
         record's number, ``stopped`` "full", "end", "cut" (the data ends inside a
-        record) or "other" (a record this reader leaves to rmq.rows.RecordRows)."""
+        record) or "other" (a record this reader leaves to rmq.trace.rows.RecordRows)."""
         cdef Py_buffer view
         cdef const uint8_t* p
         cdef const uint8_t* end
@@ -721,7 +721,7 @@ cdef class TraceColumns:
 
     def take(self, bint final=False):
         """(rows, columns, keep): the rows held, as Arrow buffers in
-        rmq.rows.COLUMN_FIELDS' order then one string column per ext_columns key
+        rmq.trace.rows.COLUMN_FIELDS' order then one string column per ext_columns key
         (rmq.trace.arrow makes arrays of them), and,
         when some are requests still waiting for their answers, ``keep`` (a byte per
         row, 0 for those): they are not this batch's, and are carried into the next

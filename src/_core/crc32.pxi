@@ -1,10 +1,6 @@
 # CRC-32 (zlib / java.util.zip.CRC32) through the run-time dispatched C kernels.
 
-cdef extern from "crc32.h" nogil:
-    uint32_t rmq_crc32(uint32_t crc, const void* data, size_t len)
-    const char* rmq_crc32_kernel()
-    int rmq_crc32_set_kernel(const char* name)
-    const char* rmq_crc32_kernels_available()
+from crc32 cimport *
 
 # Release the GIL only when the CRC takes about ten times what releasing it costs:
 # the faster the kernel, the larger that size (the per-kernel figures behind these

@@ -7,10 +7,7 @@ from os import urandom as _urandom
 # The keyed hash of the C hash tables (hash.c), here because this file is the
 # first of them included. Its per-process key is set once, now, before any
 # table exists (see hash.h).
-cdef extern from "hash.h" nogil:
-    void rmq_hash_set_key(const unsigned char* key)
-    uint64_t rmq_hash(const void* p, size_t n)
-    uint64_t rmq_siphash13(uint64_t k0, uint64_t k1, const void* p, size_t n)
+from hash cimport rmq_hash_set_key, rmq_hash, rmq_siphash13
 
 rmq_hash_set_key(<bytes>_urandom(16))
 
@@ -24,40 +21,7 @@ def _siphash13(uint64_t k0, uint64_t k1, bytes data):
     """Test hook: SipHash-1-3 of data under the key (k0, k1)."""
     return rmq_siphash13(k0, k1, PyBytes_AS_STRING(data), len(data))
 
-cdef extern from "scan.h" nogil:
-    ctypedef long ssize_t
-
-    ctypedef struct rb_topic:
-        const char* key
-        size_t key_len
-        const char* name
-        size_t name_len
-        int32_t perm, read, write, sysflag
-
-    ctypedef struct rb_body:
-        int64_t counter, state_version, timestamp
-        int has_timestamp
-        rb_topic* topics
-        size_t ntopics, cap
-
-    enum:
-        RB_OK, RB_SLOW, RB_NOMEM
-
-    int rb_scan_register_body(const char* p, size_t n, rb_body* out)
-    int rb_scan_compressed_body(const char* p, size_t n, rb_body* out)
-    void rb_body_free(rb_body* b)
-
-    ctypedef struct rq_route:
-        int32_t opaque, version
-        int serialize_type
-        const char* topic
-        size_t topic_len
-        int accept_standard
-
-    int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
-    ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
-                                  const char* body, size_t body_len)
-    size_t rq_route_answer_size(const rq_route* req, size_t body_len)
+from scan cimport *
 
 cdef int rb_scan_view(const Py_buffer* view, rb_body* out) except -2:
     cdef int rc

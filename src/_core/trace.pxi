@@ -3,10 +3,10 @@
 # A segment (rmq.trace) is msgpack: a header map, then [time_ns, conn, peer,
 # direction, frame] arrays. The encodings msgpack's packer writes for those are read
 # here, with no Python object built before the row; a record in any other form stops
-# this reader (stopped == "other") and rmq.rows.RecordRows (the reference's reading)
-# reads on from that offset. The rows are rmq.rows.TRACE_ROW_FIELDS tuples: their
+# this reader (stopped == "other") and rmq.trace.rows.RecordRows (the reference's reading)
+# reads on from that offset. The rows are rmq.trace.rows.TRACE_ROW_FIELDS tuples: their
 # order is written out below, and tests/test_trace_rows.py checks it against
-# rmq.rows field by field.
+# rmq.trace.rows field by field.
 
 from libc.stdint cimport int8_t, INT64_MAX, INT64_MIN
 
@@ -167,7 +167,7 @@ cdef class TraceRows:
     ``start``, numbered from ``first_record``. After the iteration ``offset`` is the
     end of the last complete record, ``records`` the next record's number, and
     ``stopped`` "end", "cut" (the data ends inside a record) or "other" (a record
-    this reader leaves to rmq.rows.RecordRows, from ``offset``). The data's
+    this reader leaves to rmq.trace.rows.RecordRows, from ``offset``). The data's
     buffer is held until then."""
 
     cdef Py_buffer view

@@ -24,6 +24,10 @@ DEFAULT_MAX_INFLATED = 64 * 1024 * 1024
 MAX_INFLATE_RATIO = 64
 MIN_INFLATE_LIMIT = 1024 * 1024
 INFLATE_CHUNK = 1024 * 1024
+#: The first buffer for an inflated body, in times its compressed size: room for a
+#: real topic table's ratio (bench/README.md, "Figures quoted by the code"), so that
+#: it is rarely grown.
+INFLATE_FIRST_GUESS = 20
 
 
 def nesting_exceeds(value: object, limit: int = MAX_JSON_DEPTH) -> bool:

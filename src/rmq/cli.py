@@ -57,7 +57,7 @@ async def _serve_namesrv(app, host, port, routes):
     """Serve until SIGTERM or SIGINT, then shut down (see NameServerApp.close); a
     second signal ends a graceful shutdown's GO_AWAY period at once. SIGUSR1 logs
     the route cache's counters."""
-    log = logging.getLogger("rmq.namesrv")
+    log = logging.getLogger(__name__)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -82,7 +82,7 @@ async def _serve_namesrv(app, host, port, routes):
 def _namesrv(args):
     from rmq.namesrv.config import ConfigError, NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig, KVConfigError
-    from rmq.namesrv import NameServer
+    from rmq.namesrv import DefaultRequestProcessor
     from rmq.namesrv.server import NameServerApp, new_event_loop
 
     try:
@@ -90,7 +90,7 @@ def _namesrv(args):
     except OSError as e:
         print(f"rmq namesrv: cannot open the log file: {e}", file=sys.stderr)
         return 2
-    log = logging.getLogger("rmq.namesrv")
+    log = logging.getLogger(__name__)
     try:
         config = NamesrvConfig.load(args.config) if args.config else NamesrvConfig()
     except (OSError, ConfigError) as e:
@@ -113,14 +113,14 @@ def _namesrv(args):
         return 2
     trace = None
     if args.trace_dir:
-        from rmq.trace import TraceRecorder
+        from rmq.trace.segments import TraceRecorder
         trace = TraceRecorder(args.trace_dir, segment_bytes=args.trace_segment_mib << 20,
                               max_frame_length=config.maxFrameLength)
         log.info("recording every frame to %s (segments of %d MiB)", args.trace_dir,
                  args.trace_segment_mib)
-    namesrv = NameServer(config, kv)
+    processor = DefaultRequestProcessor(config, kv)
     try:
-        app = NameServerApp(namesrv, trace=trace)
+        app = NameServerApp(processor, trace=trace)
     except ConfigError as e:    # a wrong TLS setting; aclEnable with a bad plain_acl.yml
         print(f"rmq namesrv: {e}", file=sys.stderr)
         kv.close()
@@ -136,7 +136,7 @@ def _namesrv(args):
     gc.collect()
     gc.freeze()
     try:
-        loop.run_until_complete(_serve_namesrv(app, host, port, namesrv.routes))
+        loop.run_until_complete(_serve_namesrv(app, host, port, processor.routes))
     except OSError as e:
         print(f"rmq namesrv: cannot listen on {host}:{port}: {e}", file=sys.stderr)
         return 1

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-log = logging.getLogger("rmq.client")
+log = logging.getLogger(__name__)
 
 __all__ = ["RemotingClient", "BlockingRemotingClient", "parse_address", "split_addresses"]
 

@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-log = logging.getLogger("rmq.broker")      # its name before the move, for logging configs
+log = logging.getLogger(__name__)
 
-__all__ = ["BrokerRegistrar", "RegisterResult", "RegistrationError", "register_period"]
+__all__ = ["BrokerRegistrar", "RegisterResult", "RegistrationError", "register_period",
+           "broker_identity", "register_command"]
 
 #: BrokerConfig defaults (ms in Java, seconds here).
 REGISTER_TIMEOUT = 6.0                  # registerBrokerTimeoutMills
@@ -56,6 +57,30 @@ _HEADER_ROOM = 64 * 1024
 def register_period(period: float, shortest: float = 10.0) -> float:
     """The seed's period: max(10 s, min(registerNameServerPeriod, 60 s))."""
     return max(shortest, min(float(period), 60.0))
+
+
+def broker_identity(cluster: str, broker_name: str, broker_id: int, broker_addr: str) -> dict[str, str]:
+    """The header fields that name a broker in REGISTER_BROKER, UNREGISTER_BROKER and
+    QUERY_DATA_VERSION."""
+    return {"brokerAddr": broker_addr, "brokerId": str(broker_id), "brokerName": broker_name,
+            "clusterName": cluster}
+
+
+def register_command(identity: Mapping[str, str], ha_server_addr: str, body: bytes, *,
+                     compressed: bool, crc: int | None = None, oneway: bool = False,
+                     version: int = V4_9_8, heartbeat_timeout_ms: int | None = None,
+                     enable_acting_master: bool | None = None) -> RemotingCommand:
+    """REGISTER_BROKER (103) as Java's BrokerOuterAPI sends it: bodyCrc32 always set
+    (``crc`` when the caller has it already, else computed here)."""
+    ext = dict(identity, haServerAddr=ha_server_addr,
+               compressed="true" if compressed else "false",
+               bodyCrc32=str(body_crc32(body) if crc is None else crc))
+    if enable_acting_master is not None:
+        ext["enableActingMaster"] = "true" if enable_acting_master else "false"
+    if heartbeat_timeout_ms is not None:
+        ext["heartbeatTimeoutMillis"] = str(int(heartbeat_timeout_ms))
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
+                                   version=version)
 
 
 class RegistrationError(RmqError):
@@ -327,19 +352,15 @@ class BrokerRegistrar:
     # ------------------------------------------------------------ requests
 
     def _identity(self) -> dict[str, str]:
-        return {"brokerAddr": self.broker_addr, "brokerId": str(self.broker_id),
-                "brokerName": self.broker_name, "clusterName": self.cluster}
+        return broker_identity(self.cluster, self.broker_name, self.broker_id, self.broker_addr)
 
     def _register_command(self, body: bytes, crc: int, compressed: bool,
                           oneway: bool) -> RemotingCommand:
-        ext = dict(self._identity(), haServerAddr=self.ha_server_addr,
-                   compressed="true" if compressed else "false", bodyCrc32=str(crc))
-        if self.enable_acting_master is not None:
-            ext["enableActingMaster"] = "true" if self.enable_acting_master else "false"
-        if self.heartbeat_timeout_ms is not None:
-            ext["heartbeatTimeoutMillis"] = str(int(self.heartbeat_timeout_ms))
-        return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
-                                       version=self.version)
+        return register_command(self._identity(), self.ha_server_addr, body,
+                                compressed=compressed, crc=crc, oneway=oneway,
+                                version=self.version,
+                                heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+                                enable_acting_master=self.enable_acting_master)
 
     async def register_broker_all(self, *, oneway: bool | None = None, compressed: bool | None = None,
                                   addrs: Sequence[str] | None = None) -> list[RegisterResult]:

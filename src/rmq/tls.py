@@ -44,7 +44,7 @@ from rmq.namesrv.config import ConfigError, load_properties_file
 __all__ = ["MODES", "CLIENT_AUTH", "DEFAULT_CONFIG_FILE", "ServerSettings", "read_config_file",
            "server_settings", "client_context"]
 
-log = logging.getLogger("rmq.tls")
+log = logging.getLogger(__name__)
 
 #: tls.server.mode values (Java's TlsMode).
 MODES = ("disabled", "permissive", "enforcing")

@@ -19,7 +19,7 @@ The rules, the same in both:
   the batch already held; at the input's end (``take(final=True)``) nothing waits.
   A batch is full at ``batch_rows`` rows or MAX_BATCH_BYTES of text besides the
   requests carried into it (at most ``max_waiting``).
-- A row whose fields its columns cannot hold becomes rmq.rows.unfit_row.
+- A row whose fields its columns cannot hold becomes rmq.trace.rows.unfit_row.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 
 from rmq.fallback.codec import decode_frame
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT
-from rmq.rows import (BATCH_ROWS, COLUMN_FIELDS, MAX_BATCH_BYTES, MAX_EXT_COLUMNS, MAX_WAITING,
-                      MAX_WAITING_LIMIT, ROW, TRACE_ROW_FIELDS, RecordRows, unfit_field,
-                      unfit_row)
+from rmq.trace.rows import (BATCH_ROWS, COLUMN_FIELDS, MAX_BATCH_BYTES, MAX_EXT_COLUMNS,
+                            MAX_WAITING, MAX_WAITING_LIMIT, ROW, TRACE_ROW_FIELDS, RecordRows,
+                            unfit_field, unfit_row)
 
 __all__ = ["TraceColumns", "COLUMN_FIELDS"]
 

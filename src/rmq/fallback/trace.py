@@ -1,5 +1,5 @@
 """Trace segment records read straight into analysis rows: the reference for
-``rmq._core.TraceRows``. The rows and the reading are rmq.rows' (shared with the
+``rmq._core.TraceRows``. The rows and the reading are rmq.trace.rows' (shared with the
 compiled core's fallback for the record forms it leaves); here the frames are decoded
 by this reference's codec.
 """
@@ -7,7 +7,7 @@ by this reference's codec.
 from __future__ import annotations
 
 from rmq.fallback.codec import decode_frame
-from rmq.rows import TRACE_ROW_FIELDS, RecordRows
+from rmq.trace.rows import TRACE_ROW_FIELDS, RecordRows
 
 __all__ = ["TRACE_ROW_FIELDS", "TraceRows"]
 

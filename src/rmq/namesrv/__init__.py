@@ -3,6 +3,6 @@
 its KV table (``kvconfig``). ``rmq namesrv`` runs it; the wire level it stands on
 (``rmq.codec``, ``rmq.bodies``) knows nothing of it."""
 
-from rmq.namesrv.handlers import NameServer
+from rmq.namesrv.handlers import DefaultRequestProcessor
 
-__all__ = ["NameServer"]
+__all__ = ["DefaultRequestProcessor"]

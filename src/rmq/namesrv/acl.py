@@ -46,7 +46,7 @@ from rmq.namesrv.config import ConfigError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.protocol import RequestCode as RC, ResponseCode
 
-log = logging.getLogger("rmq.acl")
+log = logging.getLogger(__name__)
 
 #: A plain_acl.yml larger than this is refused (it holds accounts, not data).
 MAX_ACL_FILE_BYTES = 1024 * 1024
@@ -343,7 +343,7 @@ def _host(conn):
     return peer.rsplit(":", 1)[0] if ":" in peer else peer
 
 
-#: Codes NameServer.quick always hands to the table thread (changes, registrations).
+#: Codes DefaultRequestProcessor.quick always hands to the table thread (changes, registrations).
 _TABLE_CODES = ADMIN_CODES | BROKER_CODES
 
 #: A request whose body is larger is checked in the table thread (its HMAC would hold

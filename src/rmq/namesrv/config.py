@@ -71,7 +71,7 @@ __all__ = [
     "loggable",
 ]
 
-log = logging.getLogger("rmq.config")
+log = logging.getLogger(__name__)
 
 #: Words in a key whose value is kept out of the logs (a key password, an ACL secret):
 #: logs travel further than the config file.

@@ -1,6 +1,6 @@
 """The NameServer's request processing: every request code, answered as Java answers it.
 
-``NameServer.handle(cmd, conn)`` takes a decoded request and returns the response
+``DefaultRequestProcessor.handle(cmd, conn)`` takes a decoded request and returns the response
 command (or None for oneway requests). No I/O here: the network layer lives in
 ``rmq.namesrv.server``, the tables in ``RouteTable``, the KV table in ``KVConfig``.
 
@@ -23,7 +23,7 @@ from rmq._wire import standard_route_form
 from rmq.protocol import RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.namesrv.routeinfo import RouteTable
 
-log = logging.getLogger("rmq.namesrv")
+log = logging.getLogger(__name__)
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 _FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -55,10 +55,6 @@ def _int_field(cmd, name, default=None, bits=64):
         raise _MissingField(f"the custom field <{name}> is not a Java "
                             f"{'long' if bits == 64 else 'int'}: {v!r}")
     return n
-
-
-def _bool_field(cmd, name):
-    return (cmd.ext_fields or {}).get(name, "").lower() == "true"
 
 
 def _opt_bool_field(cmd, name):
@@ -96,11 +92,11 @@ _LOCK_FREE = frozenset((RC.GET_KV_CONFIG, RC.GET_NAMESRV_CONFIG))
 #: Cached list answers kept at most (the 224 and 219 arguments are client-chosen).
 MAX_CACHED_ANSWERS = 1024
 MAX_CACHED_ANSWER_BYTES = 256 * 1024 * 1024
-#: What NameServer.quick returns for a request that needs the table thread.
+#: What DefaultRequestProcessor.quick returns for a request that needs the table thread.
 NEEDS_TABLE = object()
 
 
-class NameServer:
+class DefaultRequestProcessor:
     """Request handling over a RouteTable, a KVConfig and a NamesrvConfig.
 
     Answers that list a whole table (206, 224, 304, 311-313, 106, 219) are cached

@@ -100,7 +100,7 @@ __all__ = [
     "read_table",
 ]
 
-log = logging.getLogger("rmq.kvconfig")
+log = logging.getLogger(__name__)
 
 #: Default limits (UTF-8 bytes).
 MAX_KEY_BYTES = 4 << 10

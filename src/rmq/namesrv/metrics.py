@@ -21,7 +21,7 @@ import time
 
 from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES, RequestCode
 
-log = logging.getLogger("rmq.metrics")
+log = logging.getLogger(__name__)
 
 #: Registration durations' histogram bounds (seconds): a registration of a few
 #: topics takes well under a millisecond, one of 10,000 topics a few milliseconds.
@@ -107,8 +107,8 @@ def _families(app):
                                         HistogramMetricFamily)
 
     import rmq
-    c = app.namesrv.counters
-    routes = app.namesrv.routes
+    c = app.processor.counters
+    routes = app.processor.routes
     cache = routes.cache_stats()
     served = cache["served"]     # route answers the core wrote: code 0, request 105
 

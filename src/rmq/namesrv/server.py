@@ -71,7 +71,7 @@ from rmq.namesrv.metrics import MetricsServer
 from rmq.namesrv.tlsconn import ServerTls
 from rmq.protocol import V5_3_1, RequestCode, ResponseCode
 
-log = logging.getLogger("rmq.server")
+log = logging.getLogger(__name__)
 
 _conn_ids = itertools.count(1)
 _RDHUP = getattr(select, "POLLRDHUP", None)      # Linux: the peer closed its side
@@ -206,18 +206,18 @@ class Connection(asyncio.Protocol):
         self.lost = True
         self.pending.clear()
         self.server.connections.discard(self)
-        self.server.in_table_thread(self.server.namesrv.connection_closed, self)
+        self.server.in_table_thread(self.server.processor.connection_closed, self)
 
     # ---------------------------------------------------------------- answering
 
     def _answer(self, cmds):
-        namesrv = self.server.namesrv
+        processor = self.server.processor
         out = []
         out_bytes = 0
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
-            resp = namesrv.quick(cmd, self)
+            resp = processor.quick(cmd, self)
             if resp is NEEDS_TABLE:
                 # Run it, and the requests after it (up to TABLE_BATCH), in the table
                 # thread, in order; this connection's later requests wait for them
@@ -284,7 +284,7 @@ class Connection(asyncio.Protocol):
     def _in_table_thread(self, cmds):
         if self.lost or self._peer_gone():
             return ()           # closed while it waited: nobody to answer, nothing to apply
-        handle = self.server.namesrv.handle
+        handle = self.server.processor.handle
         return [None if cmd.is_response else handle(cmd, self) for cmd in cmds]
 
     def _peer_gone(self):
@@ -458,7 +458,7 @@ def _no_room(serve, decoder, data, room):
 
 
 class _Gate:
-    """Stands in for the NameServer (as ``NameServerApp.namesrv``) while the network
+    """Stands in for the request processor (as ``NameServerApp.processor``) while the network
     layer answers some requests itself: route queries before ``needWaitForService``'s
     delay is over, every request of a client above V5_3_1 during a graceful shutdown.
 
@@ -466,9 +466,9 @@ class _Gate:
     and hands them all to :meth:`handle`; anything else is the NameServer's.
     """
 
-    def __init__(self, app, namesrv):
+    def __init__(self, app, processor):
         self._app = app
-        self._ns = namesrv
+        self._ns = processor
         self._told = set()          # connections told to go away (logged once each)
 
     def __getattr__(self, name):
@@ -610,31 +610,32 @@ class Settings:
 
 
 class NameServerApp:
-    """Listens, owns the connections and the periodic tasks of a NameServer.
+    """Listens, owns the connections and the periodic tasks of a NameServer whose
+    requests ``processor`` (a DefaultRequestProcessor) answers.
 
-    ``trace``: a rmq.trace.TraceRecorder that gets every frame read and written
+    ``trace``: a rmq.trace.segments.TraceRecorder that gets every frame read and written
     (``rmq namesrv --trace-dir``); the caller closes it after the server."""
 
-    def __init__(self, namesrv, *, trace=None):
-        self.namesrv = namesrv
+    def __init__(self, processor, *, trace=None):
+        self.processor = processor
         self.trace = trace
-        self._namesrv = namesrv      # namesrv is a _Gate while one is needed
-        self.counters = namesrv.counters
-        self.config = config = namesrv.config
+        self._processor = processor      # self.processor is a _Gate while one is needed
+        self.counters = processor.counters
+        self.config = config = processor.config
         if config.aclEnable:
             # every request is checked before the NameServer sees it (rmq.namesrv.acl)
-            self.namesrv = self._namesrv = namesrv = acl.gate(namesrv, config)
+            self.processor = self._processor = processor = acl.gate(processor, config)
         self.settings = Settings(config)
         self.tls = ServerTls.from_config(config)     # None: TLS disabled
         self.connections = set()
         self.output = _OutputBudget(self.connections, config.maxTotalOutputBufferBytes)
         self.table_thread = TableThread()
         self.writer = self.table_thread.executor
-        routes = namesrv.routes
+        routes = processor.routes
         # What answers route queries on the loop: tables without concurrent readers
         # (the reference's) only from the answers they cached, never a build.
         self._served_routes = routes.route_server(build=routes.concurrent)
-        if config.aclEnable and namesrv.checker.checks_routes:
+        if config.aclEnable and processor.checker.checks_routes:
             # signed route queries: the core answers none (no room), the gate checks each
             self._served_routes = functools.partial(_no_room, self._served_routes)
         self.served_routes = self._served_routes
@@ -664,8 +665,8 @@ class NameServerApp:
         self.loop = asyncio.get_running_loop()
         if self.config.warmRestart:
             # before listening: the first route query finds the restored routes
-            snapshot.load(self._namesrv.routes, self.config.routeSnapshotPath,
-                          self._namesrv.clock())
+            snapshot.load(self._processor.routes, self.config.routeSnapshotPath,
+                          self._processor.clock())
         if self.settings.wait_for_service:
             # Java counts from the processor's creation, just before it listens.
             self._ready_at = self.loop.time() + self.settings.wait_for_service
@@ -699,13 +700,13 @@ class NameServerApp:
         return self._ready_at is None or self.loop.time() >= self._ready_at
 
     def _use_gate(self):
-        if self.namesrv is self._namesrv:
-            self.namesrv = _Gate(self, self._namesrv)
+        if self.processor is self._processor:
+            self.processor = _Gate(self, self._processor)
             self.served_routes = functools.partial(_no_room, self._served_routes)
 
     def _drop_gate(self):
         if not self.going_away and self.ready():
-            self.namesrv = self._namesrv
+            self.processor = self._processor
             self.served_routes = self._served_routes
 
     async def _wait_for_service(self):
@@ -719,7 +720,7 @@ class NameServerApp:
     def _save_routes(self):
         """In the table thread: the route tables to routeSnapshotPath (warmRestart)."""
         try:
-            size = snapshot.save(self._namesrv.routes, self.config.routeSnapshotPath)
+            size = snapshot.save(self._processor.routes, self.config.routeSnapshotPath)
             log.debug("route snapshot: %d bytes to %s", size, self.config.routeSnapshotPath)
         except (OSError, ValueError) as e:
             log.warning("route snapshot to %s failed: %s", self.config.routeSnapshotPath, e)
@@ -734,7 +735,7 @@ class NameServerApp:
             await asyncio.sleep(self.settings.scan_interval)
             try:
                 dropped = await asyncio.wrap_future(
-                    self.in_table_thread(self.namesrv.scan_not_active_brokers))
+                    self.in_table_thread(self.processor.scan_not_active_brokers))
                 # Java's scanNotActiveBroker closes the expired broker's channel too.
                 for b in dropped:
                     conn = b.get("conn")

@@ -22,7 +22,7 @@ from rmq.namesrv.kvconfig import _atomic_write
 
 __all__ = ["save", "load", "FORMAT"]
 
-log = logging.getLogger("rmq.namesrv")
+log = logging.getLogger(__name__)
 
 #: The file's ``format``: a reader refuses another.
 FORMAT = 1

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ServerTls", "tls_values"]
 
-log = logging.getLogger("rmq.server")
+log = logging.getLogger(__name__)
 
 #: The first byte of a TLS record carrying a handshake (ContentType handshake).
 HANDSHAKE_RECORD = 0x16

@@ -227,7 +227,7 @@ def check_inputs(inputs):
 
 
 def _local_inputs(paths):
-    from rmq.trace import segment_files
+    from rmq.trace.segments import segment_files
     return segment_files(paths)
 
 
@@ -582,7 +582,7 @@ def _is_uri(path):
 def list_inputs(spark, inputs):
     """The input files as Spark spells them (``file:/abs/path`` for the driver's
     files, the FileSystem's own form for URIs), in order."""
-    from rmq.trace import SEGMENT_SUFFIX, segment_files
+    from rmq.trace.segments import SEGMENT_SUFFIX, segment_files
 
     suffixes = (SEGMENT_SUFFIX, ".pcap", ".pcapng")
     out = []
@@ -744,7 +744,7 @@ _SEGMENT_NUMBER = re.compile(r"-\d{6}\.rmqtrace$")
 
 def _recording(path):
     """What the segments of one recording have in common: the name without its
-    segment number (rmq.trace.SegmentWriter's names); a capture is its own."""
+    segment number (rmq.trace.segments.SegmentWriter's names); a capture is its own."""
     stem, n = _SEGMENT_NUMBER.subn("", path)
     return stem if n else path
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, IN, OUT, code_name
-from rmq.rows import COLUMN_FIELDS, EXT_COLUMNS, PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS, frame_row
+from rmq.trace.rows import COLUMN_FIELDS, EXT_COLUMNS, PAIRED_ROW_FIELDS, TRACE_ROW_FIELDS, frame_row
 
 __all__ = ["RAW_SCHEMA", "FRAMES_SCHEMA", "REQUESTS_SCHEMA", "input_batches", "error_batch",
            "raw_batch", "frames_batch", "requests_batch", "write_parts", "write_requests_part",
@@ -45,8 +45,8 @@ _TYPES = {"file": NAMES, "file_index": pa.int64(), "record": pa.int64(),
           "remark": pa.string(), "ext": _STRING_MAP, "body_len": pa.int32(),
           "frame_len": pa.int32(), "decode_error": pa.string(), "answer_time_ns": pa.int64(),
           "answer_code": pa.int32(), "answer_remark": pa.string(), "pair_open": pa.bool_()}
-#: The rows of an input, as the decoder pairs them (rmq.rows.PAIRED_ROW_FIELDS), then
-#: the ext fields of rmq.rows.EXT_COLUMNS.
+#: The rows of an input, as the decoder pairs them (rmq.trace.rows.PAIRED_ROW_FIELDS), then
+#: the ext fields of rmq.trace.rows.EXT_COLUMNS.
 RAW_SCHEMA = pa.schema([pa.field(n, _TYPES[n]) for n in PAIRED_ROW_FIELDS]
                        + [pa.field(n, pa.string()) for n in EXT_COLUMNS])
 
@@ -159,7 +159,7 @@ def input_batches(path: str, data: Any, file_index: int, conn_base: int = 0,
     more such row."""
     from rmq._impl import core
     from rmq.codec import decode_frame
-    from rmq.trace import is_capture, read_records, segment_start
+    from rmq.trace.segments import is_capture, read_records, segment_start
 
     kw = {} if batch_rows is None else {"batch_rows": batch_rows}
     columns = core.TraceColumns(path, conn_base, max_frame_length,
@@ -184,7 +184,7 @@ def input_batches(path: str, data: Any, file_index: int, conn_base: int = 0,
                     break
                 yield raw_batch(columns.take(), path, file_index)
             if columns.stopped == "other":      # a form the compiled reader leaves
-                from rmq.trace import core_record_rows
+                from rmq.trace.segments import core_record_rows
                 rows = core_record_rows(data, start, path, conn_base, record, max_frame_length)
                 for row in rows:
                     columns.append(row)
@@ -523,7 +523,7 @@ def drop_requests(path: str, keys: pa.Table) -> int:
     return int(table.num_rows - kept.num_rows)
 
 
-#: frames.parquet's columns that a frame's trace row (rmq.rows.TRACE_ROW_FIELDS) is
+#: frames.parquet's columns that a frame's trace row (rmq.trace.rows.TRACE_ROW_FIELDS) is
 #: made of again.
 _ROW_COLUMNS = ["file", "file_index", "record", "time_ns", "conn", "peer", "direction", "code",
                 "flag", "opaque", "language", "version", "remark", "ext", "body_len",

@@ -28,7 +28,7 @@ from rmq import bodies
 from rmq.codec import RemotingCommand, encode_frame
 from rmq.crc32 import body_crc32
 from rmq.protocol import (IN, OUT, V4_9_8, RequestCode, ResponseCode, code_name)
-from rmq.trace import DEFAULT_SEGMENT_BYTES, SegmentWriter
+from rmq.trace.segments import DEFAULT_SEGMENT_BYTES, SegmentWriter
 
 __all__ = ["synthesize", "add_arguments", "main"]
 

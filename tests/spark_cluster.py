@@ -1,5 +1,6 @@
 """A Spark standalone cluster on this machine, from the installed pyspark's own jars,
-and a packed rmq environment to ship to it (tests/test_spark_cluster.py, bench/cluster.py).
+and a packed rmq environment to ship to it (tests/test_spark_cluster.py, and
+bench/cluster.py, which imports it from here).
 
 :func:`pack_environment` builds the rmq wheel from this tree, installs it into a fresh
 venv and packs that with venv-pack: the executors import the compiled core from the

@@ -5,7 +5,7 @@ Invariants checked on every input:
 
 - only rmq errors (rmq.errors.RmqError subclasses) leave a decoder; any other
   exception (TypeError, RecursionError, KeyError, UnicodeError, MemoryError...) is
-  a finding, and so is one that NameServer.handle catches and answers SYSTEM_ERROR;
+  a finding, and so is one that DefaultRequestProcessor.handle catches and answers SYSTEM_ERROR;
 - compiled and pure agree: the same result (types included) or the same error class;
 - chunking never changes the result: a stream fed to FrameDecoder / FrameSplitter /
   the serving path in random chunks gives what feeding it whole gives.
@@ -25,7 +25,7 @@ Targets:
   DataVersion, BrokerMemberGroup) running on each core.
 - ``handle``: a command sequence as one byte stream, served the way
   rmq.server serves a connection (RouteTable.serve_routes, then
-  NameServer.handle for the rest, answers encoded), by a NameServer on the compiled
+  DefaultRequestProcessor.handle for the rest, answers encoded), by a NameServer on the compiled
   RouteTable and one on the reference RouteTable; the answers are compared, and
   then the tables through probes (106, 206, 224, 105 per topic, before and after
   the connection closes).
@@ -34,9 +34,9 @@ Every input is a pure function of (--seed, target, index): a run is reproducible
 --jobs only splits the indices. Each finding's reproducer (shrunk when
 possible) goes to --out as JSON; ``--replay FILE`` runs one again.
 
-    PYTHONPATH=src python bench/fuzz.py --count 100000 --jobs 2
-    PYTHONPATH=src python bench/fuzz.py --target bodies --count 5000 --seed 7
-    PYTHONPATH=src python bench/fuzz.py --replay build/fuzz/<finding>.json
+    PYTHONPATH=src python tests/fuzz.py --count 100000 --jobs 2
+    PYTHONPATH=src python tests/fuzz.py --target bodies --count 5000 --seed 7
+    PYTHONPATH=src python tests/fuzz.py --replay build/fuzz/<finding>.json
 """
 
 import argparse
@@ -865,7 +865,7 @@ FIXED_REMARKS_OK = {"crc32 not match", "register broker failed", "disable",
 
 
 class _Capture(logging.Handler):
-    """Exceptions NameServer.handle caught (log.exception) and the server's encoding failures."""
+    """Exceptions DefaultRequestProcessor.handle caught (log.exception) and the server's encoding failures."""
 
     def __init__(self):
         super().__init__(logging.ERROR)
@@ -885,7 +885,7 @@ def _captured_logs():
     """NameServer's logs go to CAPTURE only while a session is served (nothing printed,
     and the loggers are as they were afterwards: the test-suite shares them)."""
     saved = []
-    for name in ("rmq.namesrv", "rmq.server"):
+    for name in ("rmq.namesrv",):      # the package: its modules' loggers are children
         log = logging.getLogger(name)
         saved.append((log, log.propagate, log.level))
         log.addHandler(CAPTURE)
@@ -914,7 +914,7 @@ def _new_server(tag):
     from rmq.namesrv.config import NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig
     clock = [1_700_000_000_000]
-    ns = NAMESRV[tag].NameServer(NamesrvConfig(), KVConfig(None),
+    ns = NAMESRV[tag].DefaultRequestProcessor(NamesrvConfig(), KVConfig(None),
                                  routes=ROUTE_TABLES[tag](), clock=lambda: clock[0])
     return ns, clock
 

@@ -1,0 +1,39 @@
+# Declarations of scan.h, for the .pxi files of rmq._core (cimported: each C header is
+# declared once, here). The nogil scanners.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+cdef extern from "scan.h" nogil:
+    ctypedef long ssize_t
+
+    ctypedef struct rb_topic:
+        const char* key
+        size_t key_len
+        const char* name
+        size_t name_len
+        int32_t perm, read, write, sysflag
+
+    ctypedef struct rb_body:
+        int64_t counter, state_version, timestamp
+        int has_timestamp
+        rb_topic* topics
+        size_t ntopics, cap
+
+    enum:
+        RB_OK, RB_SLOW, RB_NOMEM
+
+    int rb_scan_register_body(const char* p, size_t n, rb_body* out)
+    int rb_scan_compressed_body(const char* p, size_t n, rb_body* out)
+    void rb_body_free(rb_body* b)
+
+    ctypedef struct rq_route:
+        int32_t opaque, version
+        int serialize_type
+        const char* topic
+        size_t topic_len
+        int accept_standard
+
+    int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
+    ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
+                                  const char* body, size_t body_len)
+    size_t rq_route_answer_size(const rq_route* req, size_t body_len)
