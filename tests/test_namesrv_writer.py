@@ -55,6 +55,9 @@ def test_route_queries_of_other_connections_are_answered_during_registrations(sr
     answers that are each some registration's route, never an error."""
     with Client(srv.address) as broker, Client(srv.address) as client:
         assert register_broker(broker, "bk", "10.0.0.1:10911", topics=BIG).code == 0
+        # every registration gives every topic the same route: 4/4 queues on bk alone
+        route = client.request(105, {"topic": BIG[0]}).body
+        assert b'"brokerName":"bk"' in route and b'"readQueueNums":4' in route
         stop = threading.Event()
         errors = []
 
@@ -73,7 +76,7 @@ def test_route_queries_of_other_connections_are_answered_during_registrations(sr
         answered = 0
         while not stop.is_set():
             r = client.request(105, {"topic": BIG[answered % len(BIG)]})
-            assert r.code == 0, r
+            assert (r.code, r.body) == (0, route), r
             answered += 1
         t.join()
         assert not errors and answered > 0
