@@ -31,16 +31,28 @@ def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
     else:
         ev = asyncio.new_event_loop()
     started = threading.Event()
+    failed = []
 
     def run():
         asyncio.set_event_loop(ev)
-        ev.run_until_complete(app.start("127.0.0.1", 0))
-        started.set()
+        try:
+            ev.run_until_complete(app.start("127.0.0.1", 0))
+        except BaseException as e:      # closed here, its table thread with it: no leak
+            failed.append(e)
+            ev.run_until_complete(app.close())
+            return
+        finally:
+            started.set()
         ev.run_forever()
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     assert started.wait(10), "NameServer did not start"
+    if failed:
+        t.join(10)
+        ev.close()
+        kv.close()
+        raise failed[0]
     port = app.sockets[0].getsockname()[1]
     app.address = f"127.0.0.1:{port}"
     app.port = port

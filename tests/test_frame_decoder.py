@@ -127,7 +127,8 @@ def test_empty_feed(impl, expected):
 
 
 def test_large_frames_and_buffer_reuse(impl):
-    big = frame(binary_header(code=1), 1, body=bytes(range(256)) * 1200)   # > 256 KiB
+    big_body = bytes(range(256)) * 1200                                    # > 256 KiB
+    big = frame(binary_header(code=1), 1, body=big_body)
     small = frame(binary_header(code=2), 1, body=b"x")
     stream = big + small + big + small
     dec = impl.FrameDecoder()
@@ -135,6 +136,8 @@ def test_large_frames_and_buffer_reuse(impl):
     for i in range(0, len(stream), 100_003):
         out += dec.feed(stream[i:i + 100_003])
     assert out == [impl.decode_frame(f) for f in (big, small, big, small)]
+    assert [(c.code, c.serialize_type) for c in out] == [(1, "ROCKETMQ"), (2, "ROCKETMQ")] * 2
+    assert [c.body for c in out] == [big_body, b"x"] * 2
     assert dec.buffered == 0
 
 

@@ -643,6 +643,7 @@ def test_compaction_leaves_kvconfig_json_alone_in_javas_bytes(tmp_path):
     assert kv.compact() is True
     assert os.listdir(tmp_path) == ["kvConfig.json"]
     assert path.read_bytes() == kvconfig._dumps(kv.snapshot()).encode("utf-8")
+    assert read_json(path) == {"configTable": kv.snapshot()} and kv.snapshot()["ns0"]
     assert kv.compact() is False                     # nothing new
     kv.put("ns0", "after", "compaction")
     assert journals(tmp_path) == ["kvConfig.json.journal.2"]

@@ -839,6 +839,65 @@ def test_java_hash_order():
     assert ref.java_hash_order(["DefaultCluster", "broker-a"]) == ["broker-a", "DefaultCluster"]
 
 
+# Captured from the JDK (OpenJDK 17): String.hashCode of these strings, and the
+# iteration order of a HashMap<String, _> filled in the given order, as indexes into it.
+# The program, run with `java Order.java`:
+#     Map<String, Integer> m = new HashMap<>();
+#     for (String n : names) m.put(n, 1);
+#     for (String k : m.keySet()) System.out.print(names.indexOf(k) + ",");
+JDK_HASH_CODES = {"": 0, "Aa": 2112, "BB": 2112, "abc": 96354, "hello": 99162322,
+                  "polygenelubricants": -2147483648, "\U0001F600-b": 1703757432,
+                  "DefaultCluster": 1874216089, "broker-a": 372697965,
+                  "br\u00f8ker-\u00fc": -75489}
+JDK_NAMES = ([f"broker-{i * 7919 % 1000}" for i in range(39, -1, -1)]
+             + ["br\u00f8ker-\u00fc", "\U0001F600-b", "Aa", "BB"])
+JDK_HASHMAP_ORDER = [37, 42, 43, 38, 16, 35, 2, 32, 14, 39, 11, 17, 36, 33, 12, 20, 4, 3, 21, 27,
+                     19, 7, 26, 40, 0, 8, 5, 24, 22, 1, 6, 25, 23, 28, 30, 9, 15, 34, 31, 41, 13,
+                     10, 18, 29]
+
+
+def test_java_hash_order_is_the_jdks():
+    """An outside oracle for both storages' Java order (the reference's java_hash_order,
+    the core's rt_java_order): String.hashCode over UTF-16 units, and a HashMap's order
+    past two resizes (44 keys: 16, 32, then 64 buckets)."""
+    from rmq.javaorder import java_spread_hash
+    for text, code in JDK_HASH_CODES.items():
+        h = code & 0xFFFFFFFF
+        assert java_spread_hash(text) == h ^ (h >> 16), text
+    assert ref.java_hash_order(JDK_NAMES) == [JDK_NAMES[i] for i in JDK_HASHMAP_ORDER]
+
+
+#: 5.x pickupTopicRouteData, on the JDK (OpenJDK 17): n brokers register a topic in the
+#: order broker-{i * 7919 % 1000} for i = n-1..0; queueDatas come in the order of the
+#: topic's HashMap<brokerName, QueueData>, brokerDatas in that of new HashSet<>(its
+#: keySet()), as indexes into the registration order. The two orders are the same but
+#: at n = 12, 24, 48...: there the HashSet's table is twice the map's on JDK 8 to 18
+#: ((int) (n / .75f) + 1 buckets), the same size from JDK 19 on (HashMap.newHashMap):
+#: rmq answers as the latter.
+JDK_ROUTE_ORDER = {
+    11: [8, 1, 5, 9, 2, 6, 3, 10, 7, 0, 4],
+    12: [9, 2, 6, 10, 3, 7, 4, 11, 8, 1, 5, 0],
+    13: [10, 11, 8, 5, 12, 9, 6, 1, 3, 7, 4, 0, 2],
+    24: [21, 10, 22, 0, 19, 8, 16, 6, 23, 1, 20, 9, 17, 7, 12, 14, 4, 18, 15, 5, 2, 11, 13, 3],
+    25: [22, 23, 1, 20, 17, 24, 2, 21, 18, 5, 6, 12, 4, 11, 9, 7, 10, 8, 13, 15, 0, 19, 16,
+         3, 14],
+}
+
+
+@pytest.mark.parametrize("n", sorted(JDK_ROUTE_ORDER))
+def test_route_order_of_many_brokers_is_the_jdks(RT, n):
+    rt = RT()
+    names = [f"broker-{i * 7919 % 1000}" for i in range(n - 1, -1, -1)]
+    for j, name in enumerate(names):
+        reg(rt, ["Shared", f"Own{j}"], name=name, addr=f"10.1.0.{j}:10911")
+    route = rt.topic_route("Shared")
+    expected = [names[i] for i in JDK_ROUTE_ORDER[n]]
+    assert [q["brokerName"] for q in route["queueDatas"]] == expected
+    assert [bd["brokerName"] for bd in route["brokerDatas"]] == expected
+    assert bodies.decode_topic_route_data(rt.route_body("Shared"))["brokerDatas"] == \
+        route["brokerDatas"]
+
+
 # ---------------------------------------------------------------- 4.9.8 vectors
 
 def _vector(name):

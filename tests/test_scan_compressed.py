@@ -110,7 +110,7 @@ def check(data, fast=None):
 
 # ---------------------------------------------------------------- the fast path
 
-def test_java_body_is_fast():
+def test_java_body_takes_the_scanner_path():
     data = rmq.bodies.encode_register_broker_body(rmq.bodies.register_broker_body(
         [rmq.bodies.topic_config(f"T{i}", 8, 4, perm=[2, 4, 6][i % 3]) for i in range(50)],
         {"counter": 9, "stateVersion": 2, "timestamp": 1700000000000}), compressed=True)
@@ -119,7 +119,7 @@ def test_java_body_is_fast():
     assert got[3][:2] == [("T0", "T0", 2, 8, 4, 0), ("T1", "T1", 4, 8, 4, 0)]
 
 
-def test_attributes_are_fast():
+def test_attributes_take_the_scanner_path():
     data = rmq.bodies.encode_register_broker_body(rmq.bodies.register_broker_body(
         [rmq.bodies.topic_config(f"T{i}", 8, 4, attributes={"+message.type": "NORMAL"})
          for i in range(5)] + [rmq.bodies.topic_config("E", attributes={})],
@@ -136,7 +136,7 @@ def test_attributes_are_fast():
     b"T +8 -0 +6 X", b"T 0008 00000000000000000004 0 X", b"T 2147483647 -2147483648 -1 X",
     b"T 8 4 6 X {} 7 8",
 ])
-def test_lines_read_fast(line):
+def test_lines_take_the_scanner_path(line):
     check(compressed([line, b"other 1 1 6 X"]), fast=True)
 
 
@@ -148,7 +148,7 @@ def test_lines_read_fast(line):
     dict(tail=struct.pack(">i", 0)), dict(tail=struct.pack(">i", 0) + b"garbage"),
     dict(tail=b"\x00"), dict(tail=b"\x00\x00\x01"),
 ])
-def test_envelopes_read_fast(kwargs):
+def test_envelopes_take_the_scanner_path(kwargs):
     check(compressed(lines(3), **kwargs), fast=True)
 
 
@@ -179,7 +179,7 @@ def test_odd_lines_match(line):
     check(compressed(lines(3) + [line]))
 
 
-def test_duplicates_are_slow_and_match():
+def test_duplicates_take_the_general_path_and_match():
     check(compressed([b"A 1 1 6 X", b"B 2 2 6 X", b"A 3 3 4 X"]), fast=False)
     check(compressed([b"T0 1 1 6 X", b"T0 1 1 6 X"]), fast=False)
 

@@ -172,7 +172,7 @@ def test_compiled_rows_equal_the_reference_on_the_vectors(compiled, fallback):
         same(rows(fallback, data, conn_base=3 << 32)[0])
 
 
-def test_the_compiled_rows_are_laid_out_as_rmq_rows_says(compiled, fallback):
+def test_the_compiled_rows_are_laid_out_as_the_trace_schema_says(compiled, fallback):
     """trace.pxi writes its rows' fields in order by hand; columns.pxi, the reference
     and analysis read them by rmq.trace.rows' positions. Each field, on a row that decodes
     and on one that does not, is where rmq.trace.rows puts it."""
