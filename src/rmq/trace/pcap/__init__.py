@@ -13,7 +13,7 @@ The stages, each its own module: :mod:`.formats` (the capture file's packets),
 :mod:`.dissect` (each packet's TCP segment), :mod:`.reassembly` (TCP streams rebuilt
 and cut into frames; what cannot be placed with certainty is counted in
 ``PcapReader.stats``, never decoded); :class:`PcapReader` here runs them and puts the
-records in time order. Pure Python (its speed: bench/README.md, "The trace package").
+records in time order. Pure Python (its speed is not measured yet).
 """
 
 from __future__ import annotations
