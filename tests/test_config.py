@@ -46,7 +46,8 @@ BEYOND_4_9_8 = {
     # rmq's own
     "listenHost", "maxFrameLength", "maxConnections", "maxOutputBufferBytes",
     "maxTotalOutputBufferBytes", "maxKvNamespaceBytes", "maxKvKeyBytes", "maxKvValueBytes",
-    "maxKvTableBytes", "routeCacheBytes", "warmRestart", "routeSnapshotPath", "metricsPort",
+    "maxKvTableBytes", "maxKvRewriteTableBytes", "routeCacheBytes", "warmRestart",
+    "routeSnapshotPath", "metricsPort",
     "metricsAddress",
     "routeSnapshotIntervalSeconds",
     # Java's TLS System properties (TlsSystemConfig), read from the file by rmq; those

@@ -428,14 +428,18 @@ def test_3_kv_limits_are_answered_and_change_nothing(tmp_path, caplog):
         assert "900" in caplog.text
 
 
-def test_3_kv_changes_are_journaled_not_rewritten(tmp_path):
+def test_3_kv_changes_past_the_rewrite_threshold_are_journaled_not_rewritten(tmp_path):
     import os
-    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+    with running_namesrv(tmp_path, maxKvRewriteTableBytes=10) as app, \
+            Client(app.address) as c:
         assert c.request(100, {"namespace": "ns", "key": "k", "value": "v"}).code == 0
-        assert not (tmp_path / "kvConfig.json").exists()       # one journal record
+        assert os.listdir(tmp_path) == ["kvConfig.json"]          # 4 bytes: rewritten
+        assert c.request(100, {"namespace": "ns", "key": "k2", "value": "v" * 20}).code == 0
+        assert (tmp_path / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k":"v"}}}'
         assert any(n.startswith("kvConfig.json.journal") for n in os.listdir(tmp_path))
     # closed: compacted into the file Java reads
-    assert (tmp_path / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k":"v"}}}'
+    assert (tmp_path / "kvConfig.json").read_text() == \
+        '{"configTable":{"ns":{"k":"v","k2":"%s"}}}' % ("v" * 20)
     assert os.listdir(tmp_path) == ["kvConfig.json"]
 
 

@@ -1,5 +1,6 @@
-"""rmq.namesrv.kvconfig: the KV table of Java's KVConfigManager, journaled and compacted into
-Java's kvConfig.json."""
+"""rmq.namesrv.kvconfig: the KV table of Java's KVConfigManager: Java's kvConfig.json
+rewritten on every change while the table is small, else changes journaled and
+compacted into it."""
 
 import json
 import os
@@ -35,6 +36,11 @@ SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 def read_json(path):
     return json.loads(Path(path).read_text("utf-8"))
+
+
+def journaled(path, **kwargs):
+    """A KVConfig that journals every change, whatever the table's size."""
+    return KVConfig(path, rewrite_max_table_bytes=0, **kwargs)
 
 
 def crash(kv):
@@ -126,11 +132,11 @@ def test_non_str_arguments_are_refused():
 
 def test_non_ascii_round_trip(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("命名空间", "ключ", "valeur é 😀")
-    assert KVConfig(path).get("命名空间", "ключ") == "valeur é 😀"   # from the journal
+    assert journaled(path).get("命名空间", "ключ") == "valeur é 😀"   # from the journal
     kv.close()
-    assert KVConfig(path).get("命名空间", "ключ") == "valeur é 😀"   # from the file
+    assert journaled(path).get("命名空间", "ключ") == "valeur é 😀"   # from the file
     # written as UTF-8 characters, not \u escapes, as fastjson writes them
     assert "😀" in path.read_text("utf-8")
 
@@ -180,7 +186,7 @@ def test_empty_forms_load_as_an_empty_table(tmp_path, content):
 
 def test_missing_file_is_empty_and_not_created_until_a_change(tmp_path):
     path = tmp_path / "sub" / "dir" / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     assert kv.namespaces() == []
     assert not path.exists()
     kv.put("ns", "k", "v")  # parent directories are created, as Java's mkdirs
@@ -262,7 +268,7 @@ def test_every_change_appends_one_fsynced_record_and_rewrites_nothing(tmp_path,
     monkeypatch.setattr(kvconfig, "_sync", lambda fd: (syncs.append(fd), real_sync(fd)))
     monkeypatch.setattr(kvconfig, "_atomic_write",
                         lambda *a, **k: (rewrites.append(a), real_write(*a, **k))[1])
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "k", "v")
     assert len(syncs) == 2                       # the new journal's header, the record
     kv.put("ns", "k", "v")                       # unchanged value: already on disk
@@ -283,7 +289,7 @@ def test_every_change_appends_one_fsynced_record_and_rewrites_nothing(tmp_path,
 def test_failed_append_raises_and_changes_nothing(tmp_path, monkeypatch, where):
     path = tmp_path / "kvConfig.json"
     jpath = journal_path(path, 1)
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "k", "old")
     size = os.path.getsize(jpath)
     real_write = kvconfig._write_all
@@ -312,13 +318,13 @@ def test_failed_append_raises_and_changes_nothing(tmp_path, monkeypatch, where):
     if where != "fsync":               # cut back to the last whole record
         assert os.path.getsize(jpath) == size
     kv.put("ns", "k2", "later")        # the journal goes on
-    assert KVConfig(path).snapshot() == {"ns": {"k": "old", "k2": "later"}}
+    assert journaled(path).snapshot() == {"ns": {"k": "old", "k2": "later"}}
 
 
 def test_failed_compaction_keeps_the_journals_and_a_later_one_succeeds(tmp_path,
                                                                        monkeypatch):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "k", "v1")
 
     def crash_replace(src, dst):
@@ -350,7 +356,7 @@ def test_crash_before_rename_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_
 
 def test_file_mode_is_kept(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "k", "v")
     kv.compact()
     os.chmod(path, 0o600)
@@ -514,26 +520,26 @@ def table_size(table):
 def test_reload_after_journal_replay_equals_the_table_in_memory(tmp_path, seed):
     rng = random.Random(seed)
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     for round_no in range(4):
         run_ops(kv, random_ops(rng, 150))
         if round_no == 1:
             kv.compact()                 # a snapshot and a journal over it
-        again = KVConfig(path)
+        again = journaled(path)
         assert again.snapshot() == kv.snapshot() == read_table(path)
         assert again.table_bytes == kv.table_bytes == table_size(kv.snapshot())
         crash(again)
     kv.close()
     assert path.read_bytes() == kvconfig._dumps(kv.snapshot()).encode("utf-8")
-    assert KVConfig(path).snapshot() == kv.snapshot()
+    assert journaled(path).snapshot() == kv.snapshot()
 
 
 def test_appends_go_on_in_the_last_journal_after_a_restart(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "a", "1")
     crash(kv)
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "b", "2")
     crash(kv)
     assert journals(tmp_path) == ["kvConfig.json.journal.1"]
@@ -549,7 +555,7 @@ def test_journals_are_replayed_in_generation_order(tmp_path):
         Path(journal_path(path, gen)).write_bytes(
             kvconfig.JOURNAL_MAGIC + b"".join(kvconfig._record(op) for op in ops))
     assert read_table(path) == {"ns": {"k": "ten", "t": "2"}}
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "n", "new")
     assert records(journal_path(path, 10))[-1] == ["put", "ns", "n", "new"]
     kv.close()
@@ -560,7 +566,7 @@ def test_journals_are_replayed_in_generation_order(tmp_path):
 def test_a_torn_tail_is_ignored_then_cut_off(tmp_path):
     path = tmp_path / "kvConfig.json"
     jpath = Path(journal_path(path, 1))
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "a", "1")
     kv.put("ns", "b", "2")
     crash(kv)
@@ -574,11 +580,11 @@ def test_a_torn_tail_is_ignored_then_cut_off(tmp_path):
         jpath.write_bytes(whole + tail)
         assert read_table(path) == {"ns": {"a": "1", "b": "2"}}
         assert jpath.read_bytes() == whole + tail       # read_table changes nothing
-        kv = KVConfig(path)
+        kv = journaled(path)
         assert kv.snapshot() == {"ns": {"a": "1", "b": "2"}}
         assert jpath.read_bytes() == whole              # cut back to the whole records
         kv.put("ns", "d", "4")                          # appends after them
-        assert KVConfig(path).snapshot() == {"ns": {"a": "1", "b": "2", "d": "4"}}
+        assert journaled(path).snapshot() == {"ns": {"a": "1", "b": "2", "d": "4"}}
         crash(kv)
         jpath.write_bytes(whole)
 
@@ -589,7 +595,7 @@ def test_a_journal_torn_while_being_created(tmp_path):
     jpath = Path(journal_path(path, 1))
     for torn in [b"", b"RMQ", b"\0\0\0\0\0"]:
         jpath.write_bytes(torn)
-        kv = KVConfig(path)
+        kv = journaled(path)
         assert kv.snapshot() == {"ns": {"k": "v"}}
         kv.put("ns", "k2", "v2")
         assert read_table(path) == {"ns": {"k": "v", "k2": "v2"}}
@@ -602,7 +608,7 @@ def test_a_journal_torn_while_being_created(tmp_path):
 def test_a_corrupt_record_in_the_middle_raises_naming_the_journal(tmp_path, damage):
     path = tmp_path / "kvConfig.json"
     jpath = Path(journal_path(path, 1))
-    kv = KVConfig(path)
+    kv = journaled(path)
     for i in range(3):
         kv.put("ns", f"k{i}", f"value {i}")
     crash(kv)
@@ -636,7 +642,7 @@ def test_a_corrupt_record_in_the_middle_raises_naming_the_journal(tmp_path, dama
 
 def test_compaction_leaves_kvconfig_json_alone_in_javas_bytes(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     run_ops(kv, random_ops(random.Random(7), 300))
     kv.put("empty", "k", "v")
     kv.delete("empty", "k")
@@ -703,7 +709,7 @@ def test_a_fuzzy_snapshot_with_every_journal_left_replays_exactly(tmp_path, monk
     path = tmp_path / "kvConfig.json"
     monkeypatch.setattr(kvconfig, "_CHUNK_ITEMS", 5)
     rng = random.Random(3)
-    kv = KVConfig(path)
+    kv = journaled(path)
     run_ops(kv, random_ops(rng, 300, namespaces=3, keys=40))
     saved = {name: (tmp_path / name).read_bytes() for name in journals(tmp_path)}
     during = random_ops(rng, 400, namespaces=4, keys=40)
@@ -717,12 +723,12 @@ def test_a_fuzzy_snapshot_with_every_journal_left_replays_exactly(tmp_path, monk
     for name, data in saved.items():
         (tmp_path / name).write_bytes(data)
     assert read_table(path) == final
-    assert KVConfig(path).snapshot() == final
+    assert journaled(path).snapshot() == final
 
 
 def test_background_compaction_starts_past_the_threshold(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path, compact_journal_bytes=20_000)
+    kv = journaled(path, compact_journal_bytes=20_000)
     for i in range(200):
         kv.put("ns", f"k{i % 10}", f"{i}:" + "x" * 500)
     deadline = time.monotonic() + 10
@@ -739,7 +745,7 @@ def test_background_compaction_starts_past_the_threshold(tmp_path):
 def test_a_failed_background_compaction_is_logged_and_retried_later(tmp_path, monkeypatch,
                                                                    caplog):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path, compact_journal_bytes=2_000)
+    kv = journaled(path, compact_journal_bytes=2_000)
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -763,7 +769,7 @@ def test_a_failed_background_compaction_is_logged_and_retried_later(tmp_path, mo
 
 def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path, compact_journal_bytes=30_000)
+    kv = journaled(path, compact_journal_bytes=30_000)
     errors, stop = [], threading.Event()
     compactions = []
 
@@ -809,7 +815,7 @@ def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
     expected = kv.snapshot()
     assert read_table(path) == expected
     assert kv.table_bytes == table_size(expected)
-    assert KVConfig(path).snapshot() == expected
+    assert journaled(path).snapshot() == expected
     kv.close()
     assert os.listdir(tmp_path) == ["kvConfig.json"]
     assert path.read_bytes() == kvconfig._dumps(expected).encode("utf-8")
@@ -836,7 +842,7 @@ def test_a_normal_interpreter_exit_compacts(tmp_path):
 ])
 def test_each_limit_refuses_and_changes_nothing(tmp_path, change, limit, size, maximum):
     path = tmp_path / "kvConfig.json"
-    kv = KVConfig(path)
+    kv = journaled(path)
     kv.put("ns", "k", "v")
     before = (kv.snapshot(), kv.table_bytes, kv.journal_bytes,
               Path(journal_path(path, 1)).read_bytes())
@@ -1015,3 +1021,371 @@ def test_kill_9_during_journal_appends_and_compactions_loses_no_acknowledged_cha
     kv.close()
     assert os.listdir(tmp_path) == ["kvConfig.json"]
     assert path.read_bytes() == kvconfig._dumps(model).encode("utf-8")
+
+
+# ---------------------------------------------------------------- kvConfig.json rewritten below the threshold
+
+def java_table(path):
+    """kvConfig.json read alone, as Java's KVConfigManager.load reads it (the file's
+    text parsed into KVConfigSerializeWrapper: {"configTable":{ns:{k:v}}}), with plain
+    json and no journal replay; a missing file is an empty table."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except FileNotFoundError:
+        return {}
+    return json.loads(text)["configTable"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_below_the_threshold_the_file_alone_holds_every_change(tmp_path, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, rewrite_max_table_bytes=1 << 20)
+    model = {}
+    for op in random_ops(rng, 300):
+        run_ops(kv, [op])                 # returned: acknowledged
+        apply_model(model, op)
+        assert java_table(path) == model
+        assert journals(tmp_path) == []
+    assert kv.snapshot() == model
+    assert path.read_bytes() == kvconfig._dumps(model).encode("utf-8")   # Java's bytes
+    crash(kv)                             # as after kill -9: nothing more is written
+    assert java_table(path) == model
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+
+
+def test_a_change_below_the_threshold_is_one_rewrite_and_a_no_op_writes_nothing(
+        tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "kvConfig.json"
+    writes, syncs = [], []
+    real_write, real_sync = kvconfig._atomic_write, kvconfig._sync
+    monkeypatch.setattr(kvconfig, "_atomic_write",
+                        lambda *a, **k: (writes.append(a[0]), real_write(*a, **k))[1])
+    monkeypatch.setattr(kvconfig, "_sync", lambda fd: (syncs.append(fd), real_sync(fd)))
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    kv.put("ns", "k", "v")                # parent directories created, as Java's mkdirs
+    assert writes == [str(path)]
+    kv.put("ns", "k", "v")                # unchanged value: already on disk
+    kv.delete("ns", "absent")
+    kv.delete("nope", "k")
+    assert len(writes) == 1
+    kv.put("ns", "k2", "w")
+    kv.delete("ns", "k")
+    assert len(writes) == 3 and syncs == []   # no journal record, no journal
+    assert os.listdir(path.parent) == ["kvConfig.json"]
+    assert java_table(path) == {"ns": {"k2": "w"}}
+    assert kv.compact() is False          # nothing the file lacks
+    kv.close()
+    assert len(writes) == 3
+
+
+def test_the_file_mode_is_kept_by_a_rewrite(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path)
+    kv.put("ns", "k", "v")
+    os.chmod(path, 0o600)
+    kv.put("ns", "k", "w")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert java_table(path) == {"ns": {"k": "w"}}
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_a_failed_rewrite_raises_and_changes_nothing(tmp_path, monkeypatch, where):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    kv.put("ns", "k", "old")
+    before = path.read_bytes()
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    if where == "write":
+        monkeypatch.setattr(kvconfig, "_write_all", fail)
+    else:
+        monkeypatch.setattr(kvconfig.os, where, fail)
+    with pytest.raises(KVConfigError, match="No space left") as info:
+        kv.put("ns", "k", "new")
+    assert info.value.path == str(path)
+    with pytest.raises(KVConfigError):
+        kv.delete("ns", "k")
+    with pytest.raises(KVConfigError):
+        kv.put("other", "k", "v")
+    monkeypatch.undo()
+    assert kv.snapshot() == {"ns": {"k": "old"}}  # memory never claims what the disk lacks
+    assert kv.table_bytes == len("nskold")
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["kvConfig.json"]  # no temporary, no journal
+    kv.put("ns", "k2", "later")
+    assert java_table(path) == {"ns": {"k": "old", "k2": "later"}}
+
+
+def test_crossing_the_threshold_journals_above_and_folds_back_below(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    kv.put("ns", "a", "1")
+    kv.put("ns", "b", "2")
+    small = {"ns": {"a": "1", "b": "2"}}
+    assert java_table(path) == small and journals(tmp_path) == []
+    # above: journaled; the file keeps the last state below the threshold
+    kv.put("ns", "big", "x" * 1000)
+    kv.put("ns", "a", "3")
+    kv.delete("ns", "b")
+    big = {"ns": {"a": "3", "big": "x" * 1000}}
+    assert journals(tmp_path) == ["kvConfig.json.journal.1"]
+    assert java_table(path) == small
+    assert read_table(path) == big
+    assert [op[0] for op in records(journal_path(path, 1))] == ["put", "put", "del"]
+    # exactly at the threshold is below it: the change that shrinks the table to it
+    # folds the journal into the file, which alone holds the table again
+    kv.put("ns", "big", "x" * (1000 - len("nsa3big")))
+    assert kv.table_bytes == 1000
+    exact = {"ns": {"a": "3", "big": "x" * 993}}
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == exact
+    kv.put("ns", "c", "4")                 # above again: a new generation
+    assert journals(tmp_path) == ["kvConfig.json.journal.2"]
+    kv.delete("ns", "big")
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == {"ns": {"a": "3", "c": "4"}} == kv.snapshot()
+    crash(kv)
+    assert KVConfig(path).snapshot() == {"ns": {"a": "3", "c": "4"}}
+
+
+def test_journals_left_on_a_small_table_are_folded_by_the_first_change(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    old = journaled(path)                  # as an rmq that journaled everything left it
+    old.put("ns", "a", "1")
+    old.put("ns", "b", "2")
+    crash(old)
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    assert journals(tmp_path) == ["kvConfig.json.journal.1"]   # loading writes nothing
+    kv.put("ns", "a", "3")                 # a key the journal holds too
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == {"ns": {"a": "3", "b": "2"}}
+    # and a compaction of a small table leaves no journal either
+    crash(kv)
+    old = journaled(path)
+    old.put("ns", "c", "4")
+    crash(old)
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    assert kv.compact() is True
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == {"ns": {"a": "3", "b": "2", "c": "4"}}
+
+
+class Killed(BaseException):
+    """A kill -9 between two file-system steps."""
+
+
+def kill_at(monkeypatch, step):
+    """From the ``step``-th file-system call of kvconfig on (0-based), every call raises
+    Killed instead of running (nothing more reaches the disk, as after a kill). Returns
+    a list that counts the calls made."""
+    calls = []
+
+    def wrap(real):
+        def call(*args, **kwargs):
+            calls.append(real)
+            if len(calls) > step:
+                raise Killed
+            return real(*args, **kwargs)
+        return call
+
+    for name in ("_write_all", "_sync", "_fsync_dir"):
+        monkeypatch.setattr(kvconfig, name, wrap(getattr(kvconfig, name)))
+    for name in ("open", "fsync", "replace", "unlink", "ftruncate", "fchmod"):
+        monkeypatch.setattr(kvconfig.os, name, wrap(getattr(os, name)))
+    return calls
+
+
+@pytest.mark.parametrize("scenario", ["rewrite put", "rewrite delete", "above", "fold"])
+def test_a_kill_between_any_two_steps_of_a_change_loads_exactly(tmp_path, monkeypatch,
+                                                                scenario):
+    """The change is killed before each of its file-system calls in turn: what is on
+    disk then loads as the table before the change or after it; below the threshold
+    kvConfig.json alone does, with no journal."""
+    path = tmp_path / "kvConfig.json"
+    base = {"ns": {"a": "1", "b": "2"}}
+    if scenario == "fold":
+        base_journal = [["put", "ns", "big", "x" * 2000], ["put", "ns", "a", "5"]]
+        before = {"ns": {"a": "5", "b": "2", "big": "x" * 2000}}
+        change, after = ("del", "ns", "big"), {"ns": {"a": "5", "b": "2"}}
+    elif scenario == "above":
+        base_journal = None
+        before = base
+        change, after = ("put", "ns", "a", "y" * 2000), {"ns": {"a": "y" * 2000, "b": "2"}}
+    else:
+        base_journal = None
+        before = base
+        change = ("put", "ns", "a", "3") if scenario == "rewrite put" else ("del", "ns", "a")
+        after = {"ns": {"a": "3", "b": "2"}} if scenario == "rewrite put" else {"ns": {"b": "2"}}
+    steps = 0
+    while True:
+        for p in tmp_path.iterdir():
+            p.unlink()
+        path.write_text(kvconfig._dumps(base), "utf-8")
+        if base_journal is not None:
+            Path(journal_path(path, 1)).write_bytes(
+                kvconfig.JOURNAL_MAGIC + b"".join(kvconfig._record(op) for op in base_journal))
+        kv = KVConfig(path, rewrite_max_table_bytes=1000)
+        assert kv.snapshot() == before
+        calls = kill_at(monkeypatch, steps)
+        try:
+            run_ops(kv, [change])
+        except Killed:
+            killed = True
+        else:
+            killed = False
+        monkeypatch.undo()
+        crash(kv)
+        on_disk = read_table(path)
+        if not killed:
+            assert on_disk == after
+            if scenario != "above":        # below the threshold: the file alone, exact
+                assert java_table(path) == after
+                assert os.listdir(tmp_path) == ["kvConfig.json"]
+            break
+        assert on_disk in (before, after), (scenario, steps, calls)
+        if scenario.startswith("rewrite"):
+            assert journals(tmp_path) == []
+            assert java_table(path) in (before, after), (scenario, steps)
+        reloaded = KVConfig(path, rewrite_max_table_bytes=1000)   # temporaries cleaned
+        assert reloaded.snapshot() == on_disk
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        crash(reloaded)
+        steps += 1
+    assert steps >= 5, steps                # it was killed at every step it has
+
+
+def test_changes_across_the_threshold_with_compactions_and_readers(tmp_path):
+    """Writers grow the table past the threshold and shrink it back below, over and
+    over, while a thread compacts and readers read: nothing is lost, and once the table
+    is small the file alone holds it."""
+    path = tmp_path / "kvConfig.json"
+    kv = KVConfig(path, rewrite_max_table_bytes=3_000, compact_journal_bytes=4_000)
+    errors, stop = [], threading.Event()
+    compactions = []
+
+    def writer(t):
+        try:
+            for i in range(150):
+                if i % 30 < 20:
+                    kv.put(f"ns{t}", f"k{i % 10}", f"{t}-{i}-" + "y" * 150)
+                else:
+                    kv.delete(f"ns{t}", f"k{i % 10}")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def compactor():
+        try:
+            while not stop.is_set():
+                compactions.append(kv.compact())
+                time.sleep(0.002)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def reader():
+        try:
+            while not stop.is_set():
+                for ns in kv.namespaces():
+                    for v in kv.namespace(ns).values():
+                        assert v.startswith(ns[2:] + "-")
+                time.sleep(0.0005)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    writers = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
+    others = [threading.Thread(target=compactor), threading.Thread(target=reader)]
+    for th in writers + others:
+        th.start()
+    for th in writers:
+        th.join()
+    stop.set()
+    for th in others:
+        th.join()
+    assert not errors, errors
+    assert any(compactions)
+    expected = kv.snapshot()
+    assert expected == {f"ns{t}": {} for t in range(3)}   # the last 10 of each deleted
+    assert read_table(path) == expected
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == expected
+    assert kv.table_bytes == table_size(expected)
+
+
+def test_a_table_shrinking_below_the_threshold_during_a_compaction(tmp_path, monkeypatch):
+    """Changes that take the table below the threshold while a compaction writes its
+    (fuzzy, older) snapshot go to the journal: a rewrite then would be replaced by that
+    snapshot after the journals holding the change were gone. The compaction folds
+    them once done."""
+    path = tmp_path / "kvConfig.json"
+    monkeypatch.setattr(kvconfig, "_CHUNK_ITEMS", 1)
+    kv = KVConfig(path, rewrite_max_table_bytes=1000)
+    for i in range(20):
+        kv.put("ns", f"k{i:02d}", "x" * 100)      # above the threshold: journaled
+    during = [("del", "ns", f"k{i:02d}") for i in range(19, 8, -1)]   # 9 keys left: below
+    during.append(("put", "ns", "k00", "small"))
+    busy = []
+
+    def pause():                          # the compaction's own pauses only
+        if during and not busy:
+            busy.append(1)
+            run_ops(kv, [during.pop(0)])
+            busy.pop()
+
+    monkeypatch.setattr(kvconfig, "_yield_gil", pause)
+    assert kv.compact() is True
+    assert not during, "the snapshot was written in too few chunks"
+    expected = {"ns": {"k00": "small", **{f"k{i:02d}": "x" * 100 for i in range(1, 9)}}}
+    assert kv.snapshot() == expected
+    assert read_table(path) == expected
+    assert os.listdir(tmp_path) == ["kvConfig.json"]
+    assert java_table(path) == expected
+
+
+CHILD_SMALL = r"""
+import sys
+from rmq.namesrv.kvconfig import KVConfig
+kv = KVConfig(sys.argv[1], rewrite_max_table_bytes=1 << 20)
+i = int(sys.argv[2])
+while True:
+    if i % 4 == 3:
+        kv.delete("ns%d" % (i % 3), "k%d" % ((i - 1) % 40))
+    else:
+        kv.put("ns%d" % (i % 3), "k%d" % (i % 40), "%d:%s" % (i, "z" * 100))
+    sys.stdout.write("%d\n" % i)
+    sys.stdout.flush()
+    i += 1
+"""
+
+
+def child_small_op(i):
+    if i % 4 == 3:
+        return ("del", f"ns{i % 3}", f"k{(i - 1) % 40}")
+    return ("put", f"ns{i % 3}", f"k{i % 40}", f"{i}:{'z' * 100}")
+
+
+def test_kill_9_below_the_threshold_leaves_every_acknowledged_change_in_the_file(tmp_path):
+    """A child puts and deletes on a small table; SIGKILL at random moments: kvConfig.json
+    alone, read as Java reads it, holds every acknowledged change (and maybe the one
+    under way), and no journal is left."""
+    path = tmp_path / "kvConfig.json"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rng = random.Random(0xF11E)
+    model = {}
+    start = kills = 0
+    deadline = time.monotonic() + 10
+    while kills < 5 and time.monotonic() < deadline:
+        done = killed_child(CHILD_SMALL, path, start, env, rng.uniform(0.0, 0.2))
+        kills += 1
+        assert done == list(range(start, start + len(done)))
+        for i in done:
+            apply_model(model, child_small_op(i))
+        with_next = json.loads(json.dumps(model))
+        apply_model(with_next, child_small_op(done[-1] + 1))
+        assert java_table(path) in (model, with_next), "an acknowledged change is missing"
+        assert journals(tmp_path) == []
+        model = java_table(path)
+        start = done[-1] + 2               # the interrupted index is settled either way
+    assert kills >= 3
+    assert KVConfig(path).snapshot() == model

@@ -5,6 +5,7 @@ opaque and the response flag. Also oneway requests, the two route forms, the
 orderTopicConf of routes, broker registration details (CRC, compressed bodies, slaves),
 missing ext fields and the UPDATE_NAMESRV_CONFIG black list."""
 
+import json
 import os
 
 import pytest
@@ -70,8 +71,10 @@ def test_kv_config_codes(client, stype, tmp_path):
     check(req(102, {"namespace": "ns", "key": "k2"}), stype)
     # the namespace stays, empty (Java)
     assert body_of(check(req(219, {"namespace": "ns"}), stype)) == {"table": {}}
-    # persisted at once (the journal replayed over kvConfig.json, as a restart would)
+    # persisted at once: kvConfig.json alone (a small table), as a restart would read it
     assert read_table(tmp_path / "kvConfig.json") == {"ns": {}}
+    assert json.loads((tmp_path / "kvConfig.json").read_text("utf-8")) == {
+        "configTable": {"ns": {}}}
 
 
 # ---------------------------------------------------------------- brokers and routes
@@ -434,9 +437,12 @@ def test_update_config_black_list(srv, client, tmp_path, stype, text):
     assert srv.processor.config.kvConfigPath == str(tmp_path / "kvConfig.json")
     assert srv.processor.config.orderMessageEnable is False
     assert sorted(os.listdir(tmp_path)) == files_before      # no file written
-    # KV puts still go to the configured file
+    # KV puts still go to the configured file (a small table: rewritten at once)
     client.request(100, {"namespace": "n", "key": "k", "value": "v"})
-    assert sorted(os.listdir(tmp_path)) == sorted(files_before + ["kvConfig.json.journal.1"])
+    assert "kvConfig.json" not in files_before
+    assert sorted(os.listdir(tmp_path)) == sorted(files_before + ["kvConfig.json"])
+    assert json.loads((tmp_path / "kvConfig.json").read_text("utf-8")) == {
+        "configTable": {"n": {"k": "v"}}}
 
 
 # ---------------------------------------------------------------- unknown code

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
+from rmq.namesrv.kvconfig import REWRITE_MAX_TABLE_BYTES
 from rmq.protocol import parse_java_int
 
 if TYPE_CHECKING:
@@ -410,6 +411,11 @@ FIELDS = (
     Field("maxKvKeyBytes", "int", 4096, "rmq", check=(1, _INT32[1])),
     Field("maxKvValueBytes", "int", 1024 * 1024, "rmq", check=(1, _INT32[1])),
     Field("maxKvTableBytes", "long", 128 * 1024 * 1024, "rmq", check=(1, _INT64[1])),
+    # A KV change leaving the table at most this large (bytes as maxKvTableBytes counts
+    # them) rewrites kvConfig.json before it is answered, as Java does; past it, the
+    # change is journaled (rmq.namesrv.kvconfig). 0: always journaled.
+    Field("maxKvRewriteTableBytes", "long", REWRITE_MAX_TABLE_BYTES, "rmq",
+          check=(0, _INT64[1])),
     # Signed requests (rmq.namesrv.acl), off by default: the accounts of a plain_acl.yml
     # and, per class of request, open, signed (any account) or admin (an admin one).
     Field("aclEnable", "bool", False, "rmq"),
@@ -571,6 +577,7 @@ class NamesrvConfig:
     maxKvKeyBytes: int
     maxKvValueBytes: int
     maxKvTableBytes: int
+    maxKvRewriteTableBytes: int
     aclEnable: bool
     aclFilePath: str
     aclAdminRequests: str
@@ -663,11 +670,13 @@ class NamesrvConfig:
         return props
 
     def kv_limits(self) -> dict[str, int]:
-        """The KVConfig keyword arguments of the KV limits."""
+        """The KVConfig keyword arguments of the KV limits, and of the table size up to
+        which each change rewrites kvConfig.json."""
         return {"max_namespace_bytes": self.maxKvNamespaceBytes,
                 "max_key_bytes": self.maxKvKeyBytes,
                 "max_value_bytes": self.maxKvValueBytes,
-                "max_table_bytes": self.maxKvTableBytes}
+                "max_table_bytes": self.maxKvTableBytes,
+                "rewrite_max_table_bytes": self.maxKvRewriteTableBytes}
 
     def to_properties_text(self) -> str:
         """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""

@@ -15,12 +15,25 @@ Java reference: namesrv/kvconfig/KVConfigManager.java and KVConfigSerializeWrapp
 
 Where rmq differs from Java, on purpose:
 
-- **A journal, not a whole-file rewrite per change.** A change appends one record to
-  ``<file>.journal.<generation>`` next to kvConfig.json and fsyncs it before returning:
-  a change that returned is on disk (kill -9, power loss). A put on a 100 MiB table
-  costs one small append instead of rewriting (and fsyncing) 100 MiB with the GIL held
-  while it is serialized. A change that changes nothing (the same value again, the
+- **A whole-file rewrite per change while the table is small, a journal past that.** A
+  change that leaves the table at most ``rewrite_max_table_bytes`` (maxKvRewriteTableBytes,
+  counted as ``max_table_bytes`` counts) rewrites kvConfig.json, as Java does, fsynced
+  before returning: kvConfig.json alone then holds every change that returned, so a
+  copy of it, or a Java NameServer started on it after a kill -9, misses none. A change
+  on a larger table appends one record to ``<file>.journal.<generation>`` next to
+  kvConfig.json and fsyncs it before returning: a big table is not rewritten (nor
+  serialized, with the GIL held) per change. Either way a change that returned is on
+  disk (kill -9, power loss). A change that changes nothing (the same value again, the
   delete of an absent key) writes nothing: the state it acknowledges is already on disk.
+- **Crossing the threshold.** Upward, the change goes to a new journal over the file of
+  the last small state. Downward, the change that takes the table back to the threshold
+  is appended to the journal, then the table is written whole and the journals deleted
+  (a fold, under the writer lock) before the change returns; from then on each change
+  rewrites the file again. A rewrite goes only where no journal is left: replayed over
+  a file that holds a later change, a journal would undo it. While a fuzzy compaction
+  (below) is under way, changes are journaled whatever the size (its older snapshot
+  will replace the file); it folds the journals itself at its end if the table is then
+  small. Journals left by an earlier run on a small table are folded by the first change.
 - **At start** kvConfig.json is read (Java's format, as Java wrote it or as rmq wrote
   it), then every journal is replayed in generation order. A torn record at the end of
   a journal (a crash in the middle of an append, never acknowledged) is ignored, and
@@ -28,11 +41,13 @@ Where rmq differs from Java, on purpose:
   record followed by more data is corruption: :class:`KVConfigError` naming the file.
 - **Compaction** (:meth:`KVConfig.compact`, run by a background thread once the
   journals exceed ``max(compact_journal_bytes, size of the last snapshot)``, and once
-  more by :meth:`KVConfig.close`): under the writer lock, the journal is *rotated* (the
-  next change opens generation N+1), then, without the lock, the table is written to a
-  temporary file namespace by namespace and in chunks (yielding the GIL between chunks,
-  so that route-serving threads keep running), fsynced, ``os.replace``-d over
-  kvConfig.json, the directory fsynced, and the journals up to N deleted, oldest first.
+  more by :meth:`KVConfig.close`): a small table is written whole under the writer
+  lock, as a change would write it. Otherwise, under the writer lock, the journal is
+  *rotated* (the next change opens generation N+1), then, without the lock, the table
+  is written to a temporary file namespace by namespace and in chunks (yielding the GIL
+  between chunks, so that route-serving threads keep running), fsynced,
+  ``os.replace``-d over kvConfig.json, the directory fsynced, and the journals up to N
+  deleted, oldest first.
   After :meth:`KVConfig.close` kvConfig.json alone holds the table, in exactly the bytes
   Java writes, and no journal remains (an interpreter exiting normally closes every
   KVConfig still open, so a SIGTERM-ed server leaves the file Java would).
@@ -66,8 +81,12 @@ Where rmq differs from Java, on purpose:
 
 Threads: readers (``get``, ``namespace``, ``namespaces``, ``snapshot``) take no lock;
 dicts are changed in place, each change one dict operation, atomic under the GIL, and
-``namespace`` returns a copy. Writers are serialised by a lock held across the append
-and its fsync; a compaction holds it only to rotate the journal.
+``namespace`` returns a copy. Writers are serialised by a lock held across the write
+(the rewrite or the append) and its fsyncs; a compaction of a big table holds it only
+to rotate the journal. A rewrite is written from a copy of the table with the change
+applied (the top level and one namespace copied), so memory changes only once the file
+holds the change; the snapshot writer gives the GIL away between chunks, as in a
+compaction.
 
 Journal format: an 8-byte header ``RMQKVJ1\\n``, then records ``<u32 LE length><u32 LE
 crc32(length bytes + payload)><payload>``, the payload compact UTF-8 JSON:
@@ -109,6 +128,11 @@ MAX_VALUE_BYTES = 1 << 20
 MAX_TABLE_BYTES = 128 << 20
 #: Journals above max(this, size of the last snapshot) start a background compaction.
 COMPACT_JOURNAL_BYTES = 64 << 20
+#: A change leaving the table at most this large (bytes as MAX_TABLE_BYTES counts them)
+#: rewrites kvConfig.json before it returns, as Java does; a larger table journals it.
+#: Chosen from what a rewrite costs the table thread and the GIL against an append, by
+#: table size (bench/README.md, "KV config: rewrite or journal").
+REWRITE_MAX_TABLE_BYTES = 64 << 10
 
 JOURNAL_MAGIC = b"RMQKVJ1\n"
 _RECORD = struct.Struct("<II")            # payload length, crc32(length bytes + payload)
@@ -458,6 +482,17 @@ def _apply(table, op):
             kv.pop(op[2], None)
 
 
+def _with_change(table, op):
+    """``table`` as ``op`` leaves it, ``table`` itself untouched: the top level and the
+    namespace concerned are copied, the other namespaces shared."""
+    changed = dict(table)
+    kv = changed.get(op[1])
+    if kv is not None:
+        changed[op[1]] = dict(kv)
+    _apply(changed, op)
+    return changed
+
+
 def _load_snapshot(path):
     """(table, size in bytes) of kvConfig.json."""
     try:
@@ -574,24 +609,29 @@ def _close_all_at_exit():
 
 
 class KVConfig:
-    """namespace -> key -> value, every change journaled (and fsynced) before it returns.
+    """namespace -> key -> value, every change on disk (fsynced) before it returns:
+    kvConfig.json rewritten while the table is small, a journal record past that.
 
-    ``path`` is the kvConfig.json to load at start (with its journals) and to compact
+    ``path`` is the kvConfig.json to load at start (with its journals) and to write
     into; None keeps the table in memory only (the limits still apply).
 
-    Limits are UTF-8 byte counts; ``compact_journal_bytes`` with ``auto_compact`` starts
-    a background compaction once the journals exceed max(it, the last snapshot's size).
+    Limits are UTF-8 byte counts; a change leaving the table at most
+    ``rewrite_max_table_bytes`` (0: never) rewrites kvConfig.json, a larger table
+    journals it. ``compact_journal_bytes`` with ``auto_compact`` starts a background
+    compaction once the journals exceed max(it, the last snapshot's size).
     """
 
     def __init__(self, path=None, *, max_key_bytes=MAX_KEY_BYTES,
                  max_namespace_bytes=MAX_NAMESPACE_BYTES, max_value_bytes=MAX_VALUE_BYTES,
-                 max_table_bytes=MAX_TABLE_BYTES, compact_journal_bytes=COMPACT_JOURNAL_BYTES,
-                 auto_compact=True):
+                 max_table_bytes=MAX_TABLE_BYTES,
+                 rewrite_max_table_bytes=REWRITE_MAX_TABLE_BYTES,
+                 compact_journal_bytes=COMPACT_JOURNAL_BYTES, auto_compact=True):
         self.path = None if path is None else os.fspath(path)
         self.max_key_bytes = max_key_bytes
         self.max_namespace_bytes = max_namespace_bytes
         self.max_value_bytes = max_value_bytes
         self.max_table_bytes = max_table_bytes
+        self.rewrite_max_table_bytes = rewrite_max_table_bytes
         self.compact_journal_bytes = compact_journal_bytes
         self.auto_compact = auto_compact
         self._lock = threading.Lock()            # one writer at a time
@@ -603,6 +643,7 @@ class KVConfig:
         self._snapshot_bytes = 0
         self._compactor = None                   # the background compaction thread
         self._compact_after = 0.0                # monotonic time of the next try
+        self._fuzzy = False                      # a compaction writes without the lock
         self._closed = False
         if self.path is not None:
             started = time.monotonic()
@@ -690,7 +731,7 @@ class KVConfig:
         """Set ``namespace/key`` to ``value``; on disk when it returns.
 
         KVLimitError (nothing changed) past a limit; KVConfigError (nothing changed)
-        when the journal cannot be written.
+        when kvConfig.json or the journal cannot be written.
         """
         _check_str("namespace", namespace)
         _check_str("key", key)
@@ -701,7 +742,8 @@ class KVConfig:
         self._limit("namespace", len(ns_b), "maxKvNamespaceBytes", self.max_namespace_bytes)
         self._limit("key", len(key_b), "maxKvKeyBytes", self.max_key_bytes)
         self._limit("value", len(value_b), "maxKvValueBytes", self.max_value_bytes)
-        record = None if self.path is None else _record(["put", namespace, key, value])
+        op = ["put", namespace, key, value]
+        record = None if self.path is None else _record(op)
         with self._lock:
             self._check_open()
             kv = self._table.get(namespace)
@@ -718,13 +760,14 @@ class KVConfig:
             total = self._table_bytes + grow
             if grow > 0:
                 self._limit("table", total, "maxKvTableBytes", self.max_table_bytes)
-            if record is not None:
-                self._append(record)
+            fold = record is not None and self._write_change(op, record, total)
             if kv is None:
                 self._table[namespace] = {key: value}
             else:
                 kv[key] = value
             self._table_bytes = total
+            if fold:
+                self._fold_journals()
             compactor = self._compaction_due()
         if compactor is not None:
             compactor.start()
@@ -744,10 +787,13 @@ class KVConfig:
             old = None if kv is None else kv.get(key)
             if old is None:
                 return                       # already absent, and on disk
-            if self.path is not None:
-                self._append(_record(["del", namespace, key]))
+            total = self._table_bytes - len(key_b) - len(old.encode("utf-8"))
+            op = ["del", namespace, key]
+            fold = self.path is not None and self._write_change(op, _record(op), total)
             del kv[key]
-            self._table_bytes -= len(key_b) + len(old.encode("utf-8"))
+            self._table_bytes = total
+            if fold:
+                self._fold_journals()
             compactor = self._compaction_due()
         if compactor is not None:
             compactor.start()
@@ -755,6 +801,41 @@ class KVConfig:
     def _check_open(self):
         if self._closed:
             raise KVConfigError(f"KV config {self.path} is closed", self.path)
+
+    def _rewrites(self, table_bytes):
+        """Whether a change leaving the table at ``table_bytes`` is to be written as the
+        whole kvConfig.json (the writer lock held). Not while a fuzzy compaction is
+        under way: its older snapshot, replaced over the rewritten file, relies on
+        the journals written meanwhile."""
+        limit = self.rewrite_max_table_bytes
+        return 0 < limit and table_bytes <= limit and not self._fuzzy
+
+    def _write_change(self, op, record, table_bytes):
+        """Put ``op`` on disk, before memory (the writer lock held): a small table's
+        kvConfig.json rewritten with it, else ``record`` appended to the journal. True
+        when the journals are then to be folded into kvConfig.json (a table shrunk
+        back: the change is in the last journal, memory to be updated first).
+
+        The rewrite goes only where no journal is left: a journal replayed over a file
+        holding a later change would undo it.
+        """
+        rewrite = self._rewrites(table_bytes)
+        if rewrite and not self._journals:
+            self._snapshot_bytes = self._write_snapshot(_with_change(self._table, op),
+                                                        make_dirs=True)
+            return False
+        self._append(record)
+        return rewrite
+
+    def _fold_journals(self):
+        """The table is small again: fold the journals into kvConfig.json, which then
+        alone holds the table (the writer lock held). A failure is logged: the
+        journals hold every change, and the next change tries again."""
+        try:
+            self._snapshot_locked(make_dirs=True)
+        except KVConfigError as e:
+            log.error("KV config %s: folding the journals of a table small again into "
+                      "the file failed: %s (changes journaled meanwhile)", self.path, e)
 
     def _append(self, record):
         """Append ``record`` to the journal and fsync it (the writer lock held)."""
@@ -880,35 +961,78 @@ class KVConfig:
                     return False             # nothing the snapshot lacks
                 if final and not old:
                     return False
-                # rotate: the next change goes to a new generation
-                if self._journal is not None:
-                    self._journal.close()
-                    self._journal = None
-                if old:
-                    self._append_gen = old[-1].gen + 1
-            started = time.monotonic()
+                if self._rewrites(self._table_bytes):
+                    # small: written whole with writers held, as a change would be; no
+                    # journal is left, and the changes that follow rewrite the file
+                    self._snapshot_locked(make_dirs=force)
+                    return True
+                self._rotate(old)
+                started = time.monotonic()
+                self._fuzzy = True
             try:
-                size = _atomic_write(self.path, _snapshot_chunks(self._table, _yield_gil),
-                                     make_dirs=force)
-            except OSError as e:
-                log.error("KV config: writing %s failed: %s", self.path, e)
-                raise KVConfigError(f"cannot write KV config file {self.path}: {e}",
-                                    self.path) from e
-            directory = os.path.dirname(os.path.abspath(self.path))
-            for j in old:                    # oldest first: those left are a suffix
-                try:
-                    os.unlink(j.path)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    log.warning("KV config: cannot delete journal %s: %s", j.path, e)
-                    break
-                _fsync_dir(directory)
+                size = self._write_snapshot(self._table, make_dirs=force)
+                self._drop_journals(old)
+            except BaseException:
+                with self._lock:
+                    self._fuzzy = False
+                raise
             with self._lock:
-                dropped = [j for j in old if not os.path.exists(j.path)]
-                self._journals = [j for j in self._journals if j not in dropped]
-                self._snapshot_bytes = size
-            log.info("KV config compacted to %s: %d bytes, %d journals (%d bytes) dropped, "
-                     "in %.0f ms", self.path, size, len(dropped),
-                     sum(j.size for j in dropped), (time.monotonic() - started) * 1000)
+                self._fuzzy = False
+                self._journals_dropped(old, size, started)
+                if self._journals and self._rewrites(self._table_bytes):
+                    self._fold_journals()    # shrunk meanwhile: the file current again
             return True
+
+    def _snapshot_locked(self, make_dirs):
+        """kvConfig.json written from the table with writers held (so exactly the
+        table), then every journal dropped (the writer lock held)."""
+        old = list(self._journals)
+        self._rotate(old)
+        started = time.monotonic()
+        size = self._write_snapshot(self._table, make_dirs)
+        self._drop_journals(old)
+        self._journals_dropped(old, size, started)
+
+    def _rotate(self, old):
+        """The next change goes to a new journal generation, after ``old`` (the
+        journals about to be covered by a snapshot; the writer lock held)."""
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        if old:
+            self._append_gen = old[-1].gen + 1
+
+    def _write_snapshot(self, table, make_dirs):
+        """Replace kvConfig.json with ``table`` (fsynced, atomic); its size in bytes.
+        The one writer of the file: a change on a small table, a fold and a compaction
+        all go through it."""
+        try:
+            return _atomic_write(self.path, _snapshot_chunks(table, _yield_gil),
+                                 make_dirs=make_dirs)
+        except OSError as e:
+            log.error("KV config: writing %s failed: %s", self.path, e)
+            raise KVConfigError(f"cannot write KV config file {self.path}: {e}",
+                                self.path) from e
+
+    def _drop_journals(self, old):
+        """Delete ``old`` (covered by the snapshot just written), oldest first, so that
+        those left by a failure or a kill are a suffix."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        for j in old:
+            try:
+                os.unlink(j.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("KV config: cannot delete journal %s: %s", j.path, e)
+                break
+            _fsync_dir(directory)
+
+    def _journals_dropped(self, old, size, started):
+        """Book a snapshot of ``size`` bytes covering ``old`` (the writer lock held)."""
+        dropped = [j for j in old if not os.path.exists(j.path)]
+        self._journals = [j for j in self._journals if j not in dropped]
+        self._snapshot_bytes = size
+        log.info("KV config compacted to %s: %d bytes, %d journals (%d bytes) dropped, "
+                 "in %.0f ms", self.path, size, len(dropped),
+                 sum(j.size for j in dropped), (time.monotonic() - started) * 1000)

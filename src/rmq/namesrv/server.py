@@ -47,9 +47,10 @@ FrameDecoder, with the limits an exposed server needs.
   to a oneway request), as Java 5.x NettyRemotingServer.shutdown and
   NettyRemotingAbstract.processRequestCommand do; such clients reconnect elsewhere.
   Then it stops accepting, closes every connection after sending what is queued
-  (aborting those that do not take it within a second) and stops. KV changes were
-  journaled as they were made; the owner of the KVConfig closes it after the server
-  (``rmq namesrv`` does), which compacts the journal into kvConfig.json.
+  (aborting those that do not take it within a second) and stops. KV changes were on
+  disk as they were made (kvConfig.json rewritten, or journaled past
+  maxKvRewriteTableBytes); the owner of the KVConfig closes it after the server
+  (``rmq namesrv`` does), which compacts any journal into kvConfig.json.
 """
 
 import asyncio
