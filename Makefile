@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test parts test-fast spark-cluster-test nox aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test parts test-fast test-debug spark-cluster-test nox aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,60 @@ test: install parts
 	$(PYTEST) tests $(XDIST)
 	RMQ_PUREPYTHON=1 $(PYTEST) tests $(XDIST)
 	$(PYTEST) bench --benchmark-disable -q $(XDIST)
+
+# The core built with RMQ_DEBUG=1 (assertions, Cython's bounds checks) and instrumented
+# with ASan and UBSan, in its own venv so that .venv stays a release build; then the
+# core, route-table, differential and serving tests on it, the NameServers they start as
+# subprocesses included. Python itself is not instrumented: the sanitizer runtimes are
+# preloaded (the environment carries them into every subprocess), leak checks are off
+# (CPython leaves memory behind at exit by design) and PYTHONMALLOC=malloc puts Python's
+# objects, the core's output buffers among them, under ASan's checks.
+# A finding aborts its process. So that one in a subprocess fails the run even where no
+# test looks at how it ended, the run is then searched for reports: ASan writes its own
+# files under $(SAN_DIR); UBSan, beside ASan, writes only to stderr, which is the pytest
+# output (--capture=sys leaves the C level's stderr alone) or a server's log under the
+# tests' temporary directories.
+DVENV    := .venv-debug
+DBIN     := $(DVENV)/bin
+DSTAMP   := $(DVENV)/.rmq-installed
+SANITIZE ?= address,undefined
+SAN_DIR  := $(CURDIR)/$(DVENV)/sanitizer
+SAN_FOUND := ERROR: AddressSanitizer|runtime error:
+# rmq is installed, not editable: the extension of an editable install lands in src/rmq,
+# where it would replace .venv's. So the Python sources are prerequisites too.
+PY_SOURCES := $(wildcard src/rmq/*.py src/rmq/*.pyi src/rmq/*/*.py src/rmq/*/*/*.py)
+DEBUG_TESTS ?= test_crc32.py test_frame_decoder.py test_frame_splitter.py test_command.py \
+	test_roundtrip.py test_differential.py test_vectors.py test_bodies.py test_scan.py \
+	test_scan_compressed.py test_routes.py test_table_hashing.py test_columns.py \
+	test_trace_rows.py test_errors.py test_core_agreement.py test_route_cache.py \
+	test_serve_routes.py test_namesrv_e2e.py test_namesrv_vectors.py test_hardening.py \
+	test_namesrv_shutdown.py test_warm_restart.py
+DEBUG_XDIST ?= -n 2 --dist loadscope
+SAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:log_path=$(SAN_DIR)/asan \
+	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+	PYTHONMALLOC=malloc HYPOTHESIS_PROFILE=quick
+
+$(DBIN)/python:
+	$(PYTHON) -m venv $(DVENV)
+	$(DBIN)/python -m pip install -q --upgrade pip
+
+$(DSTAMP): $(DBIN)/python $(CORE_SOURCES) $(PY_SOURCES)
+	RMQ_DEBUG=1 RMQ_SANITIZE=$(SANITIZE) $(DBIN)/python -m pip install -q ".[fast]" \
+		"pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "pyarrow>=14"
+	touch $(DSTAMP)
+
+test-debug: $(DSTAMP)
+	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
+	$(SAN_ENV) $(DBIN)/python -c "import rmq._core as c, sys; sys.exit(not c.DEBUG_BUILD)" \
+		|| { echo "rmq._core in $(DVENV) is not a debug build"; exit 1; }
+	{ $(SAN_ENV) $(DBIN)/python -m pytest -p no:cacheprovider -q --capture=sys \
+		--basetemp=$(SAN_DIR)/tmp $(DEBUG_XDIST) $(addprefix tests/,$(DEBUG_TESTS)); \
+		echo $$? >$(SAN_DIR)/status; } 2>&1 | tee $(SAN_DIR)/pytest.log
+	@found=$$(grep -rlaE "$(SAN_FOUND)" $(SAN_DIR)); if [ -n "$$found" ]; then \
+		for f in $$found; do echo "== $$f"; grep -aE -A40 "$(SAN_FOUND)" $$f; done; \
+		echo "test-debug: sanitizer reports in the files above"; exit 1; fi
+	@exit $$(cat $(SAN_DIR)/status)
 
 # The trace job on a real Spark standalone cluster (a master and two workers from
 # pyspark's jars on 127.0.0.1, a venv-pack environment shipped with the job), compared
@@ -105,4 +159,4 @@ fuzz: install
 	$(BIN)/python tests/fuzz.py $(FUZZ_ARGS)
 
 clean:
-	rm -rf build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen bench/loadgen-tls
+	rm -rf $(DVENV) build dist src/*.egg-info src/rmq/*.so src/_core/_core.c .pytest_cache .benchmarks bench/loadgen bench/loadgen-tls

@@ -18,3 +18,6 @@ include "columns.pxi"
 
 # The typed public surface is src/rmq/_core.pyi (installed beside the module).
 IMPLEMENTATION = "compiled"
+# Whether this build has the debug checks compiled in (RMQ_DEBUG=1): make test-debug
+# refuses to run its tests on a build without them.
+DEBUG_BUILD = RMQ_DEBUG

@@ -327,7 +327,7 @@ def encode_topic_route_data(route, bint legacy=False):
         d.nqd = len(queues)
         res = PyBytes_FromStringAndSize(NULL, rt_route_json(NULL, &d))
         i = rt_route_json(PyBytes_AS_STRING(res), &d)
-        if DEBUG_BUILD and i != len(res):
+        if RMQ_DEBUG and i != len(res):
             raise AssertionError(f"rt_route_json wrote {i} bytes of the {len(res)} it sized")
         return res
     except UnicodeEncodeError as e:

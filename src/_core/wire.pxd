@@ -8,7 +8,7 @@ cdef extern from "wire.h" nogil:
         RMQ_GET_ROUTEINFO_BY_TOPIC
         RMQ_CURRENT_VERSION
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
-    bint DEBUG_BUILD "RMQ_DEBUG"        # setup.py: RMQ_DEBUG=1 builds
+    bint RMQ_DEBUG                      # setup.py: RMQ_DEBUG=1 builds
     int32_t be32 "rmq_be32" (const uint8_t* p)
     void put_be32 "rmq_put_be32" (char* p, uint32_t v)
     size_t fmt_int "rmq_fmt_int" (char* buf, int64_t v)

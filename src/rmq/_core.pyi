@@ -16,6 +16,7 @@ DEFAULT_MAX_INFLATED: int
 MAX_INFLATE_RATIO: int
 MIN_INFLATE_LIMIT: int
 INFLATE_CHUNK: int
+DEBUG_BUILD: bool
 
 # ---------------------------------------------------------------- codec.pxi
 
