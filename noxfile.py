@@ -16,6 +16,9 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
+# A Python pyenv lacks is a failure naming it, never a session quietly left out
+# (tests/parts.py lists them as the part "nox-pythons").
+nox.options.error_on_missing_interpreters = True
 
 
 def _add_pyenv_interpreters():

@@ -767,49 +767,57 @@ def test_a_failed_background_compaction_is_logged_and_retried_later(tmp_path, mo
     assert os.listdir(tmp_path) == ["kvConfig.json"]
 
 
-def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
-    path = tmp_path / "kvConfig.json"
-    kv = journaled(path, compact_journal_bytes=30_000)
+def writers_compactor_and_reader(kv, writer, *, writers=3, snapshots=False):
+    """``writer(t)`` in ``writers`` threads while one thread compacts ``kv`` every 2 ms
+    and one reads it (each value starts with its writer's number; ``snapshots``: and
+    takes a snapshot each time), until the writers are done. Returns the errors the
+    threads met and each compaction's result."""
     errors, stop = [], threading.Event()
     compactions = []
 
-    def writer(t):
+    def guarded(target, *args):
         try:
-            for i in range(300):
-                kv.put(f"ns{t}", f"k{i % 50}", f"{t}-{i}-" + "y" * 200)
-                if i % 5 == 0:
-                    kv.delete(f"ns{t}", f"k{(i * 7) % 50}")
-        except Exception as e:  # pragma: no cover - reported below
+            target(*args)
+        except Exception as e:  # pragma: no cover - reported by the caller
             errors.append(e)
 
     def compactor():
-        try:
-            while not stop.is_set():
-                compactions.append(kv.compact())
-                time.sleep(0.002)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        while not stop.is_set():
+            compactions.append(kv.compact())
+            time.sleep(0.002)
 
     def reader():
-        try:
-            while not stop.is_set():
-                for ns in kv.namespaces():
-                    for v in kv.namespace(ns).values():
-                        assert v.startswith(ns[2:] + "-")
+        while not stop.is_set():
+            for ns in kv.namespaces():
+                for v in kv.namespace(ns).values():
+                    assert v.startswith(ns[2:] + "-")
+            if snapshots:
                 kv.snapshot()
-                time.sleep(0.0005)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+            time.sleep(0.0005)
 
-    writers = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
-    others = [threading.Thread(target=compactor), threading.Thread(target=reader)]
-    for th in writers + others:
+    threads = [threading.Thread(target=guarded, args=(writer, t)) for t in range(writers)]
+    others = [threading.Thread(target=guarded, args=(f,)) for f in (compactor, reader)]
+    for th in threads + others:
         th.start()
-    for th in writers:
+    for th in threads:
         th.join()
     stop.set()
     for th in others:
         th.join()
+    return errors, compactions
+
+
+def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    kv = journaled(path, compact_journal_bytes=30_000)
+
+    def writer(t):
+        for i in range(300):
+            kv.put(f"ns{t}", f"k{i % 50}", f"{t}-{i}-" + "y" * 200)
+            if i % 5 == 0:
+                kv.delete(f"ns{t}", f"k{(i * 7) % 50}")
+
+    errors, compactions = writers_compactor_and_reader(kv, writer, snapshots=True)
     assert not errors, errors
     assert sum(compactions) >= 2
     expected = kv.snapshot()
@@ -1263,46 +1271,15 @@ def test_changes_across_the_threshold_with_compactions_and_readers(tmp_path):
     is small the file alone holds it."""
     path = tmp_path / "kvConfig.json"
     kv = KVConfig(path, rewrite_max_table_bytes=3_000, compact_journal_bytes=4_000)
-    errors, stop = [], threading.Event()
-    compactions = []
 
     def writer(t):
-        try:
-            for i in range(150):
-                if i % 30 < 20:
-                    kv.put(f"ns{t}", f"k{i % 10}", f"{t}-{i}-" + "y" * 150)
-                else:
-                    kv.delete(f"ns{t}", f"k{i % 10}")
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        for i in range(150):
+            if i % 30 < 20:
+                kv.put(f"ns{t}", f"k{i % 10}", f"{t}-{i}-" + "y" * 150)
+            else:
+                kv.delete(f"ns{t}", f"k{i % 10}")
 
-    def compactor():
-        try:
-            while not stop.is_set():
-                compactions.append(kv.compact())
-                time.sleep(0.002)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    def reader():
-        try:
-            while not stop.is_set():
-                for ns in kv.namespaces():
-                    for v in kv.namespace(ns).values():
-                        assert v.startswith(ns[2:] + "-")
-                time.sleep(0.0005)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    writers = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
-    others = [threading.Thread(target=compactor), threading.Thread(target=reader)]
-    for th in writers + others:
-        th.start()
-    for th in writers:
-        th.join()
-    stop.set()
-    for th in others:
-        th.join()
+    errors, compactions = writers_compactor_and_reader(kv, writer)
     assert not errors, errors
     assert any(compactions)
     expected = kv.snapshot()

@@ -83,6 +83,26 @@ def procs():
         p.log.close()
 
 
+def until_killed(p, delay, step):
+    """``step(client, i)`` for i = 0, 1, ... on one connection to ``p`` until it returns
+    False (the connection broke), ``p`` killed (SIGKILL) ``delay`` seconds after the
+    first step returned (the clock starts there: on a loaded machine the first fsync
+    alone may take longer). Returns how many steps returned True."""
+    killer = threading.Timer(delay, p.proc.kill)
+    i = 0
+    try:
+        with Client(p.address) as c:
+            while step(c, i):
+                i += 1
+                if i == 1:
+                    killer.start()
+    finally:
+        killer.cancel()
+        p.kill()
+    assert p.proc.returncode == -signal.SIGKILL
+    return i
+
+
 def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
     kv_path = tmp_path / "kvConfig.json"
     log_path = tmp_path / "namesrv.log"
@@ -97,28 +117,19 @@ def test_acknowledged_puts_survive_kill_9(tmp_path, procs):
             for key, value in acknowledged.items():
                 r = c.request(101, {"namespace": "dur", "key": key})
                 assert (r.code, r.ext_fields) == (0, {"value": value}), (round_no, key)
-        # stream puts (and some deletes of never-acknowledged keys, which must not hurt)
-        # until killed at a random moment after the first acknowledgement (the clock
-        # starts there: on a loaded machine the first fsync alone may take longer)
-        killer = threading.Timer(rng.uniform(0.05, 0.4), p.proc.kill)
-        try:
-            with Client(p.address) as c:
-                i = 0
-                while True:
-                    key, value = f"r{round_no}-k{i}", f"value {i} ü " + "x" * rng.randrange(64)
-                    try:
-                        r = c.request(100, {"namespace": "dur", "key": key, "value": value})
-                    except OSError:
-                        break
-                    assert r.code == 0, r
-                    acknowledged[key] = value
-                    i += 1
-                    if i == 1:
-                        killer.start()
-        finally:
-            killer.cancel()
-            p.kill()
-        assert p.proc.returncode == -signal.SIGKILL
+        # stream puts until killed at a random moment
+
+        def put(c, i):
+            key, value = f"r{round_no}-k{i}", f"value {i} ü " + "x" * rng.randrange(64)
+            try:
+                r = c.request(100, {"namespace": "dur", "key": key, "value": value})
+            except OSError:
+                return False
+            assert r.code == 0, r
+            acknowledged[key] = value
+            return True
+
+        i = until_killed(p, rng.uniform(0.05, 0.4), put)
         assert i > 0, "no put was acknowledged before the kill"
         in_flight.add(f"r{round_no}-k{i}")
         # kvConfig.json and its journals load, and hold every acknowledged put (and maybe
@@ -253,28 +264,23 @@ def test_below_the_threshold_kvconfig_json_alone_holds_every_acknowledged_change
     for round_no in range(3):
         p = NamesrvProcess(kv_path, log_path)
         procs.append(p)
-        killer = threading.Timer(rng.uniform(0.1, 0.5), p.proc.kill)
-        op = None
-        try:
-            with Client(p.address) as c:
-                for key, value in model.get("e2e", {}).items():   # served after a restart
-                    r = c.request(GET, {"namespace": "e2e", "key": key})
-                    assert (r.code, r.ext_fields) == (0, {"value": value}), key
-                i = 0
-                while True:
-                    op = random_op(rng, model, i)
-                    if not change(c, model, op):
-                        break
-                    op = None
-                    if p.proc.poll() is None:   # killed meanwhile: checked below
-                        assert java_table(kv_path) == model, (round_no, i)
-                    i += 1
-                    if i == 1:
-                        killer.start()
-        finally:
-            killer.cancel()
-            p.kill()
-        assert p.proc.returncode == -signal.SIGKILL
+        with Client(p.address) as c:
+            for key, value in model.get("e2e", {}).items():   # served after a restart
+                r = c.request(GET, {"namespace": "e2e", "key": key})
+                assert (r.code, r.ext_fields) == (0, {"value": value}), key
+        pending = [None]                # the change in flight when killed, if any
+
+        def step(c, i):
+            pending[0] = random_op(rng, model, i)
+            if not change(c, model, pending[0]):
+                return False
+            pending[0] = None
+            if p.proc.poll() is None:   # killed meanwhile: checked below
+                assert java_table(kv_path) == model, (round_no, i)
+            return True
+
+        i = until_killed(p, rng.uniform(0.1, 0.5), step)
+        op = pending[0]
         assert i > 1, "no change was acknowledged before the kill"
         assert table_bytes(model) < 64 << 10      # below the default threshold
         candidates = [model] if op is None else [model, applied(model, op)]

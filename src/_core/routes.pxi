@@ -115,9 +115,9 @@ cdef class _TableLock:
 
 @cython.final
 cdef class _Configs:
-    """A registration's topic configs as C records (rt_rec), over the bytes that
+    """A registration's topic configs as C records (rmq_topic_rec), over the bytes that
     hold their names: the scanned body itself, or names encoded from a dict."""
-    cdef rt_rec* recs
+    cdef rmq_topic_rec* recs
     cdef size_t n
     cdef object keep                # the bytes the records point into
 
@@ -129,26 +129,21 @@ cdef class _Configs:
 
 
 cdef _Configs _configs_from_scan(object data, rb_body* body):
-    """Takes the scan's records (body's topics are freed, also on error)."""
+    """Takes the scan's records (body is left empty)."""
     cdef _Configs c = _Configs.__new__(_Configs)
-    cdef size_t i
+    cdef rmq_topic_rec* fitted
+    cdef size_t cap = body.cap
     c.keep = data
     c.n = body.ntopics
-    c.recs = <rt_rec*>malloc(max(c.n, 1) * sizeof(rt_rec))
-    if c.recs == NULL:
-        rb_body_free(body)
-        raise MemoryError()
-    for i in range(c.n):
-        c.recs[i].key = body.topics[i].key
-        c.recs[i].key_len = body.topics[i].key_len
-        c.recs[i].name = body.topics[i].name
-        c.recs[i].name_len = body.topics[i].name_len
-        c.recs[i].perm = body.topics[i].perm
-        c.recs[i].read = body.topics[i].read
-        c.recs[i].write = body.topics[i].write
-        c.recs[i].sysflag = body.topics[i].sysflag
-    # Copied: the scan's array (48 bytes a topic) goes before the apply grows the table.
+    c.recs = body.topics            # the records are the scan's (one type, wire.h)
+    body.topics = NULL
     rb_body_free(body)
+    if c.n and c.n < cap:
+        # The scan grew its array by doubling: what is left over goes before the apply
+        # grows the table.
+        fitted = <rmq_topic_rec*>realloc(c.recs, c.n * sizeof(rmq_topic_rec))
+        if fitted != NULL:
+            c.recs = fitted
     return c
 
 
@@ -158,7 +153,7 @@ cdef _Configs _configs_from_dict(dict table):
     cdef size_t i = 0
     cdef list keep = []
     c.n = len(table)
-    c.recs = <rt_rec*>malloc(max(c.n, 1) * sizeof(rt_rec))
+    c.recs = <rmq_topic_rec*>malloc(max(c.n, 1) * sizeof(rmq_topic_rec))
     if c.recs == NULL:
         raise MemoryError()
     for key, tc in table.items():

@@ -665,7 +665,7 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe)
     return n;
 }
 
-size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force,
+size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force,
                      int readonly, uint8_t *only, int *taken)
 {
     HOLDS_LOCK(t);
@@ -673,7 +673,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n,
     size_t differ = 0;
     *taken = 0;
     for (size_t k = 0; k < n; k++) {
-        const rt_rec *r = &recs[k];
+        const rmq_topic_rec *r = &recs[k];
         const rt_topic *e = rt_find(t, r->name, r->name_len);
         int i = e ? find_qd(e, b, &work) : -1;
         only[k] = 0;
@@ -691,7 +691,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n,
     return differ;
 }
 
-int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
+int rt_apply(rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force, int readonly,
              int delete_missing, const uint8_t *only)
 {
     HOLDS_WRITE(t);
@@ -711,7 +711,7 @@ int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, in
         shrink(t);
     }
     for (size_t k = 0; k < n; k++) {
-        const rt_rec *r = &recs[k];
+        const rmq_topic_rec *r = &recs[k];
         if (only && !only[k])
             continue;
         rt_topic *e = rt_find(t, r->name, r->name_len);

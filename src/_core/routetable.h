@@ -88,11 +88,6 @@ typedef struct {
     int32_t next_free;              /* free list: the next free slot + 1, 0 ends it */
 } rt_broker;
 
-typedef struct {                    /* one topic config of a registration */
-    const char *key; size_t key_len;
-    const char *name; size_t name_len;
-    int32_t perm, read, write, sysflag;
-} rt_rec;
 
 typedef struct {                    /* a cached topic form, for eviction */
     rt_topic *topic;
@@ -180,13 +175,13 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe);
  * or when b has no QueueData for it yet; `readonly` clears PERM_WRITE (acting
  * master); `delete_missing` first removes b's topics whose name is not a key of
  * recs. Returns 1 when some topic was written, 0 when none, RT_NOMEM. */
-int rt_apply(rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force, int readonly,
+int rt_apply(rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force, int readonly,
              int delete_missing, const uint8_t *only);
 /* [R] rt_apply's first half, under the read lock so that route queries go on:
  * marks in only[k] the records whose write would change the table, and returns
  * how many (with *taken: whether rt_apply would write some topic, changed or
  * not). rt_apply(..., only) then needs the write lock only for those. */
-size_t rt_apply_diff(const rt_table *t, int32_t b, const rt_rec *recs, size_t n, int force,
+size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force,
                      int readonly, uint8_t *only, int *taken);
 /* [W] Drop the cached answers of a topic (name NULL: of every topic). */
 void rt_forget(rt_table *t, const char *name, size_t len);

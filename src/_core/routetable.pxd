@@ -4,6 +4,8 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
+from wire cimport rmq_topic_rec
+
 cdef extern from "routetable.h" nogil:
     ctypedef struct rt_blob:
         size_t len
@@ -20,12 +22,6 @@ cdef extern from "routetable.h" nogil:
         rt_blob* body[2]
         size_t len
         char name[1]
-    ctypedef struct rt_rec:
-        const char* key
-        size_t key_len
-        const char* name
-        size_t name_len
-        int32_t perm, read, write, sysflag
     ctypedef struct rt_table:
         rt_topic** buckets
         size_t mask, count
@@ -59,9 +55,9 @@ cdef extern from "routetable.h" nogil:
     int rt_remove(rt_table* t, const char* name, size_t len, int32_t broker)
     size_t rt_remove_broker(rt_table* t, int32_t broker)
     size_t rt_write_perm(rt_table* t, int32_t broker, int wipe)
-    int rt_apply(rt_table* t, int32_t b, const rt_rec* recs, size_t n, int force, int readonly,
+    int rt_apply(rt_table* t, int32_t b, const rmq_topic_rec* recs, size_t n, int force, int readonly,
                  int delete_missing, const uint8_t* only)
-    size_t rt_apply_diff(const rt_table* t, int32_t b, const rt_rec* recs, size_t n, int force,
+    size_t rt_apply_diff(const rt_table* t, int32_t b, const rmq_topic_rec* recs, size_t n, int force,
                          int readonly, uint8_t* only, int* taken)
     void rt_forget(rt_table* t, const char* name, size_t len)
     rt_topic* rt_find(const rt_table* t, const char* name, size_t len)

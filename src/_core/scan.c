@@ -348,7 +348,7 @@ static cur rb_int32(cur p, cur end, int32_t *out)
 /* A member of a TopicConfig object. Any field the checks use: at most once. */
 static cur rb_topic_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
-    rb_topic *t = ctx;
+    rmq_topic_rec *t = ctx;
     cur s;
     int esc;
     switch (kn) {
@@ -398,9 +398,9 @@ static int rb_has_duplicate_keys(const rb_body *b)
     if ((slots = calloc(size, sizeof *slots)) == NULL)
         return -1;
     for (i = 0; i < b->ntopics && !dup; i++) {
-        const rb_topic *t = &b->topics[i];
+        const rmq_topic_rec *t = &b->topics[i];
         for (j = rmq_hash(t->key, t->key_len) & mask; slots[j]; j = (j + 1) & mask) {
-            const rb_topic *u = &b->topics[slots[j] - 1];
+            const rmq_topic_rec *u = &b->topics[slots[j] - 1];
             if (u->key_len == t->key_len && memcmp(u->key, t->key, t->key_len) == 0) {
                 dup = 1;
                 break;
@@ -436,14 +436,14 @@ static FLATTEN cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, u
 {
     rb_ctx *c = ctx;
     rb_body *b = c->out;
-    rb_topic *t;
+    rmq_topic_rec *t;
     unsigned seen = 0;
     (void)bit;
     if (p >= end || *p != '{')          /* a topic config must be an object */
         return NULL;
     if (b->ntopics == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
-        rb_topic *nt;
+        rmq_topic_rec *nt;
         if (cap > UINT32_MAX - 1 || (nt = realloc(b->topics, cap * sizeof *nt)) == NULL) {
             c->nomem = 1;
             return NULL;
@@ -621,7 +621,7 @@ static int cz_int32(cur s, size_t n, int32_t *out)
 }
 
 /* One topic line (TopicConfig.decode, as rmq._wire splits it). */
-static int cz_topic_line(cur s, size_t n, rb_topic *t)
+static int cz_topic_line(cur s, size_t n, rmq_topic_rec *t)
 {
     cur f[6];
     size_t fl[6], at = 0, i, k = 0;

@@ -18,16 +18,11 @@
 
 /* ---- RegisterBrokerBody (JSON form) */
 
-typedef struct {
-    const char *key;  size_t key_len;    /* the topicConfigTable map key, raw bytes inside the body */
-    const char *name; size_t name_len;   /* "topicName", or the key when absent */
-    int32_t perm, read, write, sysflag;  /* defaults 6, 16, 16, 0 when absent */
-} rb_topic;
 
 typedef struct {
     int64_t counter, state_version, timestamp;  /* dataVersion; counter/stateVersion 0 when absent */
     int has_timestamp;                          /* 0: absent or null (the caller uses "now") */
-    rb_topic *topics; size_t ntopics, cap;      /* malloc'd, in body order; rb_body_free() */
+    rmq_topic_rec *topics; size_t ntopics, cap;      /* malloc'd, in body order; rb_body_free() */
 } rb_body;
 
 enum { RB_OK = 0, RB_SLOW = 1, RB_NOMEM = -1 };

@@ -3,20 +3,15 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
+from wire cimport rmq_topic_rec
+
 cdef extern from "scan.h" nogil:
     ctypedef long ssize_t
-
-    ctypedef struct rb_topic:
-        const char* key
-        size_t key_len
-        const char* name
-        size_t name_len
-        int32_t perm, read, write, sysflag
 
     ctypedef struct rb_body:
         int64_t counter, state_version, timestamp
         int has_timestamp
-        rb_topic* topics
+        rmq_topic_rec* topics
         size_t ntopics, cap
 
     enum:

@@ -37,7 +37,7 @@ def _scan_register_body(data):
     timestamp or None, [(key, name, perm, read, write, sysflag), ...])."""
     cdef Py_buffer view
     cdef rb_body b
-    cdef rb_topic* t
+    cdef rmq_topic_rec* t
     cdef size_t i
     cdef list topics
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -64,7 +64,7 @@ def _scan_compressed_body(data):
     TopicTable.read_body inflates it; BodyError if it does not inflate)."""
     cdef bytes raw = inflate(data, DEFAULT_MAX_INFLATED)
     cdef rb_body b
-    cdef rb_topic* t
+    cdef rmq_topic_rec* t
     cdef size_t i
     cdef int rc
     cdef const char* dp = PyBytes_AS_STRING(raw)

@@ -1,7 +1,8 @@
 /* Wire facts the C files and the Cython code share, written once (jsonio.pxi
  * declares this header for every .pxi): the request code the fast path answers,
  * the version rmq writes, the zlib sniff, big-endian fields, the ROCKETMQ header
- * walker, integers, the JSON response header's pieces and the RMQ_DEBUG assertion.
+ * walker, integers, the JSON response header's pieces, the topic record and the
+ * RMQ_DEBUG assertion (wire.pxd declares it for the .pxi files).
  */
 #ifndef RMQ_WIRE_H
 #define RMQ_WIRE_H
@@ -13,6 +14,15 @@
 /* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
 enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_CURRENT_VERSION = 409 };
+
+/* One topic config of a RegisterBrokerBody: what the body scanner (scan.c) reads and
+ * the topic table (routetable.c) applies. The strings point into the caller's bytes
+ * (the body itself, or names encoded from a dict). */
+typedef struct {
+    const char *key;  size_t key_len;    /* the topicConfigTable map key */
+    const char *name; size_t name_len;   /* "topicName", or the key when absent */
+    int32_t perm, read, write, sysflag;  /* the scanner's defaults: 6, 16, 16, 0 */
+} rmq_topic_rec;
 
 /* A zlib stream header (RFC 1950: deflate, check bits): how a compressed
  * RegisterBrokerBody is told from JSON, whatever the request header says. */

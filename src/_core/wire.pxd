@@ -4,6 +4,12 @@
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 cdef extern from "wire.h" nogil:
+    ctypedef struct rmq_topic_rec:
+        const char* key
+        size_t key_len
+        const char* name
+        size_t name_len
+        int32_t perm, read, write, sysflag
     enum:
         RMQ_GET_ROUTEINFO_BY_TOPIC
         RMQ_CURRENT_VERSION
