@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 import rmq
-from nameserver import LOOPS, Client, running_namesrv, wait_for
+from nameserver import Client, running_namesrv, wait_for
 from rmq import bodies
 from rmq.client import RemotingClient
 from rmq.errors import RemotingConnectError
@@ -141,7 +141,6 @@ def test_disabled_serves_plain_and_closes_a_tls_client_with_a_clear_line(tmp_pat
                for r in caplog.records if r.name == SERVER_LOG)
 
 
-@pytest.mark.parametrize("loop", LOOPS)
 def test_permissive_serves_plain_and_tls_clients_on_one_port(tmp_path, certs, loop):
     with tls_server(tmp_path, certs, "permissive", loop=loop) as app:
         def check():
@@ -160,7 +159,6 @@ def test_permissive_serves_plain_and_tls_clients_on_one_port(tmp_path, certs, lo
         with_broker(app, check)
 
 
-@pytest.mark.parametrize("loop", LOOPS)
 def test_enforcing_serves_tls_and_refuses_plain_with_a_clear_line(tmp_path, certs, loop, caplog):
     with tls_server(tmp_path, certs, "enforcing", loop=loop) as app:
         def check():
