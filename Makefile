@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test test-fast spark-cluster-test nox aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test test-fast spark-cluster-test nox wheel-test aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ test-fast: install
 nox: install $(INTEROP)
 	$(BIN)/python -m pip install -q nox
 	$(BIN)/python -m nox
+
+# The wheel built, repaired with auditwheel and tested as cibuildwheel does on this
+# platform: cibuildwheel's test-command (pyproject.toml) on the installed wheel in a
+# fresh venv, from outside the checkout (tools/wheel-test.sh; PYTHON chooses the
+# interpreter, bench/README.md has the time it takes).
+wheel-test:
+	PYTHON=$(PYTHON) tools/wheel-test.sh
 
 # rmq._core built for aarch64 in an arm64 Debian root and its tests, the ARMv8 CRC32
 # kernels included, run under QEMU user emulation (root; ~8.5 min, the first run ~20):

@@ -256,7 +256,7 @@ MARKDOWN_LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
 TEST_DIRS = ("tests", "bench")
 #: Text that names paths: the build's and the CI's files, the scripts and the docs.
 NAMING_FILES = ("pyproject.toml", "Makefile", "noxfile.py", "MANIFEST.in", "setup.py",
-                ".ci/run", "tools/*.sh", "*.md", "docs/*.md", "bench/*.md")
+                ".ci/run", "tools/*.sh", "tools/*.py", "*.md", "docs/*.md", "bench/*.md")
 
 
 def _gitignore_patterns(root):
