@@ -67,9 +67,10 @@ nox: install $(INTEROP)
 wheel-test:
 	PYTHON=$(PYTHON) tools/wheel-test.sh
 
-# rmq._core built for aarch64 in an arm64 Debian root and its tests, the ARMv8 CRC32
-# kernels included, run under QEMU user emulation (root; ~8.5 min, the first run ~20):
-# docs/aarch64.md. AARCH64_TEST_ARGS replaces the test list.
+# rmq._core built for aarch64 in an arm64 Debian root and cibuildwheel's aarch64
+# test-command (pyproject.toml), the ARMv8 CRC32 kernels included, run under QEMU user
+# emulation (root; docs/aarch64.md has what it does and how long it takes).
+# AARCH64_TEST_ARGS replaces the test-command by pytest arguments.
 aarch64-test:
 	tools/aarch64-test.sh $(AARCH64_TEST_ARGS)
 
