@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test test-fast spark-cluster-test nox wheel-test aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test test-fast spark-cluster-test nox wheel-test wheel-test-py314 aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ nox: install $(INTEROP)
 # interpreter, bench/README.md has the time it takes).
 wheel-test:
 	PYTHON=$(PYTHON) tools/wheel-test.sh
+
+# The same on CPython 3.14, which neither this Debian nor pyenv has: in a Debian sid
+# root with Debian's python3.14, made once with debootstrap (root; tools/wheel-test-sid.sh).
+wheel-test-py314:
+	tools/wheel-test-sid.sh
 
 # rmq._core built for aarch64 in an arm64 Debian root and cibuildwheel's aarch64
 # test-command (pyproject.toml), the ARMv8 CRC32 kernels included, run under QEMU user
