@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test parts test-fast test-debug spark-cluster-test nox aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test parts test-fast test-debug spark-cluster-test nox wheel-test wheel-test-py314 aarch64-test bench load scale hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -114,9 +114,22 @@ nox: install parts
 	$(BIN)/python -m pip install -q nox
 	$(BIN)/python -m nox
 
-# rmq._core built for aarch64 in an arm64 Debian root and its tests, the ARMv8 CRC32
-# kernels included, run under QEMU user emulation (root; ~8.5 min, the first run ~20):
-# docs/aarch64.md. AARCH64_TEST_ARGS replaces the test list.
+# The wheel built, repaired with auditwheel and tested as cibuildwheel does on this
+# platform: cibuildwheel's test-command (pyproject.toml) on the installed wheel in a
+# fresh venv, from outside the checkout (tools/wheel-test.sh; PYTHON chooses the
+# interpreter, bench/README.md has the time it takes).
+wheel-test:
+	PYTHON=$(PYTHON) tools/wheel-test.sh
+
+# The same on CPython 3.14, which neither this Debian nor pyenv has: in a Debian sid
+# root with Debian's python3.14, made once with debootstrap (root; tools/wheel-test-sid.sh).
+wheel-test-py314:
+	tools/wheel-test-sid.sh
+
+# rmq._core built for aarch64 in an arm64 Debian root and cibuildwheel's aarch64
+# test-command (pyproject.toml), the ARMv8 CRC32 kernels included, run under QEMU user
+# emulation (root; docs/aarch64.md has what it does and how long it takes).
+# AARCH64_TEST_ARGS replaces the test-command by pytest arguments.
 aarch64-test:
 	tools/aarch64-test.sh $(AARCH64_TEST_ARGS)
 

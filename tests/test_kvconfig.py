@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import rmq
 from rmq.namesrv import kvconfig
 from rmq.errors import RmqError
 from rmq.namesrv.kvconfig import (
@@ -31,7 +32,8 @@ from rmq.namesrv.kvconfig import (
 # rmq.namesrv.kvconfig is Python whichever core is selected.
 pytestmark = pytest.mark.once
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+# The package under test for the children, whether it runs from src/ or installed.
+PKG_PARENT = str(Path(rmq.__file__).resolve().parent.parent)
 
 
 def read_json(path):
@@ -450,7 +452,7 @@ def test_kill_9_at_random_moments_never_tears_the_file(tmp_path):
     """A child puts in a loop and prints each index once put() returned; SIGKILL at a
     random moment; the file must parse and hold every reported put (or a later one)."""
     path = tmp_path / "kvConfig.json"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rng = random.Random(0x5EED)
     start = 0
     latest = {}  # (ns, key) -> highest index reported done
@@ -831,7 +833,7 @@ def test_compaction_concurrent_with_writers_and_readers_loses_nothing(tmp_path):
 
 def test_a_normal_interpreter_exit_compacts(tmp_path):
     path = tmp_path / "kvConfig.json"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     code = ("import sys\nfrom rmq.namesrv.kvconfig import KVConfig\n"
             "kv = KVConfig(sys.argv[1])\nkv.put('ns', 'k', 'v ü')\n")
     subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=60)
@@ -994,7 +996,7 @@ def test_kill_9_during_journal_appends_and_compactions_loses_no_acknowledged_cha
     at random moments. After each kill the state on disk is exactly every acknowledged
     change, plus possibly the one under way when the kill came."""
     path = tmp_path / "kvConfig.json"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rng = random.Random(0xC0FFEE)
     model = {}
     start = 0

@@ -1,13 +1,16 @@
 """The release as a user gets it: the sdist builds from scratch, the wheel holds exactly
 the ``rmq`` package (the stripped extension, the stub, py.typed and the licence), and
-each installs into a fresh venv where ``rmq`` runs a NameServer session.
+each installs into a fresh venv where ``rmq`` runs a NameServer session. And every
+file the build, cibuildwheel, the Makefile, the scripts and the docs name exists.
 
 The builds are slow (two builds of the core, two venvs from PyPI): marked ``slow``, and
 everything here runs once, in the compiled pass of ``make test``.
 """
 
+import fnmatch
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -239,3 +242,252 @@ def _wait_for_port(port, server, timeout=30):
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"rmq namesrv did not listen on {port} within {timeout} s")
+
+
+# ---------------------------------------------------------------- the paths named
+# A rename or a removal that misses one of the places naming a file (cibuildwheel's
+# test-commands, package-data, the Makefile, a script's test list, a doc) fails here.
+# The places are parsed, not listed, so a new wrong path fails too.
+
+#: The top-level directories a path in prose or a script starts with.
+PATH_RE = re.compile(r"(?<![\w./{}$-])((?:tests|docs|bench|contrib|src|tools)/[\w.*/-]*[\w*/])")
+#: A test module by its bare name, as the docs and test-commands give them.
+TEST_MODULE_RE = re.compile(r"(?<![\w/.-])(test_[\w*]+\.py)\b")
+MARKDOWN_LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
+#: Where test modules and functions live: a bare name is found in one of them.
+TEST_DIRS = ("tests", "bench")
+#: Text that names paths: the build's and the CI's files, the scripts and the docs.
+NAMING_FILES = ("pyproject.toml", "Makefile", "noxfile.py", "MANIFEST.in", "setup.py",
+                ".ci/run", "tools/*.sh", "tools/*.py", "*.md", "docs/*.md", "bench/*.md")
+
+
+def _gitignore_patterns(root):
+    lines = (root / ".gitignore").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith(("#", "!"))]
+
+
+def _generated(name, patterns):
+    """Whether ``name`` is what the build or a tool makes (.gitignore'd: the plain
+    patterns this project's .gitignore uses), and so need not exist in a checkout."""
+    parts = name.strip("/").split("/")
+    for pattern in patterns:
+        anchored = "/" in pattern.rstrip("/")
+        pattern = pattern.strip("/")
+        if anchored:
+            if any(fnmatch.fnmatchcase("/".join(parts[:i]), pattern)
+                   for i in range(1, len(parts) + 1)):
+                return True
+        elif any(fnmatch.fnmatchcase(part, pattern) for part in parts):
+            return True
+    return False
+
+
+def _matches(path):
+    """The files ``path`` names: itself, or what it matches when it is a glob."""
+    if "*" not in str(path):
+        return [path] if path.exists() else []
+    anchor = Path(path.anchor)
+    return list(anchor.glob(str(path.relative_to(anchor))))
+
+
+def _command_paths(command, project):
+    """The paths a cibuildwheel command names, resolved as cibuildwheel runs it:
+    ``{project}`` and ``{package}`` replaced by the project's directory (no package-dir
+    is set, so they are the same), the command started in an empty temporary directory
+    (a relative path there names nothing of the project's, unless a ``cd`` came first).
+    Arguments that name a file: those with a ``/``, ``.py`` files and options' values."""
+    command = command.replace("{project}", str(project)).replace("{package}", str(project))
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    words, simple = list(lexer), []
+    cwd = Path("/nonexistent-cibuildwheel-test-cwd")
+    for word in [*words, ";"]:
+        if word not in (";", "&&", "||", "|", "&"):
+            simple.append(word)
+            continue
+        while simple and re.fullmatch(r"[A-Za-z_]\w*=.*", simple[0]):
+            simple.pop(0)                          # an environment assignment
+        if simple[:1] == ["cd"]:
+            cwd = cwd / simple[1]
+        else:
+            for arg in simple[1:]:
+                if arg.startswith("-"):
+                    if "=" not in arg:
+                        continue
+                    arg = arg.split("=", 1)[1]
+                arg = arg.split("::", 1)[0]
+                if "/" in arg or arg.endswith(".py"):
+                    yield cwd / arg
+        simple = []
+
+
+def _pyproject_paths(root):
+    """(what, path) for every file and directory pyproject.toml names."""
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    project, tool = meta["project"], meta["tool"]
+    readme = project.get("readme")
+    if readme:
+        yield "project.readme", root / (readme if isinstance(readme, str) else readme["file"])
+    for pattern in project.get("license-files", []):
+        yield "project.license-files", root / pattern
+    setuptools = tool.get("setuptools", {})
+    package_dir = setuptools.get("package-dir", {})
+    for where in package_dir.values():
+        yield "tool.setuptools.package-dir", root / where
+    for where in setuptools.get("packages", {}).get("find", {}).get("where", []):
+        yield "tool.setuptools.packages.find.where", root / where
+
+    def package_path(package):
+        for prefix in sorted(package_dir, key=len, reverse=True):
+            if not prefix or package == prefix or package.startswith(prefix + "."):
+                rest = package[len(prefix):].lstrip(".")
+                return root / package_dir[prefix] / rest.replace(".", "/")
+        return root / package.replace(".", "/")
+
+    for package, patterns in setuptools.get("package-data", {}).items():
+        for pattern in patterns:
+            yield f"tool.setuptools.package-data[{package}]", package_path(package) / pattern
+    for key, dynamic in setuptools.get("dynamic", {}).items():
+        if "attr" in dynamic:
+            module = package_path(dynamic["attr"].rsplit(".", 1)[0])
+            yield f"tool.setuptools.dynamic.{key}", (
+                module if module.is_dir() else module.with_suffix(".py"))
+        for file in ([dynamic["file"]] if isinstance(dynamic.get("file"), str)
+                     else dynamic.get("file", [])):
+            yield f"tool.setuptools.dynamic.{key}", root / file
+    for path in tool.get("pytest", {}).get("ini_options", {}).get("testpaths", []):
+        yield "tool.pytest.ini_options.testpaths", root / path
+
+    cibw = tool.get("cibuildwheel", {})
+    tables = [("tool.cibuildwheel", cibw)]
+    tables += [(f"tool.cibuildwheel.{platform}", cibw[platform])
+               for platform in ("linux", "macos", "windows") if platform in cibw]
+    tables += [(f"tool.cibuildwheel.overrides[{o['select']}]", o)
+               for o in cibw.get("overrides", [])]
+    for where, table in tables:
+        for key, value in table.items():
+            if key == "test-command" or key.startswith("before-") or key.endswith("-command"):
+                for command in [value] if isinstance(value, str) else value:
+                    for path in _command_paths(command, root):
+                        yield f"{where}.{key}", path
+            if key == "test-sources":
+                for path in value:
+                    yield f"{where}.{key}", root / path
+
+
+def _manifest_paths(root):
+    """(what, path) for what MANIFEST.in includes (its exclusions may name what a build
+    makes, and need not exist)."""
+    for line in (root / "MANIFEST.in").read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if words[0] == "include":
+            for pattern in words[1:]:
+                yield f"MANIFEST.in {words[0]}", root / pattern
+        elif words[0] == "graft":
+            yield f"MANIFEST.in {words[0]}", root / words[1]
+        elif words[0] == "recursive-include":
+            for pattern in words[2:]:
+                yield f"MANIFEST.in {words[0]}", root / words[1] / "**" / pattern
+
+
+def _named_in_text(root):
+    """(file, path) for every path the build's files, the scripts and the docs name:
+    paths from a top-level directory, bare test module names (found in tests/ or bench/),
+    Markdown links (relative to the document)."""
+    patterns = _gitignore_patterns(root)
+    files = sorted({p for pattern in NAMING_FILES for p in root.glob(pattern)})
+    for file in files:
+        where = str(file.relative_to(root))
+        text = file.read_text()
+        if file.suffix == ".sh":
+            text = text.replace("\\.", ".")        # a grep's escaped dot names a path too
+        for name in PATH_RE.findall(text):
+            if "..." not in name and not _generated(name, patterns):
+                yield where, root / name
+        for name in TEST_MODULE_RE.findall(text):
+            yield where, [root / d / name for d in TEST_DIRS]
+        if file.suffix == ".md":
+            for target in MARKDOWN_LINK_RE.findall(text):
+                target = target.split("#", 1)[0]
+                if target and not re.match(r"[a-z]+:", target):
+                    yield where, file.parent / target
+
+
+def _named_tests_in_docs(root):
+    """(file, name) for each test module or test function the docs give by its bare
+    name in code spans (`test_crc32`, `test_namesrv_*`)."""
+    for file in sorted({*root.glob("*.md"), *root.glob("docs/*.md"), *root.glob("bench/*.md")}):
+        prose = re.sub(r"^```.*?^```", "", file.read_text(), flags=re.M | re.S)
+        for span in re.findall(r"`([^`]+)`", prose):
+            for word in span.split():
+                if re.fullmatch(r"test_[\w*]+", word.rstrip(",")):
+                    yield str(file.relative_to(root)), word.rstrip(",")
+
+
+def _missing_paths(root):
+    missing = []
+    named = [*_pyproject_paths(root), *_manifest_paths(root), *_named_in_text(root)]
+    for where, path in named:
+        candidates = path if isinstance(path, list) else [path]
+        if not any(_matches(p) for p in candidates):
+            missing.append(f"{where}: {candidates[0]}")
+    functions = {m for d in TEST_DIRS for p in (root / d).glob("*.py")
+                 for m in re.findall(r"^\s*(?:async )?def (test_\w+)", p.read_text(), re.M)}
+    modules = {p.stem for d in TEST_DIRS for p in (root / d).glob("test_*.py")}
+    for where, name in _named_tests_in_docs(root):
+        if not fnmatch.filter(modules | functions, name):
+            missing.append(f"{where}: no test module or test function `{name}`")
+    return missing
+
+
+def test_every_path_named_exists():
+    """Every file pyproject.toml (cibuildwheel's commands and overrides, package-data,
+    license-files, readme), MANIFEST.in, the Makefile, noxfile.py, the scripts and the
+    docs name exists, or is one a build makes (.gitignore'd)."""
+    if not (ROOT / ".gitignore").exists():
+        pytest.skip("not a source checkout (an sdist has no .gitignore)")
+    missing = _missing_paths(ROOT)
+    assert not missing, "named but missing:\n" + "\n".join(missing)
+
+
+def test_command_paths_resolve_as_cibuildwheel_runs_them(tmp_path):
+    """The parser behind test_every_path_named_exists: relative to a ``cd``, or to
+    cibuildwheel's empty temporary directory when there is none."""
+    command = ("cd {project}/tests && HYPOTHESIS_PROFILE=quick pytest -q -p no:cacheprovider "
+               "-m 'not slow' test_a.py test_b.py::test_x --ignore={package}/tests/c.py; "
+               "pytest {project}/tests d/e.py")
+    assert list(_command_paths(command, tmp_path)) == [
+        tmp_path / "tests/test_a.py", tmp_path / "tests/test_b.py", tmp_path / "tests/c.py",
+        tmp_path / "tests", tmp_path / "tests/d/e.py"]
+    assert list(_command_paths("pytest -q tests/test_a.py", tmp_path)) == [
+        Path("/nonexistent-cibuildwheel-test-cwd/tests/test_a.py")]
+
+
+def test_a_wrong_name_is_caught(tmp_path):
+    """A copy of the files that name paths, with a wrong name in each kind of place."""
+    for name in ("pyproject.toml", "MANIFEST.in", ".gitignore", "Makefile", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for path in ROOT.iterdir():
+        if not (tmp_path / path.name).exists() and path.name not in (".git", ".venv"):
+            (tmp_path / path.name).symlink_to(path)
+    before = set(_missing_paths(tmp_path))
+    with (tmp_path / "Makefile").open("a") as makefile:
+        makefile.write("gone:\n\ttools/gone.sh tests/test_gone.py\n")
+    (tmp_path / "NEW.md").write_text("see [it](docs/gone.md) and `test_gone_module`\n")
+    with (tmp_path / "MANIFEST.in").open("a") as manifest:
+        manifest.write("include GONE.txt\n")
+    pyproject = (tmp_path / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(pyproject.replace(
+        "test_crc32.py", "test_gone_in_pyproject.py").replace('"py.typed"', '"py.gone"'))
+    added = "\n".join(sorted(set(_missing_paths(tmp_path)) - before))
+    for gone in ("Makefile: " + str(tmp_path / "tools/gone.sh"),
+                 "Makefile: " + str(tmp_path / "tests/test_gone.py"),
+                 "NEW.md: " + str(tmp_path / "docs/gone.md"),
+                 "NEW.md: no test module or test function `test_gone_module`",
+                 "MANIFEST.in include: " + str(tmp_path / "GONE.txt"),
+                 "test-command: " + str(tmp_path / "tests/test_gone_in_pyproject.py"),
+                 "package-data[rmq]: " + str(tmp_path / "src/rmq/py.gone")):
+        assert gone in added, added

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 import rmq
-from nameserver import LOOPS, Client, running_namesrv, wait_for
+from nameserver import Client, running_namesrv, wait_for
 from rmq import bodies
 from rmq.client import RemotingClient
 from rmq.errors import RemotingConnectError
@@ -141,7 +141,6 @@ def test_disabled_serves_plain_and_closes_a_tls_client_with_a_clear_line(tmp_pat
                for r in caplog.records if r.name in SERVER_LOGS)
 
 
-@pytest.mark.parametrize("loop", LOOPS)
 def test_permissive_serves_plain_and_tls_clients_on_one_port(tmp_path, certs, loop):
     with tls_server(tmp_path, certs, "permissive", loop=loop) as app:
         def check():
@@ -160,7 +159,6 @@ def test_permissive_serves_plain_and_tls_clients_on_one_port(tmp_path, certs, lo
         with_broker(app, check)
 
 
-@pytest.mark.parametrize("loop", LOOPS)
 def test_enforcing_serves_tls_and_refuses_plain_with_a_clear_line(tmp_path, certs, loop, caplog):
     with tls_server(tmp_path, certs, "enforcing", loop=loop) as app:
         def check():
@@ -463,7 +461,10 @@ def test_an_oversized_client_hello_is_refused_by_openssl_s_own_limits(
         assert logged(caplog, "TLS handshake failed")
         reasons = [r.getMessage() for r in caplog.records if "TLS handshake failed" in
                    r.getMessage()]
-        assert any(w in reasons[0] for w in ("TOO_LONG", "OVERFLOW", "EXCESSIVE")), reasons
+        # OpenSSL's rewritten record layer (3.6 among others) names its own refusal of a
+        # record too long RECORD_LAYER_FAILURE, the specific reason deeper in its queue
+        assert any(w in reasons[0] for w in ("TOO_LONG", "OVERFLOW", "EXCESSIVE",
+                                             "RECORD_LAYER_FAILURE")), reasons
 
 
 def test_a_tls_client_that_stops_reading_stops_being_read(tmp_path, certs):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build rmq._core for aarch64 and run its core tests, the ARMv8 CRC32 kernels
-# included, under QEMU user emulation on an x86_64 Debian/Ubuntu host.
+# included, under QEMU user emulation on an x86_64 Debian/Ubuntu host: the test-command
+# cibuildwheel runs on the aarch64 wheels (pyproject.toml's aarch64 override).
 #
-#   tools/aarch64-test.sh                  # the default core test set
+#   tools/aarch64-test.sh                  # cibuildwheel's aarch64 test-command
 #   tools/aarch64-test.sh tests/test_crc32.py -k armv8    # other pytest arguments
 #
 # What it does (docs/aarch64.md has the details and the measured times):
@@ -10,18 +11,25 @@
 #      makes sure binfmt_misc runs aarch64 ELF binaries through qemu-aarch64-static;
 #   2. creates an arm64 Debian bookworm rootfs (python3, python3-dev, python3-venv,
 #      gcc) in $RMQ_ARM64_ROOT (default ~/.cache/rmq/arm64-bookworm), once;
-#   3. inside it (chroot, in a private mount namespace: nothing stays mounted), a
-#      venv with Cython, pytest, pytest-xdist, hypothesis and msgpack from PyPI, once;
-#   4. copies the current source tree (uncommitted edits included, .gitignore'd
-#      files not), builds and installs rmq with the arm64 gcc (skipped when the
-#      sources are those of the last build), and checks that the core runs on
-#      aarch64 with the armv8 CRC32 kernel selected;
-#   5. runs the tests and fails unless they pass AND every ARMv8 CRC32 test ran
-#      (none skipped).
+#   3. copies the current source tree (uncommitted edits included, .gitignore'd
+#      files not) into it;
+#   4. inside it (chroot, in a private mount namespace: nothing stays mounted), a
+#      venv with what pyproject.toml names: the build requirements, rmq's
+#      dependencies and cibuildwheel's test-requires for aarch64, with pytest-xdist;
+#      made again when that list changes;
+#   5. builds and installs rmq with the arm64 gcc (skipped when the sources are those
+#      of the last build), and checks that the core runs on aarch64 with the armv8
+#      CRC32 kernel selected;
+#   6. runs cibuildwheel's test-command for aarch64, read from pyproject.toml by
+#      tools/cibw_options.py ({project} and {package}: the copy; from an empty
+#      directory, CI=true), with -rfEs, a JUnit XML report and pytest-xdist added by
+#      PYTEST_ADDOPTS; fails unless the tests pass AND every ARMv8 CRC32 test ran
+#      (none skipped), as the report tells.
 #
 # Environment: RMQ_ARM64_ROOT (rootfs), RMQ_ARM64_MIRROR (Debian mirror),
 # RMQ_ARM64_JOBS (pytest-xdist workers, default nproc), QEMU_CPU (default max),
-# HYPOTHESIS_PROFILE (default, quick or thorough; see tests/conftest.py),
+# HYPOTHESIS_PROFILE (default, quick or thorough; see tests/conftest.py; for runs
+# with arguments: the test-command sets its own),
 # RMQ_ARM64_REBUILD=1 (build even when src/, setup.py and pyproject.toml are
 # unchanged since the last build).
 # Needs root (debootstrap, chroot, mount); re-runs itself with sudo when possible.
@@ -33,24 +41,11 @@ ROOT=${RMQ_ARM64_ROOT:-$HOME/.cache/rmq/arm64-bookworm}
 MIRROR=${RMQ_ARM64_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 PACKAGES=python3,python3-dev,python3-venv,gcc,libc6-dev,ca-certificates
-# Cython as pinned in pyproject.toml's build-system; the rest for the tests.
-PIP_REQS="setuptools>=68 wheel Cython==3.1.8 msgpack>=1.0 pytest>=8 pytest-xdist>=3 hypothesis>=6.100 pyarrow>=14"
 JOBS=${RMQ_ARM64_JOBS:-$(nproc)}
 # QEMU 7.2's default aarch64 CPU model is already "max" (AT_HWCAP has CRC32, bit 7);
 # set it anyway so an older or newer QEMU cannot silently hide the kernel.
 export QEMU_CPU=${QEMU_CPU:-max}
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-default}
-
-# The core's tests that need no Java, Node, network server or subprocess client:
-# the codecs and the differential tests (compiled core vs rmq.fallback).
-DEFAULT_TESTS=(
-    tests/test_crc32.py
-    tests/test_frame_decoder.py tests/test_frame_splitter.py tests/test_command.py
-    tests/test_roundtrip.py tests/test_differential.py tests/test_vectors.py
-    tests/test_bodies.py tests/test_scan.py tests/test_scan_compressed.py
-    tests/test_routes.py tests/test_table_hashing.py
-    tests/test_columns.py tests/test_trace_rows.py tests/test_errors.py
-)
 
 START=${RMQ_ARM64_START:-$(date +%s)}
 export RMQ_ARM64_START=$START
@@ -79,6 +74,7 @@ if [[ "${1:-}" == "--in-namespace" ]]; then
         chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
             PATH=/opt/rmq-venv/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
             QEMU_CPU="$QEMU_CPU" HYPOTHESIS_PROFILE="$HYPOTHESIS_PROFILE" \
+            ${PYTEST_ADDOPTS:+PYTEST_ADDOPTS="$PYTEST_ADDOPTS"} ${CI:+CI="$CI"} \
             PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/rmq-host-ca.crt \
             SSL_CERT_FILE=/etc/rmq-host-ca.crt PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}" \
             ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
@@ -110,32 +106,29 @@ if [[ "${1:-}" == "--in-namespace" ]]; then
         echo "$STAMP" > "$ROOT/.rmq-rootfs"
     fi
 
-    # 3. the venv, once per requirement list
-    if [[ "$(cat "$ROOT/opt/rmq-venv/.rmq-reqs" 2>/dev/null)" != "$PIP_REQS" ]]; then
-        log "creating the arm64 venv /opt/rmq-venv: $PIP_REQS"
+    # 3. the current source tree
+    log "copying $REPO to $ROOT/build/rmq"
+    rm -rf --one-file-system "$ROOT/build/rmq"
+    "$REPO/tools/copy-tree.sh" "$REPO" "$ROOT/build/rmq"
+    # what cibuildwheel runs on aarch64 and needs, from the copy's pyproject.toml
+    IDENTIFIER=$(in_root /usr/bin/python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-manylinux_aarch64
+    option() { in_root /usr/bin/python3 /build/rmq/tools/cibw_options.py "$@"; }
+    mapfile -t PIP_REQS < <(option - build-system.requires; option - project.dependencies
+                            option "$IDENTIFIER" test-requires; echo "pytest-xdist>=3")
+    (( ${#PIP_REQS[@]} > 3 )) || die "no requirements read from pyproject.toml"
+
+    # 4. the venv, once per requirement list
+    if [[ "$(cat "$ROOT/opt/rmq-venv/.rmq-reqs" 2>/dev/null)" != "${PIP_REQS[*]}" ]]; then
+        log "creating the arm64 venv /opt/rmq-venv: ${PIP_REQS[*]}"
         t=$(date +%s)
         rm -rf --one-file-system "$ROOT/opt/rmq-venv"
         in_root /usr/bin/python3 -m venv /opt/rmq-venv
-        # shellcheck disable=SC2086
-        in_root /opt/rmq-venv/bin/python -m pip install -q $PIP_REQS
-        echo "$PIP_REQS" > "$ROOT/opt/rmq-venv/.rmq-reqs"
+        in_root /opt/rmq-venv/bin/python -m pip install -q "${PIP_REQS[@]}"
+        echo "${PIP_REQS[*]}" > "$ROOT/opt/rmq-venv/.rmq-reqs"
         log "venv ready in $(( $(date +%s) - t )) s"
     fi
 
-    # 4. the current source tree, built with the arm64 gcc
-    log "copying $REPO to $ROOT/build/rmq"
-    rm -rf --one-file-system "$ROOT/build/rmq"
-    mkdir -p "$ROOT/build/rmq"
-    if git -c safe.directory='*' -C "$REPO" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-        # tracked and untracked files, less .gitignore'd ones (x86 .so, .venv, node_modules)
-        (cd "$REPO" && git -c safe.directory='*' ls-files -z --cached --others --exclude-standard \
-            | while IFS= read -r -d '' f; do if [[ -e "$f" ]]; then printf '%s\0' "$f"; fi; done \
-            | tar --null -T - -cf -) | tar -xf - -C "$ROOT/build/rmq"
-    else
-        tar -C "$REPO" --exclude=.git --exclude=.venv --exclude=build --exclude='*.so' \
-            --exclude=node_modules --exclude=__pycache__ --exclude=.hypothesis \
-            --exclude=.pytest_cache --exclude=_core.c -cf - . | tar -xf - -C "$ROOT/build/rmq"
-    fi
+    # 5. rmq built with the arm64 gcc
     # what the build reads: when it is unchanged since the last build, that build stands
     SRC_HASH=$(cd "$ROOT/build/rmq" && find src setup.py pyproject.toml -type f -print0 | LC_ALL=C sort -z \
         | xargs -0 sha256sum | sha256sum | cut -c1-16)
@@ -167,26 +160,49 @@ assert _core.__file__.endswith("-aarch64-linux-gnu.so"), _core.__file__
 assert rmq.CRC32_KERNEL == "armv8", "the armv8 CRC32 kernel is not selected: no HWCAP_CRC32?"
 EOF' || die "the core does not run with the armv8 kernel on aarch64"
 
-    # 5. the tests
-    if (( $# == 0 )); then set -- "${DEFAULT_TESTS[@]}"; fi
+    # 6. the tests: cibuildwheel's command as it runs it, or the arguments given
     XDIST=()
     (( JOBS > 1 )) && XDIST=(-n "$JOBS")
-    log "pytest ${XDIST[*]} (HYPOTHESIS_PROFILE=$HYPOTHESIS_PROFILE): $*"
+    # each test's outcome in JUnit XML, whatever verbosity the command asks for
+    export PYTEST_ADDOPTS="-rfEs --junitxml=/build/pytest.xml ${XDIST[*]}"
+    rm -f "$ROOT/build/pytest.xml"
     t=$(date +%s)
     rc=0
-    in_root /bin/sh -c 'cd /build/rmq && exec python -m pytest -p no:cacheprovider -v -rfEs "$@"' \
-        pytest "${XDIST[@]}" "$@" > "$ROOT/build/pytest.log" 2>&1 || rc=$?
+    if (( $# == 0 )); then
+        COMMAND=$(option "$IDENTIFIER" test-command --project /build/rmq)
+        [[ "$COMMAND" == *test_crc32.py* ]] || die "the aarch64 test-command runs no test_crc32.py: $COMMAND"
+        log "cibuildwheel's $IDENTIFIER test-command (PYTEST_ADDOPTS=$PYTEST_ADDOPTS): $COMMAND"
+        CI=true in_root /bin/sh -c 'd=$(mktemp -d) && cd "$d" && /bin/sh -c "$1"; rc=$?; rm -rf "$d"; exit $rc' \
+            sh "$COMMAND" > "$ROOT/build/pytest.log" 2>&1 || rc=$?
+    else
+        log "pytest (PYTEST_ADDOPTS=$PYTEST_ADDOPTS, HYPOTHESIS_PROFILE=$HYPOTHESIS_PROFILE): $*"
+        in_root /bin/sh -c 'cd /build/rmq && exec python -m pytest -p no:cacheprovider "$@"' \
+            pytest "$@" > "$ROOT/build/pytest.log" 2>&1 || rc=$?
+    fi
     TEST_S=$(( $(date +%s) - t ))
     grep -E '^(FAILED|ERROR|SKIPPED) ' "$ROOT/build/pytest.log" | head -50 >&2 || true
-    SUMMARY=$( { grep -E '^=+ .* in [0-9.]+s' "$ROOT/build/pytest.log" || true; } | tail -1)
-    # -v prints one line a test with its outcome: "[gw0] [ 1%] PASSED tests/...::test_x[c-armv8]"
-    # under xdist, "tests/...::test_x[c-armv8] PASSED [ 1%]" without
-    armv8() { { grep -E "tests/test_crc32\.py::[^ ]*c-armv8\]" "$ROOT/build/pytest.log" || true; } \
-        | { grep -E "(^| )($1)( |$)" || true; } | wc -l; }
-    ARMV8_PASSED=$(armv8 PASSED)
-    ARMV8_SKIPPED=$(armv8 SKIPPED)
-    ARMV8_NOT_PASSED=$(armv8 'FAILED|ERROR|SKIPPED|XFAIL|XPASS')
-
+    # "=== 2 passed in 1.0s ===", or without the rules under -q
+    SUMMARY=$( { grep -E '^(=+ )?[0-9]+ [a-z]+.* in [0-9.]+s' "$ROOT/build/pytest.log" || true; } | tail -1)
+    # the ARMv8 CRC32 tests (ids ending c-armv8]) and their outcomes
+    read -r ARMV8_PASSED ARMV8_SKIPPED ARMV8_NOT_PASSED < <(in_root /usr/bin/python3 - <<"EOF"
+import re
+import xml.etree.ElementTree as ET
+try:
+    cases = list(ET.parse("/build/pytest.xml").getroot().iter("testcase"))
+except (OSError, ET.ParseError):
+    cases = []
+passed = skipped = not_passed = 0
+for case in cases:
+    if case.get("classname", "").split(".")[-1] != "test_crc32" \
+            or not re.search(r"c-armv8\]$", case.get("name", "")):
+        continue
+    outcomes = {c.tag for c in case} & {"skipped", "failure", "error"}
+    passed += not outcomes
+    skipped += "skipped" in outcomes
+    not_passed += bool(outcomes)
+print(passed, skipped, not_passed)
+EOF
+    )
     echo
     echo "aarch64 (QEMU_CPU=$QEMU_CPU, $(qemu-aarch64-static --version | sed -n 1p)), rmq.CRC32_KERNEL=armv8"
     echo "pytest: ${SUMMARY:-no summary line (see $ROOT/build/pytest.log)}"
@@ -195,7 +211,7 @@ EOF' || die "the core does not run with the armv8 kernel on aarch64"
     (( rc == 0 )) || die "pytest exited $rc"
     (( ARMV8_SKIPPED == 0 && ARMV8_NOT_PASSED == 0 )) || die "ARMv8 CRC32 tests did not all run and pass"
     if (( ARMV8_PASSED == 0 )); then
-        for a in "$@"; do [[ "$a" == *test_crc32.py* ]] && die "no ARMv8 CRC32 test ran"; done
+        for a in "${@:-test_crc32.py}"; do [[ "$a" == *test_crc32.py* ]] && die "no ARMv8 CRC32 test ran"; done
     fi
     exit 0
 fi
