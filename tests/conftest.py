@@ -52,6 +52,15 @@ def pytest_configure(config):
                                        "depend on which implementation rmq selected")
     config.addinivalue_line("markers", "requires(*parts): needs these parts (tests/parts.py): "
                                        "fails without one when CI is set, else skips")
+    parts.RUNS_REQUIRED = _selects(config.option.markexpr, "requires")
+
+
+def _selects(markexpr, marker):
+    """Whether ``-m markexpr`` keeps a test that has only ``marker``."""
+    if not markexpr:
+        return True
+    from _pytest.mark.expression import Expression
+    return Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == marker)
 
 
 def pytest_runtest_setup(item):
@@ -61,37 +70,25 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The last line says which parts were missing, and how many tests that cost."""
+    """The last line says which parts were missing, and what that cost: tests skipped,
+    or (with CI set) failed."""
     lost = {}
     for key in ("skipped", "failed", "error"):
         for report in terminalreporter.stats.get(key, ()):
             text = getattr(report, "longreprtext", "") or str(getattr(report, "longrepr", ""))
             for name in re.findall(re.escape(parts.MISSING) + r"([\w.-]+)", text)[:1]:
-                lost[name] = lost.get(name, 0) + 1
+                outcome = "skipped" if key == "skipped" else "failed"
+                lost.setdefault(name, {}).setdefault(outcome, 0)
+                lost[name][outcome] += 1
     if lost:
         terminalreporter.write_line(
-            "parts missing: " + ", ".join(f"{n} ({k} test{'s' if k > 1 else ''})"
-                                          for n, k in sorted(lost.items()))
-            + (" -- CI is set: they failed" if parts.in_ci() else " -- they were skipped"),
+            "parts missing: " + ", ".join(
+                f"{name} ({', '.join(f'{k} {outcome}' for outcome, k in sorted(counts.items()))})"
+                for name, counts in sorted(lost.items())),
             red=True, bold=True)
     else:
         terminalreporter.write_line("parts: none missing (no test skipped or failed for a "
                                     "missing part)", green=True)
-
-
-def pytest_collection_modifyitems(config, items):
-    if not PUREPYTHON or os.environ.get("RMQ_PURE_PASS_ALL"):
-        return
-    keep, skip = [], []
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if item.get_closest_marker("once") or fixtures & BOTH_IMPLEMENTATIONS:
-            skip.append(item)
-        else:
-            keep.append(item)
-    if skip:
-        config.hook.pytest_deselected(items=skip)
-        items[:] = keep
 
 
 @pytest.fixture(scope="module", params=["c", "py"])

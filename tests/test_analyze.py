@@ -29,7 +29,8 @@ if analyze.java_problem():        # Spark's own check of its JDK: the part check
 
 # Spark and its JVMs: slow; the decoding underneath is compared between the two
 # implementations by the differential tests, so the job runs in the compiled pass only.
-pytestmark = [pytest.mark.slow, pytest.mark.once]
+pytestmark = [pytest.mark.slow, pytest.mark.once,
+              pytest.mark.requires("pyspark", "pyarrow", "matplotlib", "java")]
 
 #: The package under test: the executors' Python workers must import this one.
 SRC = os.path.dirname(os.path.dirname(rmq.__file__))

@@ -1349,7 +1349,7 @@ def test_kill_9_below_the_threshold_leaves_every_acknowledged_change_in_the_file
     alone, read as Java reads it, holds every acknowledged change (and maybe the one
     under way), and no journal is left."""
     path = tmp_path / "kvConfig.json"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rng = random.Random(0xF11E)
     model = {}
     start = kills = 0

@@ -13,7 +13,7 @@ parts.require("matplotlib", module=True)
 from rmq.trace import report  # noqa: E402
 
 # The charts do not depend on which core decoded the trace.
-pytestmark = pytest.mark.once
+pytestmark = [pytest.mark.once, pytest.mark.requires("matplotlib")]
 
 S = 1_000_000_000
 START = 1_700_000_000 * S

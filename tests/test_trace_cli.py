@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-import parts
 
 import rmq
 from rmq import cli
@@ -57,8 +56,8 @@ def fake_java(tmp_path, script):
 
 # ---------------------------------------------------------------- no JDK
 
+@pytest.mark.requires("pyspark")
 def test_no_jdk_is_one_line_and_exit_2_before_spark(tmp_path, trace_dir):
-    parts.require("pyspark")
     empty = tmp_path / "bin"
     empty.mkdir()
     p, took = run_cli([str(trace_dir), "--out", str(tmp_path / "out")],
@@ -98,8 +97,8 @@ def test_a_java_too_old_for_this_spark(tmp_path, monkeypatch):
     assert analyze.java_problem({"PATH": str(bin_dir)}) is None
 
 
+@pytest.mark.requires("pyspark")
 def test_the_cli_says_a_broken_java_in_one_line(tmp_path, trace_dir):
-    parts.require("pyspark")
     bin_dir = fake_java(tmp_path, "exit 3\n")
     p, took = run_cli([str(trace_dir), "--out", str(tmp_path / "out")],
                       clean_env(PATH=str(bin_dir)))

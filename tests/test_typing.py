@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "mypy.ini"
 ALLOWLIST = ROOT / "stubtest-allowlist.txt"
 
-pytestmark = pytest.mark.skipif(not CONFIG.exists(), reason="no mypy.ini (not a source tree)")
+pytestmark = [pytest.mark.requires("mypy"),
+              pytest.mark.skipif(not CONFIG.exists(), reason="no mypy.ini (not a source tree)")]
 
 
 def _run(args, tmp_path, cwd=ROOT, env=None):
