@@ -91,6 +91,21 @@ def pytest_terminal_summary(terminalreporter):
                                     "missing part)", green=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    if not PUREPYTHON or os.environ.get("RMQ_PURE_PASS_ALL"):
+        return
+    keep, skip = [], []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("once") or fixtures & BOTH_IMPLEMENTATIONS:
+            skip.append(item)
+        else:
+            keep.append(item)
+    if skip:
+        config.hook.pytest_deselected(items=skip)
+        items[:] = keep
+
+
 @pytest.fixture(scope="module", params=["c", "py"])
 def impl(request):
     """The module under test: rmq._core or rmq.fallback."""
