@@ -51,6 +51,8 @@ START=${RMQ_ARM64_START:-$(date +%s)}
 export RMQ_ARM64_START=$START
 log() { printf '[aarch64-test %4ds] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
+# shellcheck source=tools/debootstrap-root.sh
+. "$(dirname "${BASH_SOURCE[0]}")/debootstrap-root.sh"
 [[ "$ROOT" == /?* ]] || die "RMQ_ARM64_ROOT must be an absolute path other than / (got '$ROOT')"
 
 # ------------------------------------------------------------------ inside the namespace
@@ -82,21 +84,8 @@ if [[ "${1:-}" == "--in-namespace" ]]; then
     }
 
     # 2. the rootfs, once
-    STAMP="$SUITE $PACKAGES"
-    if [[ ! -f "$ROOT/.rmq-rootfs" ]]; then
-        # never delete what this script did not make: an unfinished one is $ROOT.tmp
-        [[ ! -e "$ROOT" ]] || die "$ROOT exists but is not a finished rootfs of this script (no .rmq-rootfs): remove it"
-        log "creating the arm64 $SUITE rootfs in $ROOT (first run only: 5-10 min)"
-        rm -rf --one-file-system "$ROOT.tmp"
-        mkdir -p "$(dirname "$ROOT")"
-        t=$(date +%s)
-        debootstrap --arch=arm64 --variant=minbase --include="$PACKAGES" \
-            "$SUITE" "$ROOT.tmp" "$MIRROR" > "$(dirname "$ROOT")/debootstrap.log" 2>&1 \
-            || { tail -20 "$(dirname "$ROOT")/debootstrap.log" >&2; die "debootstrap (log: $(dirname "$ROOT")/debootstrap.log)"; }
-        mv "$ROOT.tmp" "$ROOT"
-        echo "$STAMP" > "$ROOT/.rmq-rootfs"
-        log "rootfs created in $(( $(date +%s) - t )) s"
-    fi
+    STAMP=$(root_stamp "$ROOT" "$SUITE" "$PACKAGES")
+    make_root "$ROOT" "$SUITE" "$PACKAGES" "$MIRROR" --arch=arm64
     mount_rootfs "$ROOT"
     if [[ "$(cat "$ROOT/.rmq-rootfs")" != "$STAMP" ]]; then
         log "rootfs package list changed: apt-get install ${PACKAGES//,/ }"

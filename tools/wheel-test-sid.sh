@@ -27,6 +27,8 @@ START=${RMQ_SID_START:-$(date +%s)}
 export RMQ_SID_START=$START
 log() { printf '[wheel-test-sid %4ds] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
+# shellcheck source=tools/debootstrap-root.sh
+. "$(dirname "${BASH_SOURCE[0]}")/debootstrap-root.sh"
 [[ "$ROOT" == /?* ]] || die "RMQ_SID_ROOT must be an absolute path other than / (got '$ROOT')"
 
 if [[ "${1:-}" == "--in-namespace" ]]; then
@@ -64,21 +66,9 @@ if (( ${#missing[@]} )); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" > /dev/null
 fi
 
-STAMP="sid $PACKAGES"
+STAMP=$(root_stamp "$ROOT" sid "$PACKAGES")
 if [[ ! -f "$ROOT/.rmq-rootfs" ]]; then
-    # never delete what this script did not make: an unfinished one is $ROOT.tmp
-    [[ ! -e "$ROOT" ]] || die "$ROOT exists but is not a finished root of this script (no .rmq-rootfs): remove it"
-    log "creating the amd64 sid root with python$PY in $ROOT (first run only)"
-    rm -rf --one-file-system "$ROOT.tmp"
-    mkdir -p "$(dirname "$ROOT")"
-    t=$(date +%s)
-    debootstrap --variant=minbase --include="$PACKAGES" sid "$ROOT.tmp" "$MIRROR" \
-        > "$(dirname "$ROOT")/debootstrap-sid.log" 2>&1 \
-        || { tail -20 "$(dirname "$ROOT")/debootstrap-sid.log" >&2
-             die "debootstrap (does sid still have python$PY? log: $(dirname "$ROOT")/debootstrap-sid.log)"; }
-    mv "$ROOT.tmp" "$ROOT"
-    echo "$STAMP" > "$ROOT/.rmq-rootfs"
-    log "root created in $(( $(date +%s) - t )) s"
+    make_root "$ROOT" sid "$PACKAGES" "$MIRROR"
 elif [[ "$(cat "$ROOT/.rmq-rootfs")" != "$STAMP" ]]; then
     log "package list changed: apt-get install ${PACKAGES//,/ }"
     cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
