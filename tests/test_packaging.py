@@ -29,6 +29,8 @@ import rmq
 
 pytestmark = pytest.mark.once
 slow = pytest.mark.slow
+#: the sdist and wheel builds (python -m build)
+builds = pytest.mark.requires("build")
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.10", "3.11", "3.12", "3.13", "3.14"]
@@ -132,12 +134,14 @@ def venvs(tmp_path_factory):
 
 
 @slow
+@builds
 def test_build_prints_no_deprecation(dists):
     *_, log = dists
     assert "Deprecat" not in log, [ln for ln in log.splitlines() if "Deprecat" in ln]
 
 
 @slow
+@builds
 def test_sdist_ships_what_a_build_and_the_tests_need(dists):
     sdist, _, _ = dists
     with tarfile.open(sdist) as tar:
@@ -157,6 +161,7 @@ def test_sdist_ships_what_a_build_and_the_tests_need(dists):
 
 
 @slow
+@builds
 def test_wheel_holds_exactly_the_package(dists):
     _, wheel, _ = dists
     with zipfile.ZipFile(wheel) as zf:

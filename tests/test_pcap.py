@@ -606,9 +606,8 @@ def test_is_pcap():
 # ---------------------------------------------------------------- a real tcpdump
 
 def _start_tcpdump(path, port):
-    """tcpdump capturing the loopback to ``path``, once it says it listens; skips the
-    test when it cannot."""
-    parts.require("tcpdump")
+    """tcpdump capturing the loopback to ``path``, once it says it listens; a tcpdump
+    without the right to capture is a missing part (parts.fail_or_skip)."""
     # As root tcpdump would drop to its own user, who cannot write into pytest's
     # private temporary directory.
     as_root = ["-Z", "root"] if os.geteuid() == 0 else []
@@ -633,6 +632,7 @@ def _start_tcpdump(path, port):
     parts.fail_or_skip("tcpdump", f"it cannot capture on lo: {''.join(lines).strip() or 'no output'}")
 
 
+@pytest.mark.requires("tcpdump")
 def test_real_tcpdump_capture_of_a_session(tmp_path):
     """The capture decodes to the frames the NameServer's own recorder saw."""
     from rmq.trace.segments import TraceRecorder, read_records, segment_files
