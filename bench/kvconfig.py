@@ -36,6 +36,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(BENCH, "..", "src"))
 sys.path.insert(0, BENCH)
 
+from rmq import brokersim  # noqa: E402
 from rmq.namesrv import kvconfig  # noqa: E402
 from rmq.namesrv.kvconfig import KVConfig  # noqa: E402
 from rmq.namesrv.server import WRITER_SWITCH_INTERVAL  # noqa: E402
@@ -137,8 +138,7 @@ ROUTE_SECONDS = 5.0
 
 
 def put_loop(address, keys, stop, puts):
-    import broker_sim
-    conn = broker_sim.SimBroker(address, 997, timeout=30)
+    conn = brokersim.SimBroker(address, 997, timeout=30)
     n = 0
     while not stop.is_set():
         ns, key = keys[(n * 7919) % len(keys)]
@@ -154,7 +154,6 @@ def put_loop(address, keys, stop, puts):
 def route_latencies(size, mode):
     """(table bytes, puts per second, [seconds per route answer]) with ``mode`` one of
     "rewrite", "journal", "no puts"."""
-    import broker_sim
     import load
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="kvbench.", dir=os.getcwd()) as work:
@@ -167,9 +166,8 @@ def route_latencies(size, mode):
         putter = None
         brokers = []
         try:
-            brokers = broker_sim.register_brokers(server.address, 1,
-                                                  broker_sim.topic_names(100))
-            query = broker_sim.SimBroker(server.address, 998, timeout=30)
+            brokers = brokersim.register_brokers(server.address, 1, brokersim.topic_names(100))
+            query = brokersim.SimBroker(server.address, 998, timeout=30)
             cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                           {"topic": "T-00001"}, version=V4_9_8)
             assert query.call(cmd).code == 0
@@ -193,11 +191,10 @@ def route_latencies(size, mode):
             stop.set()
             if putter is not None:
                 putter.join(30)
-            broker_sim.close_all(brokers)
+            brokersim.close_all(brokers)
             server.stop()
         rate = puts.value / (elapsed + 0.5) if putter is not None else 0.0
-        return sum(len(ns) + sum(len(k) + len(v) for k, v in kv.items())
-                   for ns, kv in table.items()), rate, times
+        return kvconfig._table_size(table, None), rate, times
 
 
 def routes_main():

@@ -65,7 +65,6 @@ def _selects(markexpr, marker):
 
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("requires"):
-        parts._check_names(mark.args)
         parts.require(*mark.args)
 
 

@@ -1,4 +1,4 @@
-"""rmq.config: Java's NamesrvConfig/NettyServerConfig keys, properties files, GET/UPDATE."""
+"""rmq.namesrv.config: Java's NamesrvConfig/NettyServerConfig keys, properties files, GET/UPDATE."""
 
 import logging
 import os
@@ -12,7 +12,7 @@ from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigN
 from rmq.errors import RmqError
 from support import vector_bytes
 
-# rmq.config is Python whichever core is selected.
+# rmq.namesrv.config is Python whichever core is selected.
 pytestmark = pytest.mark.once
 
 

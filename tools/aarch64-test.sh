@@ -47,12 +47,11 @@ JOBS=${RMQ_ARM64_JOBS:-$(nproc)}
 export QEMU_CPU=${QEMU_CPU:-max}
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-default}
 
+TOOL=aarch64-test
 START=${RMQ_ARM64_START:-$(date +%s)}
 export RMQ_ARM64_START=$START
-log() { printf '[aarch64-test %4ds] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
-# shellcheck source=tools/debootstrap-root.sh
-. "$(dirname "${BASH_SOURCE[0]}")/debootstrap-root.sh"
+# shellcheck source=tools/roots.sh
+. "$(dirname "${BASH_SOURCE[0]}")/roots.sh"
 [[ "$ROOT" == /?* ]] || die "RMQ_ARM64_ROOT must be an absolute path other than / (got '$ROOT')"
 
 # ------------------------------------------------------------------ inside the namespace
@@ -60,33 +59,17 @@ die() { log "FAILED: $*"; exit 1; }
 # rootfs) vanish with it, even when it is killed.
 if [[ "${1:-}" == "--in-namespace" ]]; then
     shift
-    mount --make-rprivate /
-
-    mount_rootfs() {   # $1: rootfs
-        mount -t proc proc "$1/proc"
-        mount -t sysfs sysfs "$1/sys"
-        mount --rbind /dev "$1/dev"
-        cp -L /etc/resolv.conf "$1/etc/resolv.conf"   # pip reaches PyPI from inside,
-        # trusting what the host trusts (a TLS-intercepting proxy's CA included)
-        local bundle=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
-        [[ -f "$bundle" ]] || bundle="$1/etc/ssl/certs/ca-certificates.crt"
-        cp -L "$bundle" "$1/etc/rmq-host-ca.crt"
-    }
-    in_root() {        # a command in the arm64 rootfs, with a clean environment
-        chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-            PATH=/opt/rmq-venv/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+    mount --make-rprivate /       # before debootstrap's own mounts (mount_root does it too)
+    in_root() {        # a command in the arm64 rootfs, with the venv first on PATH
+        in_root_of "$ROOT" PATH=/opt/rmq-venv/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
             QEMU_CPU="$QEMU_CPU" HYPOTHESIS_PROFILE="$HYPOTHESIS_PROFILE" \
-            ${PYTEST_ADDOPTS:+PYTEST_ADDOPTS="$PYTEST_ADDOPTS"} ${CI:+CI="$CI"} \
-            PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/rmq-host-ca.crt \
-            SSL_CERT_FILE=/etc/rmq-host-ca.crt PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}" \
-            ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
-            ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} "$@"
+            ${PYTEST_ADDOPTS:+PYTEST_ADDOPTS="$PYTEST_ADDOPTS"} ${CI:+CI="$CI"} "$@"
     }
 
     # 2. the rootfs, once
     STAMP=$(root_stamp "$ROOT" "$SUITE" "$PACKAGES")
     make_root "$ROOT" "$SUITE" "$PACKAGES" "$MIRROR" --arch=arm64
-    mount_rootfs "$ROOT"
+    mount_root "$ROOT"
     if [[ "$(cat "$ROOT/.rmq-rootfs")" != "$STAMP" ]]; then
         log "rootfs package list changed: apt-get install ${PACKAGES//,/ }"
         in_root apt-get update -q

@@ -23,35 +23,20 @@ MIRROR=${RMQ_SID_MIRROR:-http://deb.debian.org/debian}
 PY=${RMQ_SID_PYTHON:-3.14}
 PACKAGES=python$PY,python$PY-dev,python$PY-venv,gcc,libc6-dev,ca-certificates
 
+TOOL=wheel-test-sid
 START=${RMQ_SID_START:-$(date +%s)}
 export RMQ_SID_START=$START
-log() { printf '[wheel-test-sid %4ds] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
-# shellcheck source=tools/debootstrap-root.sh
-. "$(dirname "${BASH_SOURCE[0]}")/debootstrap-root.sh"
+# shellcheck source=tools/roots.sh
+. "$(dirname "${BASH_SOURCE[0]}")/roots.sh"
 [[ "$ROOT" == /?* ]] || die "RMQ_SID_ROOT must be an absolute path other than / (got '$ROOT')"
 
 if [[ "${1:-}" == "--in-namespace" ]]; then
-    # mounts made here vanish with the namespace, even when the run is killed
-    mount --make-rprivate /
-    mount -t proc proc "$ROOT/proc"
-    mount -t sysfs sysfs "$ROOT/sys"
-    mount --rbind /dev "$ROOT/dev"
-    cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
-    # pip trusts what the host trusts (a TLS-intercepting proxy's CA included)
-    bundle=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
-    [[ -f "$bundle" ]] || bundle="$ROOT/etc/ssl/certs/ca-certificates.crt"
-    cp -L "$bundle" "$ROOT/etc/rmq-host-ca.crt"
+    mount_root "$ROOT"
     rm -rf --one-file-system "$ROOT/build/rmq"
     "$REPO/tools/copy-tree.sh" "$REPO" "$ROOT/build/rmq"
-    exec chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-        PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/rmq-host-ca.crt \
-        SSL_CERT_FILE=/etc/rmq-host-ca.crt PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}" \
-        ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
-        ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} \
-        ${RMQ_WHEEL_XDIST:+RMQ_WHEEL_XDIST="$RMQ_WHEEL_XDIST"} \
+    in_root_of "$ROOT" ${RMQ_WHEEL_XDIST:+RMQ_WHEEL_XDIST="$RMQ_WHEEL_XDIST"} \
         PYTHON="python$PY" RMQ_WHEEL_WORK=/build/wheel-test /build/rmq/tools/wheel-test.sh
+    exit
 fi
 
 (( EUID == 0 )) || die "needs root (debootstrap, chroot, mount)"

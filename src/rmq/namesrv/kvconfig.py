@@ -743,7 +743,6 @@ class KVConfig:
         self._limit("key", len(key_b), "maxKvKeyBytes", self.max_key_bytes)
         self._limit("value", len(value_b), "maxKvValueBytes", self.max_value_bytes)
         op = ["put", namespace, key, value]
-        record = None if self.path is None else _record(op)
         with self._lock:
             self._check_open()
             kv = self._table.get(namespace)
@@ -760,7 +759,7 @@ class KVConfig:
             total = self._table_bytes + grow
             if grow > 0:
                 self._limit("table", total, "maxKvTableBytes", self.max_table_bytes)
-            fold = record is not None and self._write_change(op, record, total)
+            fold = self.path is not None and self._write_change(op, total)
             if kv is None:
                 self._table[namespace] = {key: value}
             else:
@@ -789,7 +788,7 @@ class KVConfig:
                 return                       # already absent, and on disk
             total = self._table_bytes - len(key_b) - len(old.encode("utf-8"))
             op = ["del", namespace, key]
-            fold = self.path is not None and self._write_change(op, _record(op), total)
+            fold = self.path is not None and self._write_change(op, total)
             del kv[key]
             self._table_bytes = total
             if fold:
@@ -810,9 +809,9 @@ class KVConfig:
         limit = self.rewrite_max_table_bytes
         return 0 < limit and table_bytes <= limit and not self._fuzzy
 
-    def _write_change(self, op, record, table_bytes):
+    def _write_change(self, op, table_bytes):
         """Put ``op`` on disk, before memory (the writer lock held): a small table's
-        kvConfig.json rewritten with it, else ``record`` appended to the journal. True
+        kvConfig.json rewritten with it, else its record appended to the journal. True
         when the journals are then to be folded into kvConfig.json (a table shrunk
         back: the change is in the last journal, memory to be updated first).
 
@@ -824,7 +823,7 @@ class KVConfig:
             self._snapshot_bytes = self._write_snapshot(_with_change(self._table, op),
                                                         make_dirs=True)
             return False
-        self._append(record)
+        self._append(_record(op))
         return rewrite
 
     def _fold_journals(self):
