@@ -162,7 +162,7 @@ def scenario_registrations(server, args):
     def heartbeats():
         while not stop.is_set():
             for b in others:
-                ext = b._ext()
+                ext = b._identity()
                 b.call(RemotingCommand.request(RC.BROKER_HEARTBEAT, ext))
                 b.call(RemotingCommand.request(RC.QUERY_DATA_VERSION, ext,
                                                b'{"counter":1,"timestamp":1}'))
