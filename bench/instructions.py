@@ -61,8 +61,8 @@ def route(reps, zone=False):
     import rmq
     rt, topics = _w1_table(2 if zone else 0)
     ext = {"__ZONE_MODE": "true", "__ZONE_NAME": "zone-0"} if zone else {}
-    for t in topics:
-        rt.route_body(t, False, "zone-0" if zone else None)
+    for t in topics:        # (a build from before zone mode takes no zone argument)
+        rt.route_body(t, False, "zone-0") if zone else rt.route_body(t)
     stream = b"".join(rmq.encode_frame(rmq.RemotingCommand.request(
         105, {"topic": topics[i % TOPICS], **ext}, opaque=i)) for i in range(FRAMES))
     chunks = [stream[i:i + CHUNK] for i in range(0, len(stream), CHUNK)]
