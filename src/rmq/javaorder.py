@@ -20,11 +20,12 @@ rmq reproduces so that its answers compare byte for byte with Java's:
   keys shared a bucket at each resize, i.e. on the insertion and removal history.
 
 Not emulated (Java's order then differs; rmq's answers stay correct): what Java does
-to a bucket that reaches 8 keys, which takes keys crafted to share a String.hashCode
-(or a tiny table). Below 64 buckets the whole table then grows early; from 64 on the
-bucket becomes a red-black tree, whose new keys go after their tree parent
-(``HashMap``) or in front (``ConcurrentHashMap``), and which resizes without the
-reversal; whether a removal turns it back into a list depends on the tree's shape.
+to a bucket that reaches 8 keys, rare at a load of at most 3/4 (keys sharing a
+String.hashCode; among tens of thousands of similar names, a bucket or two). Below 64
+buckets the whole table then grows early; from 64 on the bucket becomes a red-black
+tree, whose new keys go after their tree parent (``HashMap``) or in front
+(``ConcurrentHashMap``), and which resizes without the reversal; whether a removal
+turns it back into a list depends on the tree's shape.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
