@@ -30,6 +30,7 @@ turns it back into a list depends on the tree's shape.
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
            "java_string_order", "hash_map_table_size", "concurrent_table_size",
@@ -109,12 +110,35 @@ def java_hash_order(keys: Iterable[str], initial_capacity: int = _DEFAULT_CAPACI
     return sorted(ordered, key=lambda k: java_spread_hash(k) & mask)
 
 
-class JavaHashKeys:
-    """The keys of a Java ``HashMap``/``HashSet`` (``new HashSet<>()``: capacity 16),
-    mirrored: ``add``/``discard`` as Java adds and removes them. Iterates in insertion
-    order (cheap, for the tables' own use); ``java_order()`` is Java's."""
+_V = TypeVar("_V")
 
-    __slots__ = ("_keys", "_peak", "_initial")
+
+class _MirroredKeys(Generic[_V]):
+    """The keys of a Java map or set, mirrored: ``add``/``discard`` as Java puts and
+    removes them. Iterates in insertion order (cheap, for the tables' own use);
+    ``java_order()`` is Java's iteration order."""
+
+    __slots__ = ("_keys",)
+
+    _keys: dict[str, _V]
+
+    def discard(self, key: str) -> None:
+        self._keys.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class JavaHashKeys(_MirroredKeys[None]):
+    """The keys of a Java ``HashMap``/``HashSet`` (``new HashSet<>()``: capacity 16)."""
+
+    __slots__ = ("_peak", "_initial")
 
     def __init__(self, keys: Iterable[str] = (), initial_capacity: int = _DEFAULT_CAPACITY):
         self._keys = dict.fromkeys(keys)
@@ -128,20 +152,8 @@ class JavaHashKeys:
             if len(keys) > self._peak:
                 self._peak = len(keys)
 
-    def discard(self, key: str) -> None:
-        self._keys.pop(key, None)
-
     def java_order(self) -> list[str]:
         return java_hash_order(self._keys, self._initial, peak=self._peak)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
     def __repr__(self) -> str:
         return f"JavaHashKeys({list(self._keys)!r}, peak={self._peak})"
@@ -245,32 +257,28 @@ class ConcurrentTable:
                         reordered[key] = (seq, rank)
 
 
-class JavaConcurrentKeys:
-    """The keys of a Java ``ConcurrentHashMap``, mirrored: ``add``/``discard`` as Java
-    puts and removes them. Iterates in insertion order; ``java_order()`` is Java's."""
+class JavaConcurrentKeys(_MirroredKeys[int]):
+    """The keys of a Java ``ConcurrentHashMap``, each with its insertion's number."""
 
-    __slots__ = ("_seqs", "_next", "_table")
+    __slots__ = ("_next", "_table")
 
     def __init__(self, initial_capacity: int | None = None, keys: Iterable[str] = ()):
-        self._seqs: dict[str, int] = {}
+        self._keys = {}
         self._next = 0
         self._table = ConcurrentTable(initial_capacity)
         for key in keys:
             self.add(key)
 
     def add(self, key: str) -> None:
-        seqs = self._seqs
+        seqs = self._keys
         if key not in seqs:
             seqs[key] = self._next
             self._next += 1
             if len(seqs) >= self._table.threshold:
                 self._table.grow(len(seqs), self._entries)
 
-    def discard(self, key: str) -> None:
-        self._seqs.pop(key, None)
-
     def _entries(self) -> list[tuple[int, str]]:
-        return [(s, k) for k, s in self._seqs.items()]
+        return [(s, k) for k, s in self._keys.items()]
 
     @property
     def table_size(self) -> int:
@@ -279,17 +287,8 @@ class JavaConcurrentKeys:
     def java_order(self) -> list[str]:
         return self._table.order(self._entries())
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._seqs
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._seqs)
-
-    def __len__(self) -> int:
-        return len(self._seqs)
-
     def __repr__(self) -> str:
-        return f"JavaConcurrentKeys({list(self._seqs)!r}, table={self._table.size})"
+        return f"JavaConcurrentKeys({list(self._keys)!r}, table={self._table.size})"
 
 
 def java_route_orders(history: Iterable[tuple[str, str]],
