@@ -28,6 +28,7 @@ tree, whose new keys go after their tree parent (``HashMap``) or in front
 turns it back into a list depends on the tree's shape.
 """
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Generic, TypeVar
@@ -38,6 +39,7 @@ __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
            "JavaConcurrentKeys", "java_route_orders"]
 
 _MAXIMUM_CAPACITY = 1 << 30
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"   # for cast("H")
 _DEFAULT_CAPACITY = 16
 
 
@@ -47,9 +49,8 @@ def java_spread_hash(s: str) -> int:
     (over UTF-16 code units), as an unsigned 32-bit int. ``ConcurrentHashMap.spread``
     also clears the sign bit, which no table index ever reaches."""
     h = 0
-    b = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(b), 2):
-        h = (31 * h + ((b[i] << 8) | b[i + 1])) & 0xFFFFFFFF
+    for unit in memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
+        h = (31 * h + unit) & 0xFFFFFFFF
     return h ^ (h >> 16)
 
 
@@ -199,6 +200,7 @@ class ConcurrentTable:
         return self.size - (self.size >> 2)
 
     def sort_key(self, key: str, seq: int) -> tuple[int, int, int]:
+        """(bucket, 0, rank) of a key a resize placed, else (bucket, 1, seq)."""
         bucket = java_spread_hash(key) & (self.size - 1)
         placed = self._reordered.get(key)
         if placed is not None and placed[0] == seq:
@@ -208,8 +210,14 @@ class ConcurrentTable:
     def order(self, entries: Iterable[tuple[int, str]]) -> list[str]:
         """The keys of ``entries`` (``(seq, key)``, any subset of the map's) in Java's
         iteration order."""
-        key = self.sort_key
-        return [k for _, k in sorted((key(k, s), k) for s, k in entries)]
+        mask, spread, placed = self.size - 1, java_spread_hash, self._reordered.get
+        keyed = []
+        for seq, key in entries:       # sort_key, inlined: answers sort every topic
+            p = placed(key)
+            keyed.append((spread(key) & mask, 0, p[1], key) if p is not None and p[0] == seq
+                         else (spread(key) & mask, 1, seq, key))
+        keyed.sort()
+        return [e[3] for e in keyed]
 
     def grow(self, count: int,
              entries: Callable[[], Sequence[tuple[int, str]]]) -> None:
@@ -223,38 +231,44 @@ class ConcurrentTable:
         listed = entries()
         while len(listed) >= self.threshold and self.size < _MAXIMUM_CAPACITY:
             self._transfer(listed[:self.threshold])
-        live = {k: s for s, k in listed}
-        self._reordered = {k: p for k, p in self._reordered.items() if live.get(k) == p[0]}
 
     def _transfer(self, present: Sequence[tuple[int, str]]) -> None:
         """``ConcurrentHashMap.transfer`` of the ``present`` keys into a table twice
         the size: each bucket's last run of keys bound for the same half is moved as
-        it is; the keys before it are pushed, one by one, in front of their half."""
+        it is; the keys before it are pushed, one by one, in front of their half.
+        Only buckets of two keys or more can come out of sequence order."""
         n = self.size
-        buckets: dict[int, list[tuple[tuple[int, int, int], int, str]]] = {}
+        mask, spread, placed = n - 1, java_spread_hash, self._reordered.get
+        buckets: dict[int, list[tuple[int, int, int, str]]] = {}
         for seq, key in present:
-            sk = self.sort_key(key, seq)
-            buckets.setdefault(sk[0], []).append((sk, seq, key))
+            h = spread(key)
+            p = placed(key)
+            node = (0, p[1], seq, key) if p is not None and p[0] == seq else (1, seq, seq, key)
+            shared = buckets.get(h & mask)
+            if shared is None:
+                buckets[h & mask] = [node]
+            else:
+                shared.append(node)
         self.size = n << 1
-        reordered = self._reordered
+        reordered: dict[str, tuple[int, int]] = {}
         for old in buckets.values():
+            if len(old) < 2:
+                continue
             old.sort()
-            nodes = [(seq, key) for _, seq, key in old]
-            bits = [java_spread_hash(key) & n for _, key in nodes]
-            last_run = len(nodes) - 1
+            bits = [spread(key) & n for _, _, _, key in old]
+            last_run = len(old) - 1
             while last_run > 0 and bits[last_run - 1] == bits[-1]:
                 last_run -= 1
             halves: dict[int, list[tuple[int, str]]] = {0: [], n: []}
-            halves[bits[-1]] = nodes[last_run:]
+            halves[bits[-1]] = [(seq, key) for _, _, seq, key in old[last_run:]]
             for i in range(last_run):
-                halves[bits[i]].insert(0, nodes[i])
+                halves[bits[i]].insert(0, (old[i][2], old[i][3]))
             for half in halves.values():
-                if [s for s, _ in half] == sorted(s for s, _ in half):
-                    for _, key in half:
-                        reordered.pop(key, None)
-                else:
+                seqs = [seq for seq, _ in half]
+                if seqs != sorted(seqs):
                     for rank, (seq, key) in enumerate(half):
                         reordered[key] = (seq, rank)
+        self._reordered = reordered
 
 
 class JavaConcurrentKeys(_MirroredKeys[int]):
