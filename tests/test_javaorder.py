@@ -82,6 +82,17 @@ JDK_CONCURRENT_GROWTH = {
 }
 
 
+#: The table at the first insertion for capacities that are no power of two: OpenJDK 17
+#: and Temurin 25 (``new chm N``, ``put a``, ``table``); JDK 8's formula would make 32
+#: for 11.
+JDK_CONCURRENT_FIRST_TABLE = {5: 8, 11: 16, 12: 32, 13: 32, 100: 256, 1000: 2048}
+
+
+def test_concurrent_first_table_is_jdk_17s():
+    assert {n: concurrent_table_size(n) for n in JDK_CONCURRENT_FIRST_TABLE} == \
+        JDK_CONCURRENT_FIRST_TABLE
+
+
 @pytest.mark.parametrize("capacity", list(JDK_CONCURRENT_GROWTH))
 def test_concurrent_table_sizes_are_the_jdks(capacity):
     expected = JDK_CONCURRENT_GROWTH[capacity]

@@ -12,7 +12,7 @@ rmq reproduces so that its answers compare byte for byte with Java's:
   the map ever held.
 - ``ConcurrentHashMap`` (``ConcurrentTable``, ``JavaConcurrentKeys``): by bucket too,
   new keys at the end of their bucket, but its table is sized otherwise (``new
-  ConcurrentHashMap<>(n)`` makes ``tableSizeFor(n + n/2 + 1)`` buckets, not
+  ConcurrentHashMap<>(n)`` makes ``tableSizeFor(1 + n / 0.75)`` buckets, not
   ``tableSizeFor(n)``), it grows when the count *reaches* 3/4 of the table (a
   HashMap when it exceeds it), and a resize (``transfer``) does not keep the order
   within a bucket: the tail run of keys bound for the same half stays as it was and
@@ -162,13 +162,16 @@ class JavaHashKeys(_MirroredKeys[None]):
 
 def concurrent_table_size(initial_capacity: int | None = None) -> int:
     """The table of a ``new ConcurrentHashMap<>(initial_capacity)`` (None: ``new
-    ConcurrentHashMap<>()``, 16) at its first insertion (JDK 8 to 17):
-    ``tableSizeFor(n + (n >>> 1) + 1)``, e.g. 2,048 for 1,024 and 256 for 128."""
+    ConcurrentHashMap<>()``, 16) at its first insertion, JDK 11 and later:
+    ``tableSizeFor((long) (1.0 + n / 0.75f))``, e.g. 2,048 for 1,024 and 256 for 128.
+    (JDK 8's ``tableSizeFor(n + n/2 + 1)`` gives the same for a power of two, as
+    RocketMQ's capacities are, but not for 11, say: 32 where JDK 17 makes 16.)"""
     if initial_capacity is None:
         return _DEFAULT_CAPACITY
-    if initial_capacity >= _MAXIMUM_CAPACITY >> 1:
-        return _MAXIMUM_CAPACITY
-    return _table_size_for(initial_capacity + (initial_capacity >> 1) + 1)
+    n = max(initial_capacity, 1)        # concurrencyLevel 1: at least one bin
+    # 1.0 + (float) n / 0.75f: n / 0.75 is k + 1/3 or k + 2/3 or exact, never within
+    # float32 rounding of the integer above it (below 2**22), so this is its floor.
+    return _table_size_for(4 * n // 3 + 1)
 
 
 class ConcurrentTable:
