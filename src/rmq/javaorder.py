@@ -29,6 +29,7 @@ turns it back into a list depends on the tree's shape.
 """
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Generic, TypeVar
@@ -232,40 +233,45 @@ class ConcurrentTable:
         if count < self.threshold or self.size >= _MAXIMUM_CAPACITY:
             return
         listed = entries()
+        hashes = [java_spread_hash(key) for _, key in listed]
         while len(listed) >= self.threshold and self.size < _MAXIMUM_CAPACITY:
-            self._transfer(listed[:self.threshold])
+            self._transfer(listed, hashes, self.threshold)
 
-    def _transfer(self, present: Sequence[tuple[int, str]]) -> None:
-        """``ConcurrentHashMap.transfer`` of the ``present`` keys into a table twice
-        the size: each bucket's last run of keys bound for the same half is moved as
-        it is; the keys before it are pushed, one by one, in front of their half.
-        Only buckets of two keys or more can come out of sequence order."""
+    def _transfer(self, listed: Sequence[tuple[int, str]], hashes: list[int],
+                  present: int) -> None:
+        """``ConcurrentHashMap.transfer`` of the ``present`` first keys of ``listed``
+        (``hashes``: theirs) into a table twice the size: each bucket's last run of
+        keys bound for the same half is moved as it is; the keys before it are pushed,
+        one by one, in front of their half. Only buckets of two keys or more can come
+        out of sequence order: the others are not looked at."""
         n = self.size
-        mask, spread, placed = n - 1, java_spread_hash, self._reordered.get
-        buckets: dict[int, list[tuple[int, int, int, str]]] = {}
-        for seq, key in present:
-            h = spread(key)
-            p = placed(key)
-            node = (0, p[1], seq, key) if p is not None and p[0] == seq else (1, seq, seq, key)
-            shared = buckets.get(h & mask)
-            if shared is None:
-                buckets[h & mask] = [node]
-            else:
-                shared.append(node)
+        mask = n - 1
+        buckets = [h & mask for h in hashes[:present]]
+        shared = {b for b, c in Counter(buckets).items() if c > 1}
+        placed = self._reordered.get
+        groups: dict[int, list[int]] = {}
+        for i in [i for i, b in enumerate(buckets) if b in shared]:
+            groups.setdefault(buckets[i], []).append(i)
         self.size = n << 1
         reordered: dict[str, tuple[int, int]] = {}
-        for old in buckets.values():
-            if len(old) < 2:
-                continue
+        for members in groups.values():
+            old = []
+            for i in members:
+                seq, key = listed[i]
+                p = placed(key)
+                old.append(((0, p[1]) if p is not None and p[0] == seq else (1, seq))
+                           + (seq, key, hashes[i] & n))
+            if len(old) == 2 and old[0][0] == old[1][0] == 1:
+                continue            # two keys in sequence order: no reversal possible
             old.sort()
-            bits = [spread(key) & n for _, _, _, key in old]
+            bits = [node[4] for node in old]
             last_run = len(old) - 1
             while last_run > 0 and bits[last_run - 1] == bits[-1]:
                 last_run -= 1
             halves: dict[int, list[tuple[int, str]]] = {0: [], n: []}
-            halves[bits[-1]] = [(seq, key) for _, _, seq, key in old[last_run:]]
-            for i in range(last_run):
-                halves[bits[i]].insert(0, (old[i][2], old[i][3]))
+            halves[bits[-1]] = [(node[2], node[3]) for node in old[last_run:]]
+            for node in old[:last_run]:
+                halves[node[4]].insert(0, (node[2], node[3]))
             for half in halves.values():
                 seqs = [seq for seq, _ in half]
                 if seqs != sorted(seqs):
