@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import rmq
+from rmq import bodies
+from rmq.javaorder import java_hash_order
 from rmq.namesrv import kvconfig
 from rmq.errors import RmqError
 from rmq.namesrv.kvconfig import (
@@ -101,6 +103,36 @@ def test_namespace_is_a_copy():
     table["k"] = "changed"
     table["new"] = "x"
     assert kv.namespace("ns") == {"k": "v"}
+
+
+def test_kv_list_is_the_5_0_0_answer():
+    """GET_KVLIST_BY_NAMESPACE (219) in Java 5.0.0's order, byte for byte (its vector,
+    seq 466): KVConfigManager keeps a namespace in a HashMap, KVTable writes it in its
+    iteration order (bucket, then insertion), not in the order of the puts."""
+    vectors = Path(__file__).resolve().parent / "vectors" / "java-5.0.0"
+    java = rmq.decode_frame((vectors / "219_get_kvlist_by_namespace_response.bin").read_bytes())
+    kv = KVConfig(None)
+    kv.put("peer_ns", "peer_key", "peer_value")          # seq 439
+    kv.put("peer_ns", "peer_key2", "peer_value2")        # (not among the vectors)
+    assert bodies.encode_kv_table(kv.namespace("peer_ns")) == bytes(java.body)
+    assert list(kv.namespace("peer_ns")) == ["peer_key2", "peer_key"]
+
+
+def test_kv_list_order_follows_the_hash_maps_history():
+    """A HashMap never shrinks: once 13 keys made its table 32 buckets, what is left
+    comes in the order of 32 buckets (16 for a namespace that never held more than 12),
+    a JDK fact checked in test_javaorder."""
+    kv = KVConfig(None)
+    for i in range(13):
+        kv.put("ns", f"key-{i}", "v")
+    for i in range(3, 13):
+        kv.delete("ns", f"key-{i}")
+    for k in ("a", "b", "kv-1", "kv-2", "kv-3"):
+        kv.put("ns", k, "v")
+        kv.put("fresh", k, "v")
+    assert list(kv.namespace("ns")) == java_hash_order(kv.namespace("ns"), 32)
+    assert list(kv.namespace("fresh")) == java_hash_order(kv.namespace("fresh"), 16)
+    assert list(kv.namespace("ns")) != java_hash_order(kv.namespace("ns"), 16)
 
 
 def test_deleting_the_last_key_keeps_the_namespace_empty():

@@ -14,6 +14,7 @@ import pytest
 
 import rmq
 from rmq import bodies
+from rmq.javaorder import JavaConcurrentKeys
 from rmq.namesrv import routeinfo as ref
 from support import load_fallback, route_table, vector_bytes
 
@@ -936,10 +937,20 @@ def test_replay_4_9_8_register_broker(RT):
     def topic_list(name):
         return bodies.decode_topic_list(_vector(name).body)
 
-    assert rt.all_topics() == topic_list("206_get_all_topic_list_from_nameserver_response.bin")[0]
-    assert rt.topics_by_cluster("DefaultCluster") == \
-        topic_list("224_get_topics_by_cluster_response.bin")[0]
-    assert rt.system_topics() == topic_list("304_get_system_topic_list_from_ns_response.bin")
+    # The captured topics in Java 5.0.0's order (issue 29), not 4.9.8's: 5.0.0's
+    # TopicList is a CopyOnWriteArraySet filled from topicQueueTable, a
+    # ConcurrentHashMap(1024) (4.9.8: a HashSet from a HashMap), in the order
+    # rmq.javaorder gives (checked against the JDK in test_javaorder); 304 lists each
+    # cluster, then its brokers.
+    topics = topic_list("206_get_all_topic_list_from_nameserver_response.bin")[0]
+    in_5_0_0_order = JavaConcurrentKeys(1024, topics).java_order()
+    assert in_5_0_0_order != topics
+    assert rt.all_topics() == in_5_0_0_order
+    assert rt.topics_by_cluster("DefaultCluster") == in_5_0_0_order
+    assert sorted(topic_list("224_get_topics_by_cluster_response.bin")[0]) == sorted(topics)
+    names, broker_addr = topic_list("304_get_system_topic_list_from_ns_response.bin")
+    assert rt.system_topics() == (["DefaultCluster", "broker-a"], broker_addr)
+    assert sorted(names) == ["DefaultCluster", "broker-a"]
     assert rt.unit_topics() == topic_list("311_get_unit_topic_list_response.bin")[0] == []
     assert rt.has_unit_sub_topics() == []
     assert rt.has_unit_sub_ununit_topics() == []

@@ -600,9 +600,19 @@ cdef class TopicTable:
         out.sort()
         return out
 
-    def topic_names(self):
-        """Every topic with queue data, in insertion order."""
-        return [t for _, t, _ in self._entries(-1, False, None)]
+    def topic_seqs(self):
+        """``(seq, topic)`` of every topic with queue data, in insertion order: ``seq``
+        numbers the insertion, a new one when a topic removed comes back."""
+        return [(seq, t) for seq, t, _ in self._entries(-1, False, None)]
+
+    def topic_count(self):
+        """How many topics have queue data."""
+        cdef size_t count
+        with nogil:
+            rt_rdlock(self.t)
+            count = self.t.count
+            rt_rdunlock(self.t)
+        return count
 
     def first_flags(self):
         """(topic, topicSysFlag of its first QueueData in Java's order) per topic."""

@@ -45,6 +45,8 @@ class TopicTable:
     def __init__(self, broker_state=None, cache_bytes=None):
         self._broker_state = broker_state
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
+        self._seqs = {}             # topic -> its insertion's number (new when re-inserted)
+        self._next_seq = 0
         self._broker_topics = {}    # brokerName -> {topic: None} (ordered set)
         # Encoded answers by form, each topic -> body: False standard, True legacy,
         # ("zone", z) a zone-mode query's answer for zone class z: a registered
@@ -225,9 +227,15 @@ class TopicTable:
         """{brokerName: QueueData dict} of a topic in insertion order, or None."""
         return self._topics.get(topic)
 
-    def topic_names(self):
-        """Every topic with queue data, in insertion order."""
-        return list(self._topics)
+    def topic_seqs(self):
+        """``(seq, topic)`` of every topic with queue data, in insertion order: ``seq``
+        numbers the insertion, a new one when a topic removed comes back."""
+        seqs = self._seqs
+        return [(seqs[t], t) for t in self._topics]
+
+    def topic_count(self):
+        """How many topics have queue data."""
+        return len(self._topics)
 
     def first_flags(self):
         """(topic, topicSysFlag of its first QueueData in Java's order) per topic:
@@ -249,6 +257,8 @@ class TopicTable:
         qmap = self._topics.get(topic)
         if qmap is None:
             qmap = self._topics[topic] = {}
+            self._seqs[topic] = self._next_seq
+            self._next_seq += 1
         elif qmap.get(name) == qd:
             return False
         qmap[name] = qd
@@ -268,6 +278,7 @@ class TopicTable:
                 del self._broker_topics[broker_name]
         if not qmap:
             del self._topics[topic]
+            del self._seqs[topic]
             self._freq.pop(topic, None)
         self.touch((topic,))
         return True

@@ -109,6 +109,7 @@ import weakref
 import zlib
 
 from rmq.errors import RmqError
+from rmq.javaorder import java_hash_order
 
 __all__ = [
     "KVConfig",
@@ -637,6 +638,9 @@ class KVConfig:
         self._lock = threading.Lock()            # one writer at a time
         self._compact_lock = threading.Lock()    # one compaction at a time
         self._table = {}
+        # The most keys each namespace held: Java's HashMap (its table) never shrinks,
+        # and its order follows its table (GET_KVLIST_BY_NAMESPACE answers in it).
+        self._peaks = {}
         self._journals = []                      # [_Journal] on disk, oldest first
         self._journal = None                     # the one open for appends
         self._append_gen = 1                     # the generation the next change goes to
@@ -662,6 +666,8 @@ class KVConfig:
                      self._snapshot_bytes, len(journals),
                      (time.monotonic() - started) * 1000)
         self._table_bytes = _table_size(self._table, self.path)
+        # Java loads the file into new HashMaps: sized by what they hold at the start
+        self._peaks = {ns: len(kv) for ns, kv in self._table.items()}
 
     def _cut_torn_tail(self, jpath, good):
         try:
@@ -689,9 +695,13 @@ class KVConfig:
         return None if kv is None else kv.get(key)
 
     def namespace(self, namespace):
-        """A copy of the namespace's table, or None when absent (getKVListByNamespace)."""
+        """A copy of the namespace's table in the iteration order of Java's HashMap
+        (its KVTable answer), or None when absent (getKVListByNamespace)."""
         kv = self._table.get(namespace)
-        return None if kv is None else dict(kv)
+        if kv is None:
+            return None
+        kv = dict(kv)               # one C call: atomic under the GIL
+        return {k: kv[k] for k in java_hash_order(kv, peak=self._peaks.get(namespace, 0))}
 
     def namespaces(self):
         """The namespace names (a list, in no particular order)."""
@@ -761,9 +771,11 @@ class KVConfig:
                 self._limit("table", total, "maxKvTableBytes", self.max_table_bytes)
             fold = self.path is not None and self._write_change(op, total)
             if kv is None:
-                self._table[namespace] = {key: value}
+                kv = self._table[namespace] = {key: value}
             else:
                 kv[key] = value
+            if len(kv) > self._peaks.get(namespace, 0):
+                self._peaks[namespace] = len(kv)
             self._table_bytes = total
             if fold:
                 self._fold_journals()

@@ -17,10 +17,26 @@ Tables (Java's names)::
     filterServerTable      (cluster, brokerAddr) -> [filter server addr]
     topicQueueMappingInfoTable  topic -> {brokerName -> TopicQueueMappingInfo}
 
-Ordering: Java keeps these tables in ``HashMap``/``HashSet`` and its answers list them
-in hash-bucket order. The lists this module returns reproduce that order (see
-``java_hash_order``), so the 206/224/304 answers match the 4.9.8 vectors element for
-element. It is not a protocol contract; it only makes answers comparable byte for byte.
+Ordering: Java's answers list its tables in their iteration order, which this module
+reproduces (rmq.javaorder), so that the 106/206/224/304/311-313 answers are Java
+5.0.0's element for element (its vectors). It is not a protocol contract; it makes
+answers comparable byte for byte. 5.0.0 keeps the tables in ``ConcurrentHashMap``s
+(topicQueueTable of capacity 1,024, brokerAddrTable 128, clusterAddrTable 32: 2,048,
+256 and 64 buckets), a cluster's broker names in a ``HashSet``, and fills a
+TopicList's ``CopyOnWriteArraySet`` (insertion order) from them: 206 and 311-313 in
+topicQueueTable's order, 224 broker by broker (the cluster's HashSet order), each
+broker's topics in that order, 304 cluster by cluster, each name followed by its
+brokers. (4.9.8 had ``HashMap``s and ``HashSet`` TopicLists.) A ConcurrentHashMap's
+order depends on its resize history (``ConcurrentTable``): the brokers' and clusters'
+tables are mirrored here as they change (``JavaConcurrentKeys``); the topic table,
+in the storage, is replayed from its insertion numbers (``topic_seqs``) when a change
+took it past a resize threshold, lazily (``_settle_topic_order``): before the next
+removal, which would take away keys the resize moved, or the next list answer.
+Registering a large table then makes no Python object per topic.
+Deviation: topics first created by one registration enter Java's topicQueueTable in
+the iteration order of the registration's decoded topicConfigTable (a
+ConcurrentHashMap of its own), here in the body's order; it shows only between two
+such topics of one bucket.
 
 The topic table and the cached route answers live in a storage composed in, the
 selected core's ``TopicTable``: ``rmq._core``'s (C, a writer-preferring read/write
@@ -31,7 +47,8 @@ Its interface, which both implement and only this module uses:
   reentrant; the pure one does nothing): mutators hold it for writing, readers of
   the cold tables for reading. ``TopicTable(broker_state)``: ``broker_state(name)``
   is ``(BrokerData dict or None, whether its routes need the rules)``;
-- queue data: ``qmap``, ``topic_names``, ``first_flags``, ``topics_of_brokers``,
+- queue data: ``qmap``, ``topic_seqs`` (``(insertion number, topic)``, a new number
+  for a topic that comes back), ``topic_count``, ``first_flags``, ``topics_of_brokers``,
   ``put_queue_data``, ``remove_queue_data``, ``remove_broker``, ``write_perm``;
 - registration: ``read_body(body, now_ms, check)`` (the parts; ``check``: the rules'
   checks of a decoded body), ``apply_topic_configs``;
@@ -49,12 +66,14 @@ Its interface, which both implement and only this module uses:
 import copy
 import functools
 import heapq
+import threading
 
 from rmq._impl import core
 from rmq._wire import nesting_exceeds
 from rmq.errors import BodyError
 from rmq.javacase import fold as java_fold
-from rmq.javaorder import java_hash_order
+from rmq.javaorder import (ConcurrentTable, JavaConcurrentKeys, JavaHashKeys,
+                           hash_map_table_size, java_hash_order, java_long_spread_hash)
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
@@ -75,7 +94,7 @@ DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
 # TopicValidator.SYNC_BROKER_MEMBER_GROUP_PREFIX (SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_")
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
-#: Initial capacities of Java's tables (4.9.8: ``new HashMap<>(1024)`` etc.).
+#: Initial capacities of Java's tables (5.0.0: ``new ConcurrentHashMap<>(1024)`` etc.).
 _TOPIC_TABLE_CAPACITY = 1024
 _BROKER_TABLE_CAPACITY = 128
 _CLUSTER_TABLE_CAPACITY = 32
@@ -84,10 +103,12 @@ REASON_EXPIRED = "expired"
 REASON_CONNECTION_CLOSED = "connection closed"
 
 
-def _topic_list_order(topics):
-    """A TopicList (``HashSet``, capacity 16) filled from ``topicQueueTable``
-    (``HashMap(1024)``) iteration: Java's 206/224/311-313 order."""
-    return java_hash_order(java_hash_order(topics, _TOPIC_TABLE_CAPACITY))
+def _first_broker_id(addrs):
+    """The first key of a BrokerData's brokerAddrs (``HashMap<Long, String>``), whose
+    value getSystemTopicList answers: the first bucket of ``Long.hashCode`` (the id
+    itself for ids 0 to 15), then the first inserted."""
+    mask = hash_map_table_size(len(addrs)) - 1
+    return min(addrs, key=lambda i: java_long_spread_hash(i) & mask)
 
 
 # ---------------------------------------------------------------- records
@@ -282,7 +303,13 @@ class RouteTable:
         self.concurrent = self._tt.concurrent   # whether several threads may use it
         self._order_topic_conf = None
         self._brokers = {}          # brokerName -> _BrokerData
-        self._clusters = {}         # cluster -> {brokerName: None} (ordered set)
+        self._clusters = {}         # cluster -> its brokerNames (JavaHashKeys)
+        # The iteration orders of Java's tables (see the module doc)
+        self._broker_order = JavaConcurrentKeys(_BROKER_TABLE_CAPACITY)
+        self._cluster_order = JavaConcurrentKeys(_CLUSTER_TABLE_CAPACITY)
+        self._topic_order = ConcurrentTable(_TOPIC_TABLE_CAPACITY)
+        self._topic_resized = False     # a resize of topicQueueTable not replayed yet
+        self._topic_order_lock = threading.Lock()   # readers replay it: one at a time
         self._live = {}             # (cluster, addr) -> BrokerLiveInfo (_LAST, ...)
         self._conn_of = {}          # (cluster, addr) -> the connection it registered over
         self._by_conn = {}          # conn -> {(cluster, addr): None}: its live entries
@@ -485,6 +512,7 @@ class RouteTable:
             # just created it; undo that creation instead.
             if created and not addrs:
                 del self._brokers[broker_name]
+                self._broker_order.discard(broker_name)
                 self._tt.broker_changed(broker_name)
                 if added_to_cluster:
                     self._discard_from_cluster(cluster, broker_name)
@@ -530,13 +558,17 @@ class RouteTable:
     def _broker_data(self, cluster, broker_name, zone_name, enable_acting_master):
         """A registration's cluster entry and BrokerData: (BrokerData, whether it was
         created, whether the cluster gained the brokerName)."""
-        names = self._clusters.setdefault(cluster, {})
+        names = self._clusters.get(cluster)
+        if names is None:
+            names = self._clusters[cluster] = JavaHashKeys()
+            self._cluster_order.add(cluster)
         added_to_cluster = broker_name not in names
-        names[broker_name] = None
+        names.add(broker_name)
         bd = self._brokers.get(broker_name)
         created = bd is None
         if created:
             bd = self._brokers[broker_name] = _BrokerData(cluster, broker_name)
+            self._broker_order.add(broker_name)
         # None: a pre-5.x broker, which does not send the header (isOldVersionBroker)
         declared = None if enable_acting_master is None else bool(enable_acting_master)
         if bd.enable_acting_master != declared or bd.zone_name != zone_name:
@@ -549,10 +581,14 @@ class RouteTable:
         """The topic configs (all of them when ``changed``: a first registration or a
         new DataVersion; else only topics the broker has no queue data for yet) and
         the static topics' mappings (when ``changed``). Whether some topic was written."""
+        # topics the broker no longer reports (static topics not supported)
+        delete_missing = self.delete_topic_with_broker_registration and not mappings
+        if delete_missing:
+            self._settle_topic_order()
         written = self._tt.apply_topic_configs(
             bd.broker_name, tc_table, force=changed, readonly=readonly,
-            # topics the broker no longer reports (static topics not supported)
-            delete_missing=self.delete_topic_with_broker_registration and not mappings)
+            delete_missing=delete_missing)
+        self._topics_added()
         if changed:
             for topic, info in mappings.items():
                 by_broker = self._mappings.setdefault(topic, {})
@@ -566,9 +602,36 @@ class RouteTable:
     def _discard_from_cluster(self, cluster, broker_name):
         names = self._clusters.get(cluster)
         if names is not None:
-            names.pop(broker_name, None)
+            names.discard(broker_name)
             if not names:
                 del self._clusters[cluster]
+                self._cluster_order.discard(cluster)
+
+    def _topics_added(self):
+        """After a change that may have added topics (after its removals): whether it
+        took Java's topicQueueTable past a resize (cheap: a count)."""
+        if self._tt.topic_count() >= self._topic_order.threshold:
+            self._topic_resized = True
+
+    def _settle_topic_order(self):
+        """Replay topicQueueTable's resizes since the last replay (ConcurrentTable.grow),
+        which order its iteration: before a change that removes topics (the write lock
+        held) or an answer that lists them (a read lock held: no change meanwhile, and
+        one reader replays). Exact as no topic was removed since the resize."""
+        if self._topic_resized:
+            with self._topic_order_lock:
+                if self._topic_resized:
+                    self._topic_order.grow(self._tt.topic_count(), self._tt.topic_seqs)
+                    self._topic_resized = False
+
+    def _topic_numbers(self):
+        """{topic: its insertion number}, the topic table's order settled."""
+        self._settle_topic_order()
+        return {t: s for s, t in self._tt.topic_seqs()}
+
+    def _topic_table_order(self, topics, numbers):
+        """``topics`` in the iteration order of Java's topicQueueTable."""
+        return self._topic_order.order((numbers[t], t) for t in topics)
 
     def _index_conn(self, key, conn):
         """Live entry ``key`` came over ``conn`` (None: over none) now."""
@@ -622,8 +685,10 @@ class RouteTable:
                 self._tt.broker_changed(broker_name)
             if not bd.addrs:
                 del self._brokers[broker_name]
+                self._broker_order.discard(broker_name)
                 self._tt.broker_changed(broker_name)
                 self._discard_from_cluster(cluster, broker_name)
+                self._settle_topic_order()
                 self._tt.remove_broker(broker_name)
             elif bd.acting_master_enabled and min(bd.addrs) > MASTER_ID:
                 # Master has been unregistered: wipe the write perm
@@ -739,7 +804,7 @@ class RouteTable:
                      for (c, a), info in self._live.items()],
             "filters": [[c, a, list(servers)] for (c, a), servers in self._filters.items()],
             "mappings": [[t, m] for t, m in self._mappings.items()],
-            "topics": [[t, list(self._tt.qmap(t).values())] for t in self._tt.topic_names()],
+            "topics": [[t, list(self._tt.qmap(t).values())] for _, t in self._tt.topic_seqs()],
         }
 
     @_writes
@@ -750,7 +815,7 @@ class RouteTable:
         time, and its re-registration makes it live as any other. Returns the number
         of live entries. Raises BodyError on a snapshot of another shape (nothing
         is kept then)."""
-        if self._brokers or self._live or self._tt.topic_names():
+        if self._brokers or self._live or self._tt.topic_count():
             raise BodyError("restore needs empty route tables")
         try:
             brokers = {}
@@ -759,7 +824,7 @@ class RouteTable:
                 bd.addrs = {int(i): str(a) for i, a in b["brokerAddrs"]}
                 bd.zone_name = b.get("zoneName")
                 bd.enable_acting_master = b.get("enableActingMaster")
-            clusters = {c: dict.fromkeys(names) for c, names in snapshot["clusters"]}
+            clusters = {c: JavaHashKeys(names) for c, names in snapshot["clusters"]}
             live = {(c, a): (now_ms, int(timeout), _frozen(dv), ha)
                     for c, a, timeout, dv, ha in snapshot["live"]}
             filters = {(c, a): list(servers) for c, a, servers in snapshot["filters"]}
@@ -773,12 +838,15 @@ class RouteTable:
             raise BodyError(f"not a route table snapshot: {e!r}") from None
         self._brokers, self._clusters, self._filters, self._mappings = (
             brokers, clusters, filters, mappings)
+        self._broker_order = JavaConcurrentKeys(_BROKER_TABLE_CAPACITY, brokers)
+        self._cluster_order = JavaConcurrentKeys(_CLUSTER_TABLE_CAPACITY, clusters)
         for key, info in live.items():
             self._live[key] = info
             self._queue(key, info)
         for topic, qds in topics:
             for qd in qds:
                 self._tt.put_queue_data(topic, qd)
+        self._topics_added()
         self._tt.python_routes = bool(self._mappings or self._order_topic_conf is not None)
         for name in self._brokers:
             self._tt.broker_changed(name)
@@ -881,11 +949,13 @@ class RouteTable:
         if not exists:
             for qd in qds:
                 self._tt.put_queue_data(topic, qd)
+            self._topics_added()
 
     @_writes
     def delete_topic(self, topic, cluster=None):
         """DELETE_TOPIC_IN_NAMESRV (216): the whole topic, or (with ``cluster``) its
         queue data on that cluster's brokers (nothing when the cluster is unknown)."""
+        self._settle_topic_order()
         if cluster:
             names = self._clusters.get(cluster)
             if not names or self._tt.qmap(topic) is None:
@@ -915,9 +985,8 @@ class RouteTable:
         """GET_BROKER_CLUSTER_INFO (106): (brokerAddrTable {name: BrokerData dict},
         clusterAddrTable {cluster: [names]}), in Java's iteration order."""
         brokers = {name: self._brokers[name].to_dict()
-                   for name in java_hash_order(self._brokers, _BROKER_TABLE_CAPACITY)}
-        clusters = {c: java_hash_order(self._clusters[c])
-                    for c in java_hash_order(self._clusters, _CLUSTER_TABLE_CAPACITY)}
+                   for name in self._broker_order.java_order()}
+        clusters = {c: self._clusters[c].java_order() for c in self._cluster_order.java_order()}
         return brokers, clusters
 
     @_reads
@@ -929,33 +998,46 @@ class RouteTable:
 
     @_reads
     def all_topics(self):
-        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)."""
-        return _topic_list_order(self._tt.topic_names())
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): topicQueueTable's keys."""
+        self._settle_topic_order()
+        return self._topic_order.order(self._tt.topic_seqs())
 
     @_reads
     def topics_by_cluster(self, cluster):
         """GET_TOPICS_BY_CLUSTER (224): topics with queue data on a broker of the
-        cluster (empty for an unknown cluster)."""
-        return _topic_list_order(self._tt.topics_of_brokers(self._clusters.get(cluster, ())))
+        cluster (empty for an unknown cluster): broker by broker in the order of the
+        cluster's set, each one's topics in topicQueueTable's order, each topic once."""
+        names = self._clusters.get(cluster)
+        if names is None:
+            return []
+        numbers = self._topic_numbers()
+        listed = {}
+        for name in names.java_order():
+            mine = self._tt.topics_of_brokers((name,))
+            listed.update(dict.fromkeys(self._topic_table_order(mine, numbers)))
+        return list(listed)
 
     @_reads
     def system_topics(self):
-        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): cluster names and broker names, and the
-        address of one broker (the first registered one in Java's table order)."""
-        seen = {}
-        for cluster, names in self._clusters.items():
-            seen[cluster] = None
-            seen.update(dict.fromkeys(names))
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): each cluster name followed by its broker
+        names, each name once, and the address of one broker (the first in Java's
+        table order that has one: its first id's)."""
+        listed = {}
+        for cluster in self._cluster_order.java_order():
+            listed[cluster] = None
+            listed.update(dict.fromkeys(self._clusters[cluster].java_order()))
         broker_addr = None
-        for name in java_hash_order(self._brokers, _BROKER_TABLE_CAPACITY):
+        for name in self._broker_order.java_order():
             addrs = self._brokers[name].addrs
             if addrs:
-                broker_addr = addrs[min(addrs)]
+                broker_addr = addrs[_first_broker_id(addrs)]
                 break
-        return java_hash_order(seen), broker_addr
+        return list(listed), broker_addr
 
     def _topics_by_flag(self, test):
-        return _topic_list_order(t for t, flag in self._tt.first_flags() if test(flag))
+        numbers = self._topic_numbers()
+        return self._topic_table_order((t for t, flag in self._tt.first_flags() if test(flag)),
+                                       numbers)
 
     @_reads
     def unit_topics(self):
