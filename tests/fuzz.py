@@ -910,23 +910,32 @@ class _Conn:
         return f"<conn {self.id}>"
 
 
+#: The serialize type the served NameServer answers in (rocketmq.serialize.type).
+ANSWER_TYPE = "JSON"
+
+
 def _new_server(tag):
     from rmq.namesrv.config import NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig
     clock = [1_700_000_000_000]
     ns = NAMESRV[tag].DefaultRequestProcessor(NamesrvConfig(), KVConfig(None),
                                  routes=ROUTE_TABLES[tag](), clock=lambda: clock[0])
+    ns.routes.answer_serialize_type = ANSWER_TYPE
     return ns, clock
 
 
 def _encode(core, cmd, resp, events):
-    # rmq.server.Connection._encode: an answer that cannot be encoded becomes SYSTEM_ERROR
+    # rmq.server.Connection._encode: an answer that cannot be encoded becomes SYSTEM_ERROR;
+    # every answer is in the NameServer's serialize type (Connection._frame)
+    resp.serialize_type = ANSWER_TYPE
     try:
         return core.encode_frame(resp)
     except Exception as e:  # noqa: BLE001
         if not isinstance(e, RmqError):
             events.append(("encode-exception", cmd.code, type(e).__name__))
-        return core.encode_frame(cmd.response(1, "the answer cannot be encoded"))
+        resp = cmd.response(1, "the answer cannot be encoded")
+        resp.serialize_type = ANSWER_TYPE
+        return core.encode_frame(resp)
 
 
 def serve(tag, data, bounds, limit):

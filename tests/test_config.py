@@ -6,9 +6,10 @@ import os
 import pytest
 
 from rmq import decode_frame
-from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigNoPermission,
-                        NamesrvConfig, is_path_key, load_properties_file, parse_properties,
-                        properties_to_string)
+from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, SERIALIZE_TYPE_ENV,
+                                SERIALIZE_TYPE_KEY, ConfigError, ConfigNoPermission,
+                                NamesrvConfig, is_path_key, load_properties_file,
+                                parse_properties, properties_to_string)
 from rmq.errors import RmqError
 from support import vector_bytes
 
@@ -55,6 +56,9 @@ BEYOND_4_9_8 = {
     "tls.server.mode", "tls.server.need.client.auth", "tls.config.file",
     "aclEnable", "aclFilePath", "aclAdminRequests", "aclBrokerRequests", "aclRouteRequests",
     "aclOtherRequests",
+    # Java's RemotingCommand System property (the serialize type of answers), read from
+    # the file by rmq
+    "rocketmq.serialize.type",
 }
 
 
@@ -435,3 +439,51 @@ def test_update_never_writes_files(tmp_path, monkeypatch):
     c.update_from_properties_text("orderMessageEnable=true\nclusterTest=true")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["namesrv.properties"]
     assert path.read_text("latin-1") == "listenPort=9877\n"
+
+
+# ---------------------------------------------------------------- rocketmq.serialize.type
+
+def test_serialize_type_defaults_to_json(monkeypatch):
+    monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    c = NamesrvConfig()
+    assert c.answer_serialize_type() == "JSON"
+    assert c.to_properties()[SERIALIZE_TYPE_KEY] == "JSON"
+
+
+@pytest.mark.parametrize("env, text, expected", [
+    # Java: System.getProperty("rocketmq.serialize.type", getenv("ROCKETMQ_SERIALIZE_TYPE"))
+    ("ROCKETMQ", "", "ROCKETMQ"),                        # the variable, when the key is absent
+    ("ROCKETMQ", "rocketmq.serialize.type=JSON\n", "JSON"),   # the key before the variable
+    ("JSON", "rocketmq.serialize.type=ROCKETMQ\n", "ROCKETMQ"),
+    ("ROCKETMQ", "rocketmq.serialize.type=\n", "JSON"),      # set but blank: JSON (isBlank)
+    ("  ", "", "JSON"),
+    ("", "", "JSON"),
+    (None, "rocketmq.serialize.type = ROCKETMQ \n", "ROCKETMQ"),   # a file's value is trimmed
+])
+def test_serialize_type_is_the_key_then_the_variable(monkeypatch, env, text, expected):
+    if env is None:
+        monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SERIALIZE_TYPE_ENV, env)
+    assert NamesrvConfig.from_properties_text(text).answer_serialize_type() == expected
+
+
+@pytest.mark.parametrize("value", ["json", "Rocketmq", "BINARY", "JSON;ROCKETMQ", "0"])
+def test_a_serialize_type_java_would_not_start_with_is_an_error(monkeypatch, value):
+    # SerializeType.valueOf: the exact names; Java throws at class initialization
+    monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    c = NamesrvConfig.from_properties_text(f"{SERIALIZE_TYPE_KEY}={value}\n")
+    with pytest.raises(ConfigError) as info:
+        c.answer_serialize_type()
+    assert info.value.key == SERIALIZE_TYPE_KEY and info.value.value == value
+    assert SERIALIZE_TYPE_KEY in str(info.value) and repr(value) in str(info.value)
+    monkeypatch.setenv(SERIALIZE_TYPE_ENV, value)
+    with pytest.raises(ConfigError):
+        NamesrvConfig().answer_serialize_type()
+
+
+def test_serialize_type_is_never_set_remotely():
+    c = NamesrvConfig()
+    with pytest.raises(ConfigNoPermission):
+        c.update_from_properties_text(f"{SERIALIZE_TYPE_KEY}=ROCKETMQ\n")
+    assert c.answer_serialize_type() == "JSON"

@@ -11,8 +11,8 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from rmq.errors import BodyError, ProtocolError
-from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, V4_9_4
+from rmq.errors import BodyError, ProtocolError, UnknownSerializeType
+from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, SERIALIZE_TYPES, V4_9_4
 
 _T = TypeVar("_T")
 
@@ -83,6 +83,15 @@ def standard_route_form(cmd: Any) -> bool:
     asks (acceptStandardJsonOnly=true); else the legacy one."""
     accept: str = (cmd.ext_fields or {}).get("acceptStandardJsonOnly", "")
     return bool(cmd.version >= V4_9_4 or accept.lower() == "true")
+
+
+def serialize_type_code(name: object) -> int:
+    """A serialize type's code (the top byte of the header-length word) from its name;
+    UnknownSerializeType naming it when it is neither JSON nor ROCKETMQ."""
+    if name not in SERIALIZE_TYPES:
+        raise UnknownSerializeType(f"unknown serialize type {name!r} "
+                                   f"(expected one of {SERIALIZE_TYPES})")
+    return SERIALIZE_TYPES.index(name)
 
 
 def language_byte(language: str) -> int:

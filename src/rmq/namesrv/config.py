@@ -40,6 +40,10 @@ Where rmq differs, on purpose:
 - The TLS keys (``tls.server.*``, ``tls.config.file``: Java's System properties, see
   :mod:`rmq.tls`) are read from the file too, and no remote request may set any
   ``tls.`` key (:func:`is_tls_key`); ``tls.server.keyPassword`` is never shown.
+- ``rocketmq.serialize.type``, the serialize type of every answer (Java 5.x
+  ``RemotingCommand``: the System property, else the environment variable
+  ``ROCKETMQ_SERIALIZE_TYPE``), is read from the file too, its default from that
+  variable; no remote request may set it (it is read at start, as Java reads it once).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
 from rmq.namesrv.kvconfig import REWRITE_MAX_TABLE_BYTES
-from rmq.protocol import parse_java_int
+from rmq.protocol import SERIALIZE_TYPES, parse_java_int
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -69,6 +73,8 @@ __all__ = [
     "is_path_key",
     "is_tls_key",
     "ALWAYS_BLACKLISTED",
+    "SERIALIZE_TYPE_KEY",
+    "SERIALIZE_TYPE_ENV",
     "loggable",
 ]
 
@@ -315,6 +321,12 @@ _NS5 = "NamesrvConfig 5.x"
 _NET = "NettyServerConfig"
 _NET5 = "NettyServerConfig 5.x"
 _TLS = "TlsSystemConfig"
+_REMOTING = "RemotingCommand"
+
+#: Java 5.x RemotingCommand's names for the serialize type a server answers in: the
+#: System property, read first, then the environment variable.
+SERIALIZE_TYPE_KEY = "rocketmq.serialize.type"
+SERIALIZE_TYPE_ENV = "ROCKETMQ_SERIALIZE_TYPE"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -384,6 +396,12 @@ FIELDS = (
     Field("tls.server.keyPassword", "str", None, _TLS, attr="tlsServerKeyPassword"),
     Field("tls.server.trustCertPath", "str", None, _TLS, attr="tlsServerTrustCertPath"),
     Field("tls.config.file", "str", "/etc/rocketmq/tls.properties", _TLS, attr="tlsConfigFile"),
+    # The serialize type of every answer, whatever the request used (Java 5.x; 4.9
+    # mirrored the request's): JSON, or ROCKETMQ (binary headers). Java reads it as a
+    # System property, else from ROCKETMQ_SERIALIZE_TYPE; rmq from this file, else
+    # from that variable. Read at start; never changed remotely.
+    Field(SERIALIZE_TYPE_KEY, "str", lambda: os.environ.get(SERIALIZE_TYPE_ENV) or "JSON",
+          _REMOTING, attr="serializeType"),
     # rmq's own
     Field("listenHost", "str", "0.0.0.0", "rmq"),
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
@@ -434,7 +452,10 @@ _ATTRS = tuple(dict.fromkeys(f.attr for f in FIELDS))
 #: a request signed by one admin account must not turn the checks off for everyone.
 ALWAYS_BLACKLISTED = frozenset(
     {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
-    | {f.key for f in FIELDS if f.key.startswith("acl")})
+    | {f.key for f in FIELDS if f.key.startswith("acl")}
+    # Java reads it once, at start (a static of RemotingCommand): one client must not
+    # switch every other client's answers to a header they may not read.
+    | {SERIALIZE_TYPE_KEY})
 
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
 
@@ -563,6 +584,7 @@ class NamesrvConfig:
     tlsServerKeyPassword: str | None
     tlsServerTrustCertPath: str | None
     tlsConfigFile: str
+    serializeType: str | None
     maxFrameLength: int
     maxConnections: int
     maxOutputBufferBytes: int
@@ -677,6 +699,20 @@ class NamesrvConfig:
                 "max_value_bytes": self.maxKvValueBytes,
                 "max_table_bytes": self.maxKvTableBytes,
                 "rewrite_max_table_bytes": self.maxKvRewriteTableBytes}
+
+    def answer_serialize_type(self) -> str:
+        """The serialize type every answer is written in, from ``rocketmq.serialize.type``
+        as Java's RemotingCommand reads its value: blank is JSON, else exactly "JSON" or
+        "ROCKETMQ" (``SerializeType.valueOf``, case included). ConfigError naming the
+        value otherwise (Java does not start)."""
+        value = self.serializeType
+        if value is None or not value.strip():
+            return "JSON"
+        if value not in SERIALIZE_TYPES:
+            raise ConfigError(f"config {SERIALIZE_TYPE_KEY}={value!r}: not one of "
+                              f"{', '.join(SERIALIZE_TYPES)} (case included)",
+                              key=SERIALIZE_TYPE_KEY, value=value)
+        return value
 
     def to_properties_text(self) -> str:
         """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""

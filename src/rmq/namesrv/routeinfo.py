@@ -38,7 +38,8 @@ Its interface, which both implement and only this module uses:
 - answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None with a
   version: the rules build it, then ``store_route``), ``touch``, ``touch_all``,
   ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
-  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``;
+  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``,
+  ``answer_serialize_type`` (what ``serve_routes`` answers in: "JSON" or "ROCKETMQ");
   the cache: ``TopicTable(broker_state, cache_bytes=None)``, ``cache_budget``,
   ``cache_stats()``; ``_work()``: operations done, for tests.
 """
@@ -318,6 +319,17 @@ class RouteTable:
         """``serve_routes`` as a function ``(decoder, data, limit)``, bound once."""
         return functools.partial(self._tt.serve_routes,
                                  self.route_body if build else self.cached_route_body)
+
+    @property
+    def answer_serialize_type(self):
+        """The serialize type ``serve_routes`` answers in: "JSON" (the default) or
+        "ROCKETMQ", whatever the request used, as Java 5.x answers in the NameServer's
+        own (``rocketmq.serialize.type``; the server sets it from its config)."""
+        return self._tt.answer_serialize_type
+
+    @answer_serialize_type.setter
+    def answer_serialize_type(self, name):
+        self._tt.answer_serialize_type = name
 
     @_writes
     def forget_route(self, topic=None):

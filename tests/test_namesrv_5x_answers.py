@@ -1,0 +1,155 @@
+"""Where Java 5.0.0's NameServer answers otherwise than 4.9.8's, rmq answers as 5.0.0
+(tests/vectors/java-5.0.0): the header version of every answer (V5_0_0) and the
+serialize type of every answer (the NameServer's own, ``rocketmq.serialize.type``,
+whatever the request's). On the request processor, then over TCP, byte for byte with
+the captured frames where the state behind them can be rebuilt."""
+
+import subprocess
+import sys
+
+import rmq
+from nameserver import Client, register_broker, running_namesrv
+from rmq.namesrv import DefaultRequestProcessor
+from rmq.namesrv.config import SERIALIZE_TYPE_ENV, SERIALIZE_TYPE_KEY, NamesrvConfig
+from rmq.namesrv.kvconfig import KVConfig
+from rmq.protocol import CURRENT_VERSION, V5_0_0, RequestCode as RC, ResponseCode as R
+from support import VECTOR_5_BY_FILE, vector5_bytes
+
+
+def processor(**config):
+    return DefaultRequestProcessor(NamesrvConfig(**config), KVConfig(None))
+
+
+def request(name):
+    return rmq.decode_frame(vector5_bytes(name))
+
+
+def answer_of(name):
+    """The captured answer to the request ``name``: (bytes, decoded)."""
+    data = vector5_bytes(VECTOR_5_BY_FILE[name]["response_file"])
+    return data, rmq.decode_frame(data)
+
+
+def test_answers_carry_the_5_0_0_version():
+    assert CURRENT_VERSION == V5_0_0
+    data, java = answer_of("9999_unsupported_code_request.bin")
+    assert java.version == V5_0_0
+    resp = processor().handle(request("9999_unsupported_code_request.bin"))
+    assert rmq.encode_frame(resp) == data
+
+
+# ---------------------------------------------------------------- serialize type, over TCP
+
+def send(client, name):
+    client.send_raw(vector5_bytes(name))
+    return client.receive()
+
+
+def exchange(client, name):
+    """Send a captured request as it is; (our answer's bytes, Java's)."""
+    resp = send(client, name)
+    return rmq.encode_frame(resp), answer_of(name)[0]
+
+
+def test_rocketmq_requests_get_json_answers(tmp_path):
+    """A default NameServer answers ROCKETMQ requests in JSON, as the 5.0.0 vectors'
+    ``*_rmq_*`` answers are (4.9.8 answered them in ROCKETMQ)."""
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        assert app.processor.routes.answer_serialize_type == "JSON"
+        assert request("9999_unsupported_code_rmq_request.bin").serialize_type == "ROCKETMQ"
+        for name in ("9999_unsupported_code_rmq_request.bin",
+                     "101_get_kv_config_missing_rmq_request.bin",
+                     "102_delete_kv_config_rmq_request.bin"):
+            ours, java = exchange(c, name)
+            assert ours == java, name
+        assert c.request(RC.PUT_KV_CONFIG, {"namespace": "peer_ns", "key": "rmq_key",
+                                            "value": "rmq_value"}).code == 0
+        ours, java = exchange(c, "101_get_kv_config_rmq_request.bin")
+        assert ours == java
+        # route and cluster answers: the header as Java's (the bodies depend on brokers
+        # and topics this run does not have); twice, so that a cached answer is written
+        # by the core's route writer too
+        assert register_broker(c, "v5broker", "127.0.0.1:29911", cluster="V5Cluster",
+                               topics=["V5Topic", "V5SoloTopic"]).code == 0
+        for name in ("105_get_routeinfo_zone_name_only_request.bin",
+                     "105_get_routeinfo_existing_rmq_request.bin",
+                     "105_get_routeinfo_existing_rmq_request.bin",
+                     "105_get_routeinfo_zone_mode_rmq_request.bin",
+                     "106_get_broker_cluster_info_rmq_request.bin",
+                     "106_get_broker_cluster_info_rmq_request.bin"):
+            resp = send(c, name)
+            java = answer_of(name)[1]
+            assert resp.serialize_type == java.serialize_type == "JSON"
+            resp.body = java.body
+            assert rmq.encode_frame(resp) == answer_of(name)[0], name
+
+
+def test_a_rocketmq_namesrv_answers_everything_in_rocketmq(tmp_path):
+    """``rocketmq.serialize.type=ROCKETMQ``: binary headers for JSON and ROCKETMQ
+    requests alike, as the 5.0.0 vectors' ``*_rmqsrv_*`` answers are."""
+    with running_namesrv(tmp_path, **{SERIALIZE_TYPE_KEY: "ROCKETMQ"}) as app, \
+            Client(app.address) as c:
+        assert app.processor.routes.answer_serialize_type == "ROCKETMQ"
+        for name in ("100_put_kv_config_rmqsrv_request.bin",
+                     "101_get_kv_config_rmqsrv_request.bin",
+                     "105_get_routeinfo_missing_rmqsrv_request.bin",
+                     "9999_unsupported_code_rmqsrv_request.bin"):
+            assert request(name).serialize_type == "JSON"
+            ours, java = exchange(c, name)
+            assert ours == java, name
+        # every other path: the route answers (built, then cached and written by the
+        # core), cached list answers, errors; requests of both serialize types
+        register_broker(c, "bk", "10.0.0.1:10911", topics=["T1", "T2"])
+        for stype in ("JSON", "ROCKETMQ", "JSON", "ROCKETMQ"):
+            for code, ext in ((105, {"topic": "T1"}), (106, None), (206, None),
+                              (105, {"topic": "nope"}), (101, {"namespace": "n"})):
+                resp = c.request(code, ext, serialize_type=stype)
+                assert resp.serialize_type == "ROCKETMQ", (code, stype, resp)
+                expected = (0 if ext["topic"] == "T1" else 17) if code == 105 else \
+                    1 if code == 101 else 0
+                assert resp.code == expected, resp
+        # a oneway request is still never answered
+        assert c.request(106, oneway=True, serialize_type="ROCKETMQ") is None
+        assert c.poll(0.2) is None
+
+
+def test_the_serialize_type_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(SERIALIZE_TYPE_ENV, "ROCKETMQ")
+    with running_namesrv(tmp_path) as app, Client(app.address) as c:
+        assert c.request(106).serialize_type == "ROCKETMQ"
+        # never changed remotely: refused, and answers stay as they were
+        r = c.request(RC.UPDATE_NAMESRV_CONFIG, body=f"{SERIALIZE_TYPE_KEY}=JSON\n".encode())
+        assert (r.code, r.serialize_type) == (R.NO_PERMISSION, "ROCKETMQ")
+        assert c.request(106).serialize_type == "ROCKETMQ"
+
+
+def test_gates_answer_in_the_namesrvs_serialize_type(tmp_path):
+    # needWaitForService's "not ready" comes from the server, before the processor
+    with running_namesrv(tmp_path, needWaitForService=True, waitSecondsForService=30,
+                         **{SERIALIZE_TYPE_KEY: "ROCKETMQ"}) as app, Client(app.address) as c:
+        r = c.request(105, {"topic": "T"})
+        assert (r.code, r.remark, r.serialize_type) == (R.SYSTEM_ERROR, "name server not ready",
+                                                        "ROCKETMQ")
+
+
+def test_the_acl_refusal_is_in_the_namesrvs_serialize_type(tmp_path):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: admin-key\n    secretKey: admin-secret\n"
+                   "    admin: true\n")
+    with running_namesrv(tmp_path, aclEnable=True, aclFilePath=str(acl),
+                         **{SERIALIZE_TYPE_KEY: "ROCKETMQ"}) as app, Client(app.address) as c:
+        r = c.request(RC.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
+        assert (r.code, r.serialize_type) == (R.NO_PERMISSION, "ROCKETMQ")
+
+
+def test_a_serialize_type_java_would_not_start_with_stops_the_start(tmp_path):
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(f"{SERIALIZE_TYPE_KEY}=json\nlistenPort=0\n")
+    p = subprocess.run([sys.executable, "-m", "rmq", "namesrv", "-c", str(conf),
+                        "--kv-config", str(tmp_path / "kv.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p
+    assert SERIALIZE_TYPE_KEY in p.stderr and "'json'" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "rmq", "namesrv", "-c", str(conf), "-p"],
+                       capture_output=True, text=True, timeout=60)
+    assert f"{SERIALIZE_TYPE_KEY}=json\n" in p.stdout
