@@ -1,8 +1,9 @@
 """Where Java 5.0.0's NameServer answers otherwise than 4.9.8's, rmq answers as 5.0.0
-(tests/vectors/java-5.0.0): the header version of every answer (V5_0_0) and the
-serialize type of every answer (the NameServer's own, ``rocketmq.serialize.type``,
-whatever the request's). On the request processor, then over TCP, byte for byte with
-the captured frames where the state behind them can be rebuilt."""
+(tests/vectors/java-5.0.0): the header version of every answer (V5_0_0), the serialize
+type of every answer (the NameServer's own, ``rocketmq.serialize.type``, whatever the
+request's), GET_BROKER_MEMBER_GROUP's remark and the BrokerData of a 4.x broker. On
+the request processor, then over TCP, byte for byte with the captured frames where
+the state behind them can be rebuilt."""
 
 import subprocess
 import sys
@@ -36,6 +37,41 @@ def test_answers_carry_the_5_0_0_version():
     assert java.version == V5_0_0
     resp = processor().handle(request("9999_unsupported_code_request.bin"))
     assert rmq.encode_frame(resp) == data
+
+
+# ---------------------------------------------------------------- GET_BROKER_MEMBER_GROUP (901)
+
+def test_broker_member_group_as_java_5_0_0():
+    ns = processor()
+    assert ns.handle(request("103_register_broker_acting_request.bin")).code == 0
+    for name in ("901_get_broker_member_group_request.bin",
+                 "901_get_broker_member_group_raw_request.bin"):
+        data, java = answer_of(name)
+        # code 0, createResponseCommand's remark kept, no ext fields
+        assert (java.code, java.remark, java.ext_fields) == (0, "not set any response code",
+                                                             None)
+        assert rmq.encode_frame(ns.handle(request(name))) == data
+
+
+# ---------------------------------------------------------------- BrokerData of a 4.x broker
+
+def test_a_4x_brokers_broker_data_says_it_is_no_acting_master():
+    ns = processor()
+    for name in ("103_register_broker_request.bin", "103_register_broker_v498_request.bin"):
+        assert ns.handle(request(name)).code == 0
+    assert "enableActingMaster" not in request("103_register_broker_v498_request.bin").ext_fields
+    _, java = answer_of("106_get_broker_cluster_info_five_request.bin")
+    java_table = rmq.bodies.decode_cluster_info(java.body)[0]
+    ours = rmq.bodies.decode_cluster_info(ns.handle(request(
+        "106_get_broker_cluster_info_five_request.bin")).body)[0]
+    for broker in ("v4broker", "v5broker"):
+        assert ours[broker] == java_table[broker], broker
+    assert ours["v4broker"]["enableActingMaster"] is False
+    # and in its routes (both forms), from the table the core answers from
+    route = rmq.RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "V4Cluster"})
+    (bd,) = rmq.bodies.decode_topic_route_data(ns.handle(route).body)["brokerDatas"]
+    assert bd["enableActingMaster"] is False
+    assert b'"enableActingMaster":false' in ns.routes.route_body("V4Cluster", legacy=True)
 
 
 # ---------------------------------------------------------------- serialize type, over TCP

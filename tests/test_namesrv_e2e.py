@@ -97,9 +97,9 @@ def test_register_route_cluster_unregister(srv, client, stype, answer):
     r = check(client.request(105, {"topic": "T1"}, serialize_type=stype), answer)
     route, legacy = parse_json_body(r.body)
     assert not legacy                               # version 413 >= 401: standard form
-    assert route == {
+    assert route == {   # a broker without enableActingMaster (4.x): false, as 5.0.0 says
         "brokerDatas": [{"brokerAddrs": {"0": "10.0.0.1:10911"}, "brokerName": "bk",
-                         "cluster": "c1"}],
+                         "cluster": "c1", "enableActingMaster": False}],
         "filterServerTable": {},
         "queueDatas": [{"brokerName": "bk", "perm": 6, "readQueueNums": 4,
                         "topicSysFlag": 0, "writeQueueNums": 4}]}
@@ -107,10 +107,13 @@ def test_register_route_cluster_unregister(srv, client, stype, answer):
     info, legacy = parse_json_body(r.body)
     assert legacy                                   # 106 is always the legacy form
     assert info == {"brokerAddrTable": {"bk": {"brokerAddrs": {"0": "10.0.0.1:10911"},
-                                               "brokerName": "bk", "cluster": "c1"}},
+                                               "brokerName": "bk", "cluster": "c1",
+                                               "enableActingMaster": False}},
                     "clusterAddrTable": {"c1": ["bk"]}}
+    # 5.0.0's 901 answer keeps createResponseCommand's remark, and has no ext fields
     r = check(client.request(901, {"clusterName": "c1", "brokerName": "bk"},
-                             serialize_type=stype), answer)
+                             serialize_type=stype), answer, 0, "not set any response code")
+    assert r.ext_fields is None
     group, legacy = parse_json_body(r.body)
     assert legacy
     assert group == {"brokerMemberGroup": {"brokerAddrs": {"0": "10.0.0.1:10911"},

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 _FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+#: RemotingCommand.createResponseCommand(Class)'s remark, left by handlers that only
+#: set the code.
+_REMARK_NOT_SET = "not set any response code"
 
 
 class _MissingField(Exception):
@@ -396,7 +399,10 @@ class DefaultRequestProcessor:
     def get_broker_member_group(self, cmd, conn):
         cluster, broker_name = _required(cmd, "clusterName", "brokerName")
         group = self.routes.broker_member_group(cluster, broker_name)
-        return cmd.response(R.SUCCESS, body=bodies.encode_broker_member_group(
+        # Java 5.x makes the response with createResponseCommand(null), whose remark is
+        # "not set any response code" (it starts as SYSTEM_ERROR), then sets the code
+        # to SUCCESS but never clears the remark: brokers get it with every answer.
+        return cmd.response(R.SUCCESS, _REMARK_NOT_SET, body=bodies.encode_broker_member_group(
             group.get("cluster", cluster), group.get("brokerName", broker_name),
             group.get("brokerAddrs") or {}))
 

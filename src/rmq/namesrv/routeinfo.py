@@ -168,7 +168,7 @@ def _queue_data(broker_name, read, write, perm, sys_flag):
 
 class _BrokerData:
     """BrokerData. ``enable_acting_master`` is None for a broker that did not send the
-    header (pre-5.x): Java's ``isOldVersionBroker``; it is then not serialized."""
+    header (pre-5.x): Java's ``isOldVersionBroker``, which never acts as master."""
 
     __slots__ = ("cluster", "broker_name", "addrs", "zone_name", "enable_acting_master")
 
@@ -184,13 +184,13 @@ class _BrokerData:
         return bool(self.enable_acting_master)
 
     def to_dict(self):
-        """BrokerData as Java serializes it (alphabetical, nulls omitted). 5.x always
-        writes ``enableActingMaster``; 4.9.x never does: it is written here when the
-        broker declared it (5.x brokers), so 4.9 brokers get 4.9.8's exact answer."""
+        """BrokerData as Java 5.x serializes it (alphabetical, nulls omitted).
+        ``enableActingMaster`` is a boolean there, always written: false for a broker
+        that did not declare it (a 4.x one), as the 5.0.0 vectors show; 4.9.8's
+        NameServer had no such field."""
         d = {"brokerAddrs": dict(sorted(self.addrs.items())),
-             "brokerName": self.broker_name, "cluster": self.cluster}
-        if self.enable_acting_master is not None:
-            d["enableActingMaster"] = bool(self.enable_acting_master)
+             "brokerName": self.broker_name, "cluster": self.cluster,
+             "enableActingMaster": self.acting_master_enabled}
         if self.zone_name is not None:
             d["zoneName"] = self.zone_name
         return d
