@@ -683,7 +683,8 @@ def gen_headers(rng):
 # ---------------------------------------------------------------- bodies
 
 BODY_DECODERS = ("decode_topic_route_data", "decode_cluster_info", "decode_kv_table",
-                 "decode_topic_list", "decode_data_version", "decode_broker_member_group")
+                 "decode_topic_list", "decode_data_version", "decode_broker_member_group",
+                 "decode_remote_client_config")
 
 
 def check_body(inp):
@@ -816,6 +817,11 @@ def small_body_json(rng, fn):
         return ("{" + ",".join(f'"{k}":{odd_scalar(rng)}' for k in rng.sample(
             ["counter", "stateVersion", "timestamp"], rng.randint(0, 3))) + "}").encode(
                 "utf-8", "surrogatepass")
+    if fn == "decode_remote_client_config":
+        k = rng.choice(['["orderMessageEnable","rocketmqHome"]', "[]", "null", '"k"', "5", "{}",
+                        '["listenPort",null]', '["x",1,true,[],{}]', odd_json(rng)])
+        return rng.choice([f'{{"keys":{k}}}', "{}", "", "null", "[]"]).encode(
+            "utf-8", "surrogatepass")
     g = rng.choice(['{"brokerAddrs":{0:"a"},"brokerName":"b","cluster":"c"}', "null", "5", "[]",
                     '{"brokerAddrs":5}', '{"brokerAddrs":{"x":"a"}}', '"s"', odd_json(rng)])
     return f'{{"brokerMemberGroup":{g}}}'.encode("utf-8", "surrogatepass")
@@ -1208,9 +1214,11 @@ def session_command(rng, opaque):
     elif r < 0.89:
         code, ext = 904, {"clusterName": cluster, "brokerAddr": addr, "brokerName": name}
     else:
-        code = rng.choice([106, 206, 224, 304, 311, 312, 313, 219, 319, 901, 9999])
+        code = rng.choice([106, 206, 224, 304, 311, 312, 313, 219, 319, 901, 47, 9999])
         ext = {224: {"cluster": cluster}, 219: {"namespace": "ORDER_TOPIC_CONFIG"},
                901: {"clusterName": cluster, "brokerName": name}}.get(code)
+        if code == 47:
+            body = small_body_json(rng, "decode_remote_client_config")
     if ext is not None and rng.random() < 0.12:         # odd ext values, missing fields
         ext = dict(ext)
         k = rng.choice(list(ext))

@@ -1,20 +1,26 @@
 """Where Java 5.0.0's NameServer answers otherwise than 4.9.8's, rmq answers as 5.0.0
 (tests/vectors/java-5.0.0): the header version of every answer (V5_0_0), the serialize
 type of every answer (the NameServer's own, ``rocketmq.serialize.type``, whatever the
-request's), GET_BROKER_MEMBER_GROUP's remark and the BrokerData of a 4.x broker. On
-the request processor, then over TCP, byte for byte with the captured frames where
-the state behind them can be rebuilt."""
+request's), GET_BROKER_MEMBER_GROUP's remark, the BrokerData of a 4.x broker and
+GET_CLIENT_CONFIG (47). On the request processor, then over TCP, byte for byte with
+the captured frames where the state behind them can be rebuilt."""
 
 import subprocess
 import sys
+
+import pytest
 
 import rmq
 from nameserver import Client, register_broker, running_namesrv
 from rmq.namesrv import DefaultRequestProcessor
 from rmq.namesrv.config import SERIALIZE_TYPE_ENV, SERIALIZE_TYPE_KEY, NamesrvConfig
+from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.kvconfig import KVConfig
 from rmq.protocol import CURRENT_VERSION, V5_0_0, RequestCode as RC, ResponseCode as R
 from support import VECTOR_5_BY_FILE, vector5_bytes
+
+#: The rocketmqHome of the 5.0.0 run, as the vectors' paths were rewritten.
+JAVA_HOME = "/home/rocketmq/namesrv-29876"
 
 
 def processor(**config):
@@ -37,6 +43,50 @@ def test_answers_carry_the_5_0_0_version():
     assert java.version == V5_0_0
     resp = processor().handle(request("9999_unsupported_code_request.bin"))
     assert rmq.encode_frame(resp) == data
+
+
+# ---------------------------------------------------------------- GET_CLIENT_CONFIG (47)
+
+def test_get_client_config_as_java_5_0_0():
+    ns = processor(rocketmqHome=JAVA_HOME)
+    req = request("47_get_client_config_request.bin")
+    data, java = answer_of("47_get_client_config_request.bin")
+    assert ns.quick(req) is not NEEDS_TABLE            # read without the tables' thread
+    assert rmq.encode_frame(ns.quick(req)) == rmq.encode_frame(ns.handle(req)) == data
+    assert java.body == b"orderMessageEnable=false\nrocketmqHome=" + JAVA_HOME.encode() + b"\n"
+
+
+@pytest.mark.parametrize("keys", [[], ["nope"], ["rocketmqHome"], ["", "x" * 70_000]])
+def test_get_client_config_of_no_known_key_has_no_body(keys):
+    # rocketmqHome unset is null in Java: no setting. StringUtils.isNotBlank("") is false:
+    # code 0, no body (Java leaves it null), as from createResponseCommand(null)
+    ns = processor()
+    ns.config.rocketmqHome = None
+    req = rmq.RemotingCommand.request(RC.GET_CLIENT_CONFIG,
+                                      body=rmq.bodies.encode_remote_client_config(keys))
+    resp = ns.handle(req)
+    assert (resp.code, resp.remark, resp.ext_fields, resp.body) == (R.SUCCESS, None, None, b"")
+
+
+@pytest.mark.parametrize("body", [b"", b"null", b"[]", b'{"keys":null}', b'{"keys":"k"}',
+                                  b'{"keys":["listenPort",null]}', b"{", b"\xff"])
+def test_get_client_config_refuses_what_java_throws_on(body):
+    ns = processor()
+    before = ns.config.to_properties_text()
+    req = rmq.RemotingCommand.request(RC.GET_CLIENT_CONFIG, body=body)
+    resp = ns.handle(req)
+    assert resp.code == R.SYSTEM_ERROR, resp
+    assert "GetRemoteClientConfigBody" in resp.remark or "JSON body" in resp.remark, resp
+    assert ns.counters.refused["bad_body"] == 1
+    assert ns.config.to_properties_text() == before
+    # oneway: applied (nothing to apply), never answered
+    oneway = rmq.RemotingCommand.request(RC.GET_CLIENT_CONFIG, body=body, oneway=True)
+    assert ns.handle(oneway) is None
+
+
+def test_get_client_config_is_a_request_code():
+    assert RC.GET_CLIENT_CONFIG == 47
+    assert rmq.protocol.code_name(47, False) == "GET_CLIENT_CONFIG"
 
 
 # ---------------------------------------------------------------- GET_BROKER_MEMBER_GROUP (901)
@@ -138,8 +188,11 @@ def test_a_rocketmq_namesrv_answers_everything_in_rocketmq(tmp_path):
         register_broker(c, "bk", "10.0.0.1:10911", topics=["T1", "T2"])
         for stype in ("JSON", "ROCKETMQ", "JSON", "ROCKETMQ"):
             for code, ext in ((105, {"topic": "T1"}), (106, None), (206, None),
-                              (105, {"topic": "nope"}), (101, {"namespace": "n"})):
-                resp = c.request(code, ext, serialize_type=stype)
+                              (105, {"topic": "nope"}), (101, {"namespace": "n"}),
+                              (47, None)):
+                body = rmq.bodies.encode_remote_client_config(["listenPort"]) \
+                    if code == 47 else b""
+                resp = c.request(code, ext, body, serialize_type=stype)
                 assert resp.serialize_type == "ROCKETMQ", (code, stype, resp)
                 expected = (0 if ext["topic"] == "T1" else 17) if code == 105 else \
                     1 if code == 101 else 0

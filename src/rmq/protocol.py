@@ -44,6 +44,7 @@ IN, OUT = 0, 1
 
 
 class RequestCode:
+    GET_CLIENT_CONFIG = 47
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102

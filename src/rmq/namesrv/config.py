@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
+from rmq.javaorder import java_properties_order
 from rmq.namesrv.kvconfig import REWRITE_MAX_TABLE_BYTES
 from rmq.protocol import SERIALIZE_TYPES, parse_java_int
 
@@ -459,8 +460,13 @@ ALWAYS_BLACKLISTED = frozenset(
 
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
 
-#: Never sent to a client (GET_NAMESRV_CONFIG) nor printed (-p).
+#: Never sent to a client (GET_NAMESRV_CONFIG, GET_CLIENT_CONFIG) nor printed (-p).
 _NOT_SHOWN = frozenset({"tls.server.keyPassword"})
+
+#: Java's Configuration registers NamesrvConfig, then NettyServerConfig: the order in
+#: which GET_CLIENT_CONFIG puts their keys into its Properties (rmq's own keys after).
+_CONFIG_OBJECT = {f.key: 0 if f.origin.startswith(_NS) else 1 if f.origin.startswith(_NET)
+                  else 2 for f in FIELDS}
 
 
 def is_tls_key(key: str) -> bool:
@@ -682,14 +688,33 @@ class NamesrvConfig:
         Order: Java's declaration order (NamesrvConfig, NettyServerConfig), rmq's keys,
         then the file's extra keys. Java's order is Hashtable order, not a contract.
         """
+        props = self._field_properties()
+        for k, v in self._extra.items():
+            props.setdefault(k, v)
+        return props
+
+    def _field_properties(self) -> dict[str, str]:
+        """The settings of :data:`FIELDS` (Java's config objects): key -> string."""
         props: dict[str, str] = {}
         for f in FIELDS:
             value = getattr(self, f.attr)
             if value is not None and f.key not in _NOT_SHOWN:
                 props[f.key] = _format(value)
-        for k, v in self._extra.items():
-            props.setdefault(k, v)
         return props
+
+    def client_configs_text(self, keys: Iterable[object]) -> str:
+        """The body of GET_CLIENT_CONFIG for the requested ``keys`` (Java 5.x
+        ``Configuration.getClientConfigsFormatString``): ``k=v\\n`` for each key that
+        names a setting of the config objects (not the file's extra keys: Java reads
+        the objects' fields; a null value is no setting), each once, in the order of
+        the ``Properties`` Java fills with them (config object by config object, keys
+        in request order). Keys that are not strings name no setting (Java makes
+        strings of them). The text is at most as long as every setting together,
+        however many keys are asked."""
+        values = self._field_properties()
+        asked = dict.fromkeys(k for k in keys if isinstance(k, str) and k in values)
+        filled = sorted(asked, key=_CONFIG_OBJECT.__getitem__)   # stable: request order kept
+        return properties_to_string({k: values[k] for k in java_properties_order(filled)})
 
     def kv_limits(self) -> dict[str, int]:
         """The KVConfig keyword arguments of the KV limits, and of the table size up to
