@@ -685,7 +685,8 @@ def gen_headers(rng):
 # ---------------------------------------------------------------- bodies
 
 BODY_DECODERS = ("decode_topic_route_data", "decode_cluster_info", "decode_kv_table",
-                 "decode_topic_list", "decode_data_version", "decode_broker_member_group")
+                 "decode_topic_list", "decode_data_version", "decode_broker_member_group",
+                 "decode_remote_client_config")
 
 
 def check_body(inp):
@@ -818,6 +819,11 @@ def small_body_json(rng, fn):
         return ("{" + ",".join(f'"{k}":{odd_scalar(rng)}' for k in rng.sample(
             ["counter", "stateVersion", "timestamp"], rng.randint(0, 3))) + "}").encode(
                 "utf-8", "surrogatepass")
+    if fn == "decode_remote_client_config":
+        k = rng.choice(['["orderMessageEnable","rocketmqHome"]', "[]", "null", '"k"', "5", "{}",
+                        '["listenPort",null]', '["x",1,true,[],{}]', odd_json(rng)])
+        return rng.choice([f'{{"keys":{k}}}', "{}", "", "null", "[]"]).encode(
+            "utf-8", "surrogatepass")
     g = rng.choice(['{"brokerAddrs":{0:"a"},"brokerName":"b","cluster":"c"}', "null", "5", "[]",
                     '{"brokerAddrs":5}', '{"brokerAddrs":{"x":"a"}}', '"s"', odd_json(rng)])
     return f'{{"brokerMemberGroup":{g}}}'.encode("utf-8", "surrogatepass")
@@ -912,23 +918,32 @@ class _Conn:
         return f"<conn {self.id}>"
 
 
+#: The serialize type the served NameServer answers in (rocketmq.serialize.type).
+ANSWER_TYPE = "JSON"
+
+
 def _new_server(tag):
     from rmq.namesrv.config import NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig
     clock = [1_700_000_000_000]
     ns = NAMESRV[tag].DefaultRequestProcessor(NamesrvConfig(), KVConfig(None),
                                  routes=ROUTE_TABLES[tag](), clock=lambda: clock[0])
+    ns.routes.answer_serialize_type = ANSWER_TYPE
     return ns, clock
 
 
 def _encode(core, cmd, resp, events):
-    # rmq.server.Connection._encode: an answer that cannot be encoded becomes SYSTEM_ERROR
+    # rmq.server.Connection._encode: an answer that cannot be encoded becomes SYSTEM_ERROR;
+    # every answer is in the NameServer's serialize type (Connection._frame)
+    resp.serialize_type = ANSWER_TYPE
     try:
         return core.encode_frame(resp)
     except Exception as e:  # noqa: BLE001
         if not isinstance(e, RmqError):
             events.append(("encode-exception", cmd.code, type(e).__name__))
-        return core.encode_frame(cmd.response(1, "the answer cannot be encoded"))
+        resp = cmd.response(1, "the answer cannot be encoded")
+        resp.serialize_type = ANSWER_TYPE
+        return core.encode_frame(resp)
 
 
 def serve(tag, data, bounds, limit):
@@ -1211,9 +1226,11 @@ def session_command(rng, opaque):
     elif r < 0.89:
         code, ext = 904, {"clusterName": cluster, "brokerAddr": addr, "brokerName": name}
     else:
-        code = rng.choice([106, 206, 224, 304, 311, 312, 313, 219, 319, 901, 9999])
+        code = rng.choice([106, 206, 224, 304, 311, 312, 313, 219, 319, 901, 47, 9999])
         ext = {224: {"cluster": cluster}, 219: {"namespace": "ORDER_TOPIC_CONFIG"},
                901: {"clusterName": cluster, "brokerName": name}}.get(code)
+        if code == 47:
+            body = small_body_json(rng, "decode_remote_client_config")
     if ext is not None and rng.random() < 0.12:         # odd ext values, missing fields
         ext = dict(ext)
         k = rng.choice(list(ext))

@@ -97,6 +97,17 @@ def vector_bytes(name):
     return (VECTORS_DIR / name).read_bytes()
 
 
+# And of ../shared/vectors/java-5.0.0: a real Apache RocketMQ 5.0.0 NameServer with
+# 5.0.0 (and one 4.9.8) brokers, mqadmin and clients (its README.md says how).
+VECTORS_5_DIR = Path(__file__).resolve().parent / "vectors" / "java-5.0.0"
+VECTORS_5 = json.loads((VECTORS_5_DIR / "index.json").read_text("utf-8"))["frames"]
+VECTOR_5_BY_FILE = {entry["file"]: entry for entry in VECTORS_5}
+
+
+def vector5_bytes(name):
+    return (VECTORS_5_DIR / name).read_bytes()
+
+
 def split_frame(data):
     """(serialize type byte, header bytes, body bytes) of a complete frame."""
     length, word = struct.unpack_from(">ii", data)

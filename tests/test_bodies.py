@@ -6,8 +6,12 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from rmq import decode_frame
 from rmq.errors import BodyError
+from support import vector5_bytes
 
 
 def chunk(data):
@@ -201,6 +205,47 @@ def test_cluster_info_and_member_group_use_the_legacy_form(bodies):
     group = bodies.encode_broker_member_group("c", "b", addrs)
     assert group == (b'{"brokerMemberGroup":{"brokerAddrs":{0:"127.0.0.1:10911"},'
                      b'"brokerName":"b","cluster":"c"}}')
+
+
+def test_remote_client_config_body(bodies):
+    # GetRemoteClientConfigBody as Java writes it (the 5.0.0 vector's request, raw.sh)
+    data = decode_frame(vector5_bytes("47_get_client_config_request.bin")).body
+    assert data == b'{"keys":["orderMessageEnable","rocketmqHome"]}'
+    assert bodies.decode_remote_client_config(data) == ["orderMessageEnable", "rocketmqHome"]
+    assert bodies.encode_remote_client_config(["orderMessageEnable", "rocketmqHome"]) == data
+    assert bodies.decode_remote_client_config(b"{}") == []             # Java's default list
+    assert bodies.decode_remote_client_config(b'{"keys":[],"x":1}') == []
+    # items other than strings are kept (they name no setting)
+    assert bodies.decode_remote_client_config(b'{"keys":["a",1,true,[],{}]}') == \
+        ["a", 1, True, [], {}]
+    assert bodies.decode_remote_client_config(
+        bodies.encode_remote_client_config(["\u00e9", "k"])) == ["\u00e9", "k"]
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"", "no body"), (b"null", "not a JSON object"), (b"[]", "not a JSON object"),
+    (b'"keys"', "not a JSON object"), (b"{", "invalid JSON"), (b"\xff{}", "byte 0"),
+    (b'{"keys":null}', "not an array: None"), (b'{"keys":"k"}', "not an array: 'k'"),
+    (b'{"keys":{"a":1}}', "not an array: an object"), (b'{"keys":5}', "not an array: 5"),
+    (b'{"keys":["k",null]}', "holds a null"),
+])
+def test_bad_remote_client_config_bodies(bodies, data, why):
+    # Java throws on these (no body, not an object, keys not a list, a null key):
+    # the answer is SYSTEM_ERROR; here a BodyError that says why
+    with pytest.raises(BodyError, match=why):
+        bodies.decode_remote_client_config(data)
+
+
+@given(st.binary(max_size=64) | st.builds(
+    lambda k: json.dumps({"keys": k}).encode(),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(), st.lists, max_leaves=6)))
+def test_remote_client_config_decoder_gives_keys_or_a_body_error(bodies, data):
+    # only rmq.errors escape a decoder: a list of keys, or BodyError
+    try:
+        keys = bodies.decode_remote_client_config(data)
+    except BodyError:
+        return
+    assert isinstance(keys, list) and None not in keys
 
 
 @pytest.mark.parametrize("decode, data", [

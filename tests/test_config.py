@@ -2,15 +2,22 @@
 
 import logging
 import os
+import random
+import subprocess
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from rmq import decode_frame
-from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, ConfigError, ConfigNoPermission,
-                        NamesrvConfig, is_path_key, load_properties_file, parse_properties,
-                        properties_to_string)
+from rmq.bodies import decode_remote_client_config
+from rmq.javaorder import java_properties_order, java_spread_hash
+from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, SERIALIZE_TYPE_ENV,
+                                SERIALIZE_TYPE_KEY, ConfigError, ConfigNoPermission,
+                                NamesrvConfig, is_path_key, load_properties_file,
+                                parse_properties, properties_to_string)
 from rmq.errors import RmqError
-from support import vector_bytes
+from support import vector5_bytes, vector_bytes
 
 # rmq.namesrv.config is Python whichever core is selected.
 pytestmark = pytest.mark.once
@@ -55,6 +62,9 @@ BEYOND_4_9_8 = {
     "tls.server.mode", "tls.server.need.client.auth", "tls.config.file",
     "aclEnable", "aclFilePath", "aclAdminRequests", "aclBrokerRequests", "aclRouteRequests",
     "aclOtherRequests",
+    # Java's RemotingCommand System property (the serialize type of answers), read from
+    # the file by rmq
+    "rocketmq.serialize.type",
 }
 
 
@@ -435,3 +445,131 @@ def test_update_never_writes_files(tmp_path, monkeypatch):
     c.update_from_properties_text("orderMessageEnable=true\nclusterTest=true")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["namesrv.properties"]
     assert path.read_text("latin-1") == "listenPort=9877\n"
+
+
+# ---------------------------------------------------------------- rocketmq.serialize.type
+
+def test_serialize_type_defaults_to_json(monkeypatch):
+    monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    c = NamesrvConfig()
+    assert c.answer_serialize_type() == "JSON"
+    assert c.to_properties()[SERIALIZE_TYPE_KEY] == "JSON"
+
+
+@pytest.mark.parametrize("env, text, expected", [
+    # Java: System.getProperty("rocketmq.serialize.type", getenv("ROCKETMQ_SERIALIZE_TYPE"))
+    ("ROCKETMQ", "", "ROCKETMQ"),                        # the variable, when the key is absent
+    ("ROCKETMQ", "rocketmq.serialize.type=JSON\n", "JSON"),   # the key before the variable
+    ("JSON", "rocketmq.serialize.type=ROCKETMQ\n", "ROCKETMQ"),
+    ("ROCKETMQ", "rocketmq.serialize.type=\n", "JSON"),      # set but blank: JSON (isBlank)
+    ("  ", "", "JSON"),
+    ("", "", "JSON"),
+    (None, "rocketmq.serialize.type = ROCKETMQ \n", "ROCKETMQ"),   # a file's value is trimmed
+])
+def test_serialize_type_is_the_key_then_the_variable(monkeypatch, env, text, expected):
+    if env is None:
+        monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SERIALIZE_TYPE_ENV, env)
+    assert NamesrvConfig.from_properties_text(text).answer_serialize_type() == expected
+
+
+@pytest.mark.parametrize("value", ["json", "Rocketmq", "BINARY", "JSON;ROCKETMQ", "0"])
+def test_a_serialize_type_java_would_not_start_with_is_an_error(monkeypatch, value):
+    # SerializeType.valueOf: the exact names; Java throws at class initialization
+    monkeypatch.delenv(SERIALIZE_TYPE_ENV, raising=False)
+    c = NamesrvConfig.from_properties_text(f"{SERIALIZE_TYPE_KEY}={value}\n")
+    with pytest.raises(ConfigError) as info:
+        c.answer_serialize_type()
+    assert info.value.key == SERIALIZE_TYPE_KEY and info.value.value == value
+    assert SERIALIZE_TYPE_KEY in str(info.value) and repr(value) in str(info.value)
+    monkeypatch.setenv(SERIALIZE_TYPE_ENV, value)
+    with pytest.raises(ConfigError):
+        NamesrvConfig().answer_serialize_type()
+
+
+def test_serialize_type_is_never_set_remotely():
+    c = NamesrvConfig()
+    with pytest.raises(ConfigNoPermission):
+        c.update_from_properties_text(f"{SERIALIZE_TYPE_KEY}=ROCKETMQ\n")
+    assert c.answer_serialize_type() == "JSON"
+
+
+# ---------------------------------------------------------------- GET_CLIENT_CONFIG (47)
+
+def test_client_configs_of_the_java_5_0_0_vector():
+    # the 5.0.0 NameServer ran with rocketmqHome /home/rocketmq/namesrv-29876 (path
+    # rewritten in the vector) and orderMessageEnable false
+    request = decode_frame(vector5_bytes("47_get_client_config_request.bin"))
+    answer = decode_frame(vector5_bytes("47_get_client_config_response.bin"))
+    keys = decode_remote_client_config(request.body)
+    assert keys == ["orderMessageEnable", "rocketmqHome"]
+    c = NamesrvConfig(rocketmqHome="/home/rocketmq/namesrv-29876")
+    assert c.client_configs_text(keys).encode("utf-8") == answer.body
+
+
+def test_client_configs_only_name_settings_of_the_config_objects(monkeypatch):
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    c = NamesrvConfig.from_properties_text("someFutureKey=x\nlistenPort=9877\n"
+                                           "tls.server.keyPassword=secret\n")
+    assert c.rocketmqHome is None
+    # unknown keys, the file's extra keys, null settings, non-strings and secrets: nothing
+    assert c.client_configs_text(["nope", "someFutureKey", "rocketmqHome", 1, True, None, [],
+                                  {}, "tls.server.keyPassword", ""]) == ""
+    assert c.client_configs_text([]) == ""
+    # each once, whatever the repeats; Java's k=v\n lines
+    assert c.client_configs_text(["listenPort", "listenPort", "nope", 5, "listenPort"]) == \
+        "listenPort=9877\n"
+    assert c.client_configs_text(["clusterTest", "listenPort"]) == \
+        c.client_configs_text(["listenPort", "clusterTest", "listenPort"]) == \
+        "clusterTest=false\nlistenPort=9877\n"
+
+
+def test_client_configs_are_bounded_by_the_configuration():
+    c = NamesrvConfig(rocketmqHome="/opt/rocketmq")
+    every = [f.key for f in FIELDS]
+    text = c.client_configs_text(every)
+    assert parse_properties(text) == {k: v for k, v in c.to_properties().items()
+                                      if k in every}
+    assert len(text) == len(c.to_properties_text())
+    many = every * 200 + [f"k{i}" for i in range(100_000)] + ["x" * 1_000_000]
+    assert c.client_configs_text(many) == text
+
+
+def test_config_keys_never_fill_a_concurrent_hash_map_bin():
+    # java_properties_order does not model tree bins: Java makes one when a key lands
+    # in a bin of 8 (TREEIFY_THRESHOLD). rmq's keys never fill one, whichever of them a
+    # client asks for, at any table size they reach (16 bins, doubled at 3/4 full).
+    keys = [f.key for f in FIELDS]
+    n = 16
+    while n * 3 // 4 <= len(keys):
+        assert max(Counter(java_spread_hash(k) & (n - 1) for k in keys).values()) <= 8, n
+        n *= 2
+    assert sorted(java_properties_order(keys)) == sorted(keys)
+    assert sorted(java_properties_order(reversed(keys))) == sorted(keys)
+
+
+@pytest.mark.requires("java")
+def test_client_config_order_is_the_jdks_properties_order():
+    """java_properties_order against java.util.Properties itself (JDK 9+), over
+    random sequences of rmq's keys (repeats included) and of random strings."""
+    rng = random.Random(47)
+    keys = [f.key for f in FIELDS]
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._"
+    cases = [keys, keys[::-1], []]
+    cases += [[rng.choice(keys) for _ in range(rng.randint(1, 2 * len(keys)))]
+              for _ in range(1000)]
+    while len(cases) < 2000:
+        case = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+                for _ in range(rng.randint(1, 120))]
+        try:
+            java_properties_order(case)
+        except ValueError:      # a bin Java would make a tree of: not modelled
+            continue
+        cases.append(case)
+    out = subprocess.run(
+        ["java", str(Path(__file__).resolve().parent / "interop" / "PropertiesOrder.java")],
+        input="".join(" ".join(c) + "\n" for c in cases), capture_output=True, text=True,
+        timeout=120, check=True, env=dict(os.environ, LC_ALL="C.UTF-8"))
+    java = out.stdout.split("\n")[:len(cases)]
+    assert [" ".join(java_properties_order(c)) for c in cases] == java

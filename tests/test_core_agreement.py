@@ -58,14 +58,18 @@ def test_limits_agree(compiled, fallback):
         fallback.DEFAULT_MAX_INFLATED, fallback.MAX_INFLATE_RATIO, fallback.MIN_INFLATE_LIMIT)
 
 
+@pytest.mark.parametrize("answer", SERIALIZE_TYPES)
 @pytest.mark.parametrize("stype", SERIALIZE_TYPES)
-def test_the_fast_path_answers_get_routeinfo_only(compiled, fallback, stype):
-    # wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC and RMQ_CURRENT_VERSION are rmq.protocol's.
+def test_the_fast_path_answers_get_routeinfo_only(compiled, fallback, stype, answer):
+    # wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC and RMQ_CURRENT_VERSION are rmq.protocol's;
+    # the C writer's serialize type codes are SERIALIZE_TYPES' (the answer's, not the
+    # request's).
     body = b'{"brokerDatas":[]}'
     for impl in (compiled, fallback):
-        expect = impl.encode_frame(impl.decode_frame(frame(impl, stype=stype, opaque=11))
-                                   .response(body=body))
-        assert compiled._route_answer(frame(impl, stype=stype, opaque=11), body) == expect
+        resp = impl.decode_frame(frame(impl, stype=stype, opaque=11)).response(body=body)
+        resp.serialize_type = answer
+        expect = impl.encode_frame(resp)
+        assert compiled._route_answer(frame(impl, stype=stype, opaque=11), body, answer) == expect
     for code in (ROUTE - 1, ROUTE + 1, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER):
         assert compiled._route_answer(frame(compiled, code=code, stype=stype), body) is None
     assert compiled.decode_frame(expect).version == CURRENT_VERSION > V4_9_4

@@ -227,8 +227,10 @@ def test_ali_ons_gets_a_route(node, namesrv):
     r = routes["TopicA"]
     assert r["ok"], log
     route = r["route"]
+    # a broker that does not say enableActingMaster (as 4.x ones): false, as 5.x writes it
     assert route["brokerDatas"] == [{"brokerAddrs": {"0": broker_addr},
-                                     "brokerName": "broker-a", "cluster": "DefaultCluster"}], log
+                                     "brokerName": "broker-a", "cluster": "DefaultCluster",
+                                     "enableActingMaster": False}], log
     assert len(route["queueDatas"]) == 1, log
     qd = route["queueDatas"][0]
     assert (qd["brokerName"], qd["readQueueNums"], qd["writeQueueNums"], qd["perm"]) == \

@@ -17,6 +17,7 @@ import pytest
 
 import rmq
 from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
+from rmq.namesrv.config import SERIALIZE_TYPE_KEY
 
 NEW = 476           # above V5_3_1 (475): told to go away
 OLD = 475           # V5_3_1 itself and below: served to the end
@@ -37,9 +38,10 @@ def assert_go_away(resp, req_opaque):
 
 # ---------------------------------------------------------------- GO_AWAY
 
-def test_go_away_during_graceful_shutdown(tmp_path, loop):
+@pytest.mark.parametrize("answer", ["JSON", "ROCKETMQ"])
+def test_go_away_during_graceful_shutdown(tmp_path, loop, answer):
     with running_namesrv(tmp_path, loop=loop, enableShutdownGracefully=True,
-                         shutdownWaitTimeSeconds=1) as app:
+                         shutdownWaitTimeSeconds=1, **{SERIALIZE_TYPE_KEY: answer}) as app:
         with Client(app.address) as broker, Client(app.address) as new, \
                 Client(app.address) as old:
             assert register_broker(broker, "bk", "10.0.0.1:10911", topics=["T", "U"]).code == 0
@@ -54,12 +56,13 @@ def test_go_away_during_graceful_shutdown(tmp_path, loop):
                     "namespace": "n", "key": "k", "value": "v"})):
                 req = rmq.RemotingCommand.request(code, ext, version=NEW)
                 assert_go_away(new.call(req), req.opaque)
-            # binary headers too
-            req = rmq.RemotingCommand.request(105, {"topic": "T"}, version=NEW,
-                                              serialize_type="ROCKETMQ")
-            resp = new.call(req)
-            assert_go_away(resp, req.opaque)
-            assert resp.serialize_type == "ROCKETMQ"
+            # requests in either serialize type, answered in the NameServer's
+            for stype in ("JSON", "ROCKETMQ"):
+                req = rmq.RemotingCommand.request(105, {"topic": "T"}, version=NEW,
+                                                  serialize_type=stype)
+                resp = new.call(req)
+                assert_go_away(resp, req.opaque)
+                assert resp.serialize_type == answer
             # a oneway request gets no answer (Java's writeResponse skips it)
             new.request(106, version=NEW, oneway=True)
             req = rmq.RemotingCommand.request(106, version=NEW)
@@ -84,7 +87,7 @@ def test_go_away_during_graceful_shutdown(tmp_path, loop):
             done.result(5)
             elapsed = time.monotonic() - start
             assert 0.95 <= elapsed <= 1 + SLACK + 1, elapsed
-            assert app.go_away_count == 7
+            assert app.go_away_count == 8
 
 
 def test_no_go_away_by_default(tmp_path, loop):

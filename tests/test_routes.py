@@ -8,6 +8,7 @@ NameServer's answers.
 
 import copy
 import os
+import re
 import weakref
 
 import pytest
@@ -90,7 +91,8 @@ def test_first_registration(RT):
     assert rt.version > v
     assert invalidated(rt) == {"T1", "T2"}
     assert rt.topic_route("T1") == {
-        "brokerDatas": [{"brokerAddrs": {0: A0}, "brokerName": "broker-a", "cluster": CLUSTER}],
+        "brokerDatas": [{"brokerAddrs": {0: A0}, "brokerName": "broker-a", "cluster": CLUSTER,
+                         "enableActingMaster": False}],
         "filterServerTable": {},
         "queueDatas": [qd("broker-a")]}
     assert rt.topic_route("Nope") is None
@@ -297,7 +299,9 @@ def test_broker_data_fields_of_5x_brokers(RT):
     reg(rt, ["New", "New2"], enable_acting_master=False, zone_name="zone-1")
     (old,) = rt.topic_route("Old")["brokerDatas"]
     (new,) = rt.topic_route("New")["brokerDatas"]
-    assert "enableActingMaster" not in old and "zoneName" not in old
+    # Java 5.x writes enableActingMaster always (false when the broker did not declare
+    # it), zoneName only when the broker sent one
+    assert old["enableActingMaster"] is False and "zoneName" not in old
     assert new["enableActingMaster"] is False and new["zoneName"] == "zone-1"
     invalidated(rt)
     reg(rt, ["New"], enable_acting_master=False, zone_name="zone-2")
@@ -370,7 +374,8 @@ def test_unregister_cleans_up(RT):
     assert rt.topic_route("T1") is None
     assert addrs(rt, "Shared") == {"broker-b": {0: B0}}
     assert rt.cluster_info() == (
-        {"broker-b": {"brokerAddrs": {0: B0}, "brokerName": "broker-b", "cluster": "Other"}},
+        {"broker-b": {"brokerAddrs": {0: B0}, "brokerName": "broker-b", "cluster": "Other",
+                      "enableActingMaster": False}},
         {"Other": ["broker-b"]})
     assert not rt.unregister_broker(CLUSTER, A0, "broker-a", 0)
     assert rt.unregister_broker("Other", B0, "broker-b", 0)
@@ -915,6 +920,13 @@ def _register_vector(rt, name, now=1_000, conn="broker"):
     return res, reg_body, e
 
 
+def _as_5x(java_4_9_8_body):
+    """A 4.9.8 answer's body as Java 5.0.0 writes it for the same 4.9.8 broker: its
+    BrokerData gains ``"enableActingMaster":false`` (5.x always writes the field; see
+    106_get_broker_cluster_info_five in the 5.0.0 vectors), the rest is the same."""
+    return re.sub(rb'("cluster":"[^"]*")', rb'\1,"enableActingMaster":false', bytes(java_4_9_8_body))
+
+
 def test_replay_4_9_8_register_broker(RT):
     rt = RT()
     res, reg_body, e = _register_vector(rt, "103_register_broker_request.bin")
@@ -955,15 +967,14 @@ def test_replay_4_9_8_register_broker(RT):
     assert rt.has_unit_sub_topics() == []
     assert rt.has_unit_sub_ununit_topics() == []
     info = rt.cluster_info()
-    cluster_answer = _vector("106_get_broker_cluster_info_response.bin").body
+    cluster_answer = _as_5x(_vector("106_get_broker_cluster_info_response.bin").body)
     assert info == bodies.decode_cluster_info(cluster_answer)
-    assert bodies.encode_cluster_info(*info) == \
-        bytes(_vector("106_get_broker_cluster_info_response.bin").body)
+    assert bodies.encode_cluster_info(*info) == cluster_answer
 
     route = rt.topic_route("TopicTest")
-    answer = _vector("105_get_routeinfo_existing_response.bin").body
+    answer = _as_5x(_vector("105_get_routeinfo_existing_response.bin").body)
     assert route == bodies.decode_topic_route_data(answer)
-    assert bodies.encode_topic_route_data(route) == bytes(answer)
+    assert bodies.encode_topic_route_data(route) == answer
     assert rt.topic_route("NoSuchTopic") is None            # 105 -> 17
     assert rt.topic_route("AutoCreatedTopic") is None
 
@@ -973,10 +984,10 @@ def test_replay_4_9_8_register_broker(RT):
     assert str(rt.add_write_perm("broker-a")) == \
         _vector("327_add_write_perm_of_broker_response.bin").ext_fields["addTopicCount"]
     # after them TBW102 (registered with perm 7) answers perm 6, as captured
-    tbw = _vector("105_get_routeinfo_producer_tbw102_response.bin").body
+    tbw = _as_5x(_vector("105_get_routeinfo_producer_tbw102_response.bin").body)
     assert rt.topic_route("TBW102") == bodies.decode_topic_route_data(tbw)
     assert rt.topic_route("TBW102")["queueDatas"][0]["readQueueNums"] == 8
-    assert bodies.encode_topic_route_data(rt.topic_route("TBW102")) == bytes(tbw)
+    assert bodies.encode_topic_route_data(rt.topic_route("TBW102")) == tbw
 
     rt.delete_topic("AutoCreatedTopic", "DefaultCluster")   # 216: absent, no-op
     assert len(rt.all_topics()) == 9

@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 import rmq
 import rmq.bodies
 from rmq._wire import route_zone
-from rmq.errors import ProtocolError
+from rmq.errors import ProtocolError, UnknownSerializeType
+from rmq.protocol import SERIALIZE_TYPES, V4_9_8, V5_0_0
 from support import route_table
 from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT,
-                     VECTORS, binary_ext, binary_header, frame, general_body, vector_body,
-                     vector_bytes)
+                     VECTORS, VECTORS_5, binary_ext, binary_header, frame, general_body,
+                     vector5_bytes, vector_body, vector_bytes)
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -355,13 +356,21 @@ class _OneRoute:
 
 
 def check_answer(data, body=BODY):
-    answer = core._route_answer(data, body)
+    """The C writer's answer to a route request frame, in either serialize type
+    (whatever the request's), is encode_frame's of the generic response in it."""
     request = core.decode_frame(data)
-    assert answer == core.encode_frame(request.response(0, body=body))
     topic = request.ext_fields["topic"]
-    out, others, error = core.TopicTable().serve_routes(
-        _OneRoute(topic, body).route_body, core.FrameDecoder(), data, -1)
-    assert (out, others, error) == (answer, [], None)
+    assert core._route_answer(data, body) == core._route_answer(data, body, "JSON")
+    for answer_type in SERIALIZE_TYPES:
+        answer = core._route_answer(data, body, answer_type)
+        expect = request.response(0, body=body)
+        expect.serialize_type = answer_type
+        assert answer == core.encode_frame(expect)
+        tt = core.TopicTable()
+        tt.answer_serialize_type = answer_type
+        out, others, error = tt.serve_routes(
+            _OneRoute(topic, body).route_body, core.FrameDecoder(), data, -1)
+        assert (out, others, error) == (answer, [], None)
     # And from a real table, answered in C from its encoded route.
     rt = route_table(core)()
     # two topics: Java refuses a first registration of exactly one topic
@@ -372,8 +381,10 @@ def check_answer(data, body=BODY):
     accept = request.ext_fields.get("acceptStandardJsonOnly")
     legacy = not (request.version >= 401 or (accept or "").lower() == "true")
     body = rt.route_body(topic, legacy, route_zone(request))
-    out, others, error = rt.serve_routes(core.FrameDecoder(), data)
-    assert (out, others, error) == (core._route_answer(data, body), [], None)
+    for answer_type in SERIALIZE_TYPES:
+        rt.answer_serialize_type = answer_type
+        out, others, error = rt.serve_routes(core.FrameDecoder(), data)
+        assert (out, others, error) == (core._route_answer(data, body, answer_type), [], None)
 
 
 ROUTE_VECTORS = [e for e in VECTORS if e["file"].startswith("105_") and e["kind"] == "request"]
@@ -390,15 +401,35 @@ def test_route_vectors_are_recognised(entry):
         check_answer(data, body)
 
 
+ROUTE_VECTORS_5 = [e for e in VECTORS_5 if e["file"].startswith("105_") and e["kind"] == "request"]
+
+
 def test_route_vectors_answers_match_the_java_ones():
-    # The captured answers carry Java's route body: ours frame it identically.
-    compared = 0
-    for entry in ROUTE_VECTORS:
-        answer = vector_bytes(entry["response_file"])
+    # Java 5.0.0's answers carry its route body: ours frame it identically, in JSON
+    # (the NameServer's serialize type) whatever the request's.
+    compared = set()
+    for entry in ROUTE_VECTORS_5:
+        answer = vector5_bytes(entry["response_file"])
         resp = core.decode_frame(answer)
         if resp.code != 0 or resp.remark is not None:
             continue
-        assert core._route_answer(vector_bytes(entry["file"]), resp.body) == answer
+        assert core._route_answer(vector5_bytes(entry["file"]), resp.body) == answer
+        compared.add(entry["serialize_type"])
+    assert compared == {"JSON", "ROCKETMQ"}
+
+
+def test_route_vectors_answers_differ_from_4_9_8_in_version_and_serialize_type():
+    # 4.9.8's answers said version 409 and mirrored the request's serialize type: ours
+    # are 5.0.0's (413, JSON), the route body framed otherwise identically.
+    compared = 0
+    for entry in ROUTE_VECTORS:
+        java = core.decode_frame(vector_bytes(entry["response_file"]))
+        if java.code != 0 or java.remark is not None:
+            continue
+        assert (java.version, java.serialize_type) == (V4_9_8, entry["serialize_type"])
+        java.version, java.serialize_type = V5_0_0, "JSON"
+        assert core._route_answer(vector_bytes(entry["file"]), java.body) == \
+            core.encode_frame(java)
         compared += 1
     assert compared == 5            # the found routes, JSON and ROCKETMQ
 
@@ -631,9 +662,13 @@ def test_mutated_route_frames(bits, at, which):
 def test_answer_writer_versions():
     from rmq.protocol import CURRENT_VERSION
     data = frame(GO)
-    answer = core._route_answer(data, b"")
-    assert core.decode_frame(answer).version == CURRENT_VERSION
+    for answer_type in SERIALIZE_TYPES:
+        answer = core.decode_frame(core._route_answer(data, b"", answer_type))
+        assert (answer.version, answer.serialize_type) == (CURRENT_VERSION, answer_type)
+    assert CURRENT_VERSION == V5_0_0
     assert core._route_answer(frame(b"{}"), b"") is None
+    with pytest.raises(UnknownSerializeType, match="'json'"):
+        core._route_answer(data, b"", "json")
 
 
 WS = st.sampled_from(["", " ", "\n", "\r\n", "\t", "  "])

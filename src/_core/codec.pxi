@@ -10,7 +10,8 @@ from rmq.errors import (CorruptFrame, FrameTooLarge, HeaderError, ProtocolError,
                         UnknownSerializeType, BodyError)
 from rmq.protocol import (LANGUAGE_CODES as _LANGUAGE_CODES, LANGUAGES as _LANGUAGES_T,
                           V4_9_4 as _V4_9_4)
-from rmq._wire import ext_str as _ext_str, language_byte as _language_byte, rebuild_command as _rebuild
+from rmq._wire import (ext_str as _ext_str, language_byte as _language_byte,
+                       rebuild_command as _rebuild, serialize_type_code as _serialize_type_code)
 from functools import partial as _partial
 
 cdef enum:

@@ -273,6 +273,10 @@ cdef class TopicTable:
     # Route answers written by serve_routes (the GIL held): read at scrape time,
     # so that counting them costs the hot path an increment, not a Python call.
     cdef uint64_t served
+    # The serialize type route answers are written in (answer_serialize_type): its
+    # code for the C writer, its name for the answers built in Python.
+    cdef int answer_stype
+    cdef str answer_stype_name
 
     concurrent = True
 
@@ -283,6 +287,8 @@ cdef class TopicTable:
         self.lock = _TableLock()
         self.index = {}
         self.slot_names = []
+        self.answer_stype = SER_JSON
+        self.answer_stype_name = S_JSON
 
     def __init__(self, broker_state=None, cache_bytes=None):
         self.broker_state = broker_state
@@ -310,6 +316,17 @@ cdef class TopicTable:
             rt_wrlock(self.t)
             self.t.python_routes = v
             rt_wrunlock(self.t)
+
+    @property
+    def answer_serialize_type(self):
+        """The serialize type route answers are written in: "JSON" (the default) or
+        "ROCKETMQ". Java 5.x answers in the NameServer's own, whatever the request used."""
+        return self.answer_stype_name
+
+    @answer_serialize_type.setter
+    def answer_serialize_type(self, name):
+        self.answer_stype = _serialize_type_code(name)
+        self.answer_stype_name = name
 
     @property
     def cache_budget(self):
@@ -823,7 +840,7 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
                          list others, bint in_order) except -1:
     """Answer the route queries of ``cmds`` before the first other request;
     hand the rest to ``others``. Returns whether another request was met."""
-    cdef RemotingCommand cmd
+    cdef RemotingCommand cmd, resp
     cdef bint std
     for cmd in cmds:
         body = None
@@ -844,7 +861,9 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
             in_order = True
             others.append(cmd)
             continue
-        encode_into(b, cmd.response(0, None, None, body))
+        resp = cmd.response(0, None, None, body)
+        resp.serialize_type = tt.answer_stype_name
+        encode_into(b, resp)
         tt.served += 1
     return in_order
 
@@ -888,10 +907,10 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
             blob = rt_route(tt.t, req.topic, req.topic_len, form, &status, &temp)
             if blob == NULL:
                 break
-            need = rq_route_answer_size(&req, blob.len)
+            need = rq_route_answer_size(&req, tt.answer_stype, blob.len)
             if b.len + need > b.cap:
                 break
-            b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req,
+            b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req, tt.answer_stype,
                                            blob.data, blob.len)
             if temp != NULL:    # an answer the cache refused: built for this query only
                 free(temp)

@@ -924,30 +924,30 @@ int rq_route_zone(const rq_route *req, char *out)
 static const char JSON_HEAD[] = RMQ_JH_CODE "0" RMQ_JH_FLAG "1" RMQ_JH_LANGUAGE "\"JAVA\"" RMQ_JH_OPAQUE;
 static const char JSON_TAIL[] = RMQ_JH_TAIL;
 
-static size_t rq_header_len(const rq_route *req)
+static size_t rq_header_len(const rq_route *req, int stype)
 {
     char digits[24];
-    if (req->serialize_type == 1)
+    if (stype == 1)
         return RMQ_BH_FIXED;
     return sizeof JSON_HEAD - 1 + rmq_fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
            + rmq_fmt_int(digits, RMQ_CURRENT_VERSION) + 1;
 }
 
-size_t rq_route_answer_size(const rq_route *req, size_t body_len)
+size_t rq_route_answer_size(const rq_route *req, int stype, size_t body_len)
 {
-    return 8 + rq_header_len(req) + body_len;
+    return 8 + rq_header_len(req, stype) + body_len;
 }
 
-ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
+ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, int stype,
                               const char *body, size_t body_len)
 {
-    size_t header_len = rq_header_len(req), size = 8 + header_len + body_len;
+    size_t header_len = rq_header_len(req, stype), size = 8 + header_len + body_len;
     char *p = out + 8;
     if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
         return -1;
     rmq_put_be32(out, (uint32_t)(size - 4));
-    rmq_put_be32(out + 4, ((uint32_t)(req->serialize_type == 1) << 24) | (uint32_t)header_len);
-    if (req->serialize_type == 1) {
+    rmq_put_be32(out + 4, ((uint32_t)(stype == 1) << 24) | (uint32_t)header_len);
+    if (stype == 1) {
         p[0] = 0;                                 /* code 0 */
         p[1] = 0;
         p[2] = 0;                                 /* JAVA */

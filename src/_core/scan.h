@@ -66,11 +66,12 @@ int rq_route_zone(const rq_route *req, char *out);
 
 /* Append the complete answer frame (length prefix included): the bytes
  * encode_frame writes for req's response (code 0, JAVA, RMQ_CURRENT_VERSION,
- * opaque, flag 1, req's serialize type, no remark, no extFields, body).
+ * opaque, flag 1, no remark, no extFields, body) in serialize type stype (0 JSON,
+ * 1 ROCKETMQ: the NameServer's own, as Java 5.x answers, not req's).
  * Returns the bytes written, or -1 if cap is too small (or the frame would not
  * fit its int32 length field). */
-ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req,
+ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, int stype,
                               const char *body, size_t body_len);
-size_t rq_route_answer_size(const rq_route *req, size_t body_len);   /* exact size */
+size_t rq_route_answer_size(const rq_route *req, int stype, size_t body_len);   /* exact size */
 
 #endif

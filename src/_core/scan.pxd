@@ -36,6 +36,6 @@ cdef extern from "scan.h" nogil:
 
     int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
     int rq_route_zone(const rq_route* req, char* out)
-    ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
+    ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req, int stype,
                                   const char* body, size_t body_len)
-    size_t rq_route_answer_size(const rq_route* req, size_t body_len)
+    size_t rq_route_answer_size(const rq_route* req, int stype, size_t body_len)

@@ -128,14 +128,15 @@ def _scan_route_request(frame):
         PyBuffer_Release(&view)
 
 
-def _route_answer(frame, body):
+def _route_answer(frame, body, serialize_type="JSON"):
     """Test hook: the answer frame rq_write_route_answer writes for a route
-    request frame (length prefix included) and a route body; None if the frame
-    is not recognised."""
+    request frame (length prefix included) and a route body, in ``serialize_type``;
+    None if the frame is not recognised."""
     cdef Py_buffer view, bview
     cdef const uint8_t* p
     cdef rq_route r
     cdef int ok = 0
+    cdef int stype = _serialize_type_code(serialize_type)
     cdef size_t size
     cdef ssize_t written
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
@@ -147,12 +148,12 @@ def _route_answer(frame, body):
             return None
         PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE)
         try:
-            size = rq_route_answer_size(&r, bview.len)
+            size = rq_route_answer_size(&r, stype, bview.len)
             out = PyBytes_FromStringAndSize(NULL, size)
-            if rq_write_route_answer(PyBytes_AS_STRING(out), size - 1, &r,
+            if rq_write_route_answer(PyBytes_AS_STRING(out), size - 1, &r, stype,
                                      <const char*>bview.buf, bview.len) != -1:
                 raise AssertionError("rq_write_route_answer wrote past its capacity")
-            written = rq_write_route_answer(PyBytes_AS_STRING(out), size, &r,
+            written = rq_write_route_answer(PyBytes_AS_STRING(out), size, &r, stype,
                                             <const char*>bview.buf, bview.len)
             if written != <ssize_t>size:
                 raise AssertionError(f"rq_write_route_answer wrote {written} bytes, "

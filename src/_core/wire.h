@@ -13,7 +13,7 @@
 
 /* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
-enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_CURRENT_VERSION = 409 };
+enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_CURRENT_VERSION = 413 };
 
 /* One topic config of a RegisterBrokerBody: what the body scanner (scan.c) reads and
  * the topic table (routetable.c) applies. The strings point into the caller's bytes

@@ -11,9 +11,9 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from rmq.errors import BodyError, ProtocolError
+from rmq.errors import BodyError, ProtocolError, UnknownSerializeType
 from rmq.javacase import fold, is_blank, parse_boolean
-from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, V4_9_4
+from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, SERIALIZE_TYPES, V4_9_4
 
 _T = TypeVar("_T")
 
@@ -100,6 +100,15 @@ def route_zone(cmd: Any) -> str | None:
         return None
     zone: str | None = ext.get(ZONE_NAME)
     return None if zone is None or is_blank(zone) else fold(zone)
+
+
+def serialize_type_code(name: object) -> int:
+    """A serialize type's code (the top byte of the header-length word) from its name;
+    UnknownSerializeType naming it when it is neither JSON nor ROCKETMQ."""
+    if name not in SERIALIZE_TYPES:
+        raise UnknownSerializeType(f"unknown serialize type {name!r} "
+                                   f"(expected one of {SERIALIZE_TYPES})")
+    return SERIALIZE_TYPES.index(name)
 
 
 def language_byte(language: str) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "encode_topic_list", "decode_topic_list",
     "encode_data_version", "decode_data_version",
     "encode_broker_member_group", "decode_broker_member_group",
+    "encode_remote_client_config", "decode_remote_client_config",
     "topic_config", "broker_system_topics", "register_broker_body",
     "TopicConfig",
 ]
@@ -193,6 +194,29 @@ def encode_broker_member_group(cluster: str, broker_name: str,
 def decode_broker_member_group(data: Buffer) -> dict[str, Any]:
     group = _object(data, "BrokerMemberGroup").get("brokerMemberGroup") or {}
     return _broker_data_in(group)
+
+
+# ---------------------------------------------------------------- GetRemoteClientConfigBody
+
+def encode_remote_client_config(keys: Iterable[str]) -> bytes:
+    """GetRemoteClientConfigBody ``{"keys":[...]}``: GET_CLIENT_CONFIG's request."""
+    return json_dumps({"keys": list(keys)}, legacy=True)
+
+
+def decode_remote_client_config(data: Buffer) -> list[Any]:
+    """GetRemoteClientConfigBody -> its ``keys`` ([] when absent), as Java 5.x reads it:
+    no body, a body that is not a JSON object, ``keys`` that is not an array (null
+    included) or that holds a null are a BodyError (Java throws: SYSTEM_ERROR). Other
+    items are kept as they are: only strings can name a setting."""
+    if not memoryview(data).nbytes:
+        raise BodyError("GetRemoteClientConfigBody: no body (Java reads null)")
+    keys = _object(data, "GetRemoteClientConfigBody").get("keys", [])
+    if not isinstance(keys, list):
+        shown = "an object" if isinstance(keys, dict) else repr(keys)[:80]
+        raise BodyError(f"GetRemoteClientConfigBody.keys is not an array: {shown}")
+    if any(k is None for k in keys):
+        raise BodyError("GetRemoteClientConfigBody.keys holds a null")
+    return keys
 
 
 # ---------------------------------------------------------------- builders

@@ -121,7 +121,8 @@ def _namesrv(args):
     processor = DefaultRequestProcessor(config, kv)
     try:
         app = NameServerApp(processor, trace=trace)
-    except ConfigError as e:    # a wrong TLS setting; aclEnable with a bad plain_acl.yml
+    except ConfigError as e:    # a wrong TLS setting or rocketmq.serialize.type; aclEnable
+        # with a bad plain_acl.yml
         print(f"rmq namesrv: {e}", file=sys.stderr)
         kv.close()
         if trace is not None:

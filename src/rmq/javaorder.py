@@ -1,6 +1,7 @@
 """The iteration order of Java's hash tables of string keys (OpenJDK 17): neutral
-ground that the route tables' rules (rmq.namesrv.routeinfo), the KV table and both
-topic-table storages import.
+ground that the route tables' rules (rmq.namesrv.routeinfo), the KV table, both
+topic-table storages and the configuration (rmq.namesrv.config, for ``Properties``)
+import.
 
 Java's answers list its tables in iteration order, which no contract fixes but which
 rmq reproduces so that its answers compare byte for byte with Java's:
@@ -37,7 +38,7 @@ from typing import Generic, TypeVar
 __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
            "java_string_order", "hash_map_table_size", "concurrent_table_size",
            "hash_set_copy_table_size", "JavaHashKeys", "ConcurrentTable",
-           "JavaConcurrentKeys", "java_route_orders"]
+           "JavaConcurrentKeys", "java_route_orders", "java_properties_order"]
 
 _MAXIMUM_CAPACITY = 1 << 30
 _UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"   # for cast("H")
@@ -338,3 +339,34 @@ def java_route_orders(history: Iterable[tuple[str, str]],
     size = hash_set_copy_table_size(len(queue_datas), jdk)
     broker_datas = java_hash_order(queue_datas, size)
     return queue_datas, broker_datas
+
+
+#: ConcurrentHashMap: a bin that already holds this many keys is made a tree (or, in a
+#: table of fewer than 64 bins, the table grows instead) when one more lands in it.
+_TREEIFY_THRESHOLD = 8
+
+
+def java_properties_order(keys: Iterable[str]) -> list[str]:
+    """``keys`` (strings, in insertion order; a repeated one keeps its first place) in
+    the iteration order of a ``java.util.Properties`` filled in that order, as on Java 9
+    and later (the JVM of the 5.0.0 vectors), where ``Properties`` keeps its entries in
+    a ``new ConcurrentHashMap<>(8)``: a JavaConcurrentKeys.
+
+    Bins stay lists here: a key landing in a bin that already holds 8 (where Java
+    makes a tree, or grows the table early) raises ValueError. rmq's configuration
+    keys never fill one (tests/test_config.py checks it)."""
+    table = JavaConcurrentKeys(8)
+    size, counts = 0, Counter[int]()
+    for key in keys:
+        if key in table:
+            continue
+        if table.table_size != size:            # a resize: count the bins afresh
+            size = table.table_size
+            counts = Counter(java_spread_hash(k) & (size - 1) for k in table)
+        bucket = java_spread_hash(key) & (size - 1)
+        if counts[bucket] >= _TREEIFY_THRESHOLD:
+            raise ValueError(f"{key!r} lands in a ConcurrentHashMap bin of "
+                             f"{counts[bucket]} keys: Java would make it a tree")
+        counts[bucket] += 1
+        table.add(key)
+    return table.java_order()

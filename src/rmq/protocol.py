@@ -14,8 +14,12 @@ V4_9_8 = 409
 V5_0_0 = 413
 V5_3_1 = 475
 V5_3_3 = 479
-#: The version rmq puts in the commands it builds: the Java peer in the vectors.
-CURRENT_VERSION = V4_9_8
+#: The version rmq puts in the commands it builds, its answers among them: Java 5.0.0's
+#: NameServer sets rocketmq.remoting.version to its MQVersion.CURRENT_VERSION and every
+#: answer carries it (413 in the 5.0.0 vectors; 4.9.8's answers said 409). Where the two
+#: differ rmq answers as 5.x; what plays a 4.9.8 broker (rmq.registrar, rmq.brokersim)
+#: says V4_9_8 itself.
+CURRENT_VERSION = V5_0_0
 
 #: Serialize types, as they appear in the top byte of the header-length word.
 SERIALIZE_TYPES = ("JSON", "ROCKETMQ")
@@ -40,6 +44,7 @@ IN, OUT = 0, 1
 
 
 class RequestCode:
+    GET_CLIENT_CONFIG = 47
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102

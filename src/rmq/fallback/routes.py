@@ -5,6 +5,8 @@ rmq.namesrv.routeinfo's, which lists the interface. It keeps topicQueueTable
 by a broker touches only its topics) and each topic's encoded answers (standard,
 legacy, and a zone-mode query's: per zone class, as routetable.c groups them),
 dropped when a change may alter them; each change bumps ``version``.
+Route queries are answered in ``answer_serialize_type`` (JSON unless told: Java 5.x
+answers in the NameServer's own serialize type, whatever the request used).
 The answers are cached within a byte budget, identical ones held once, with the
 compiled cache's admission rule (routetable.c): a newcomer replaces only colder
 answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
@@ -14,7 +16,7 @@ from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
 from rmq.javacase import fold as _java_fold
 from rmq.javaorder import java_hash_order
-from rmq._wire import route_zone, standard_route_form
+from rmq._wire import route_zone, serialize_type_code, standard_route_form
 from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
@@ -67,6 +69,7 @@ class TopicTable:
         self._budget = None
         self._work_done = 0
         self.cache_budget = cache_bytes
+        self._answer_serialize_type = "JSON"
 
     # ------------------------------------------------------------ route answers
 
@@ -87,6 +90,16 @@ class TopicTable:
         while value is not None and self._bytes > value and self._ring:
             self._detach(*next(reversed(self._ring)))
             self._stats["evictions"] += 1
+
+    @property
+    def answer_serialize_type(self):
+        """The serialize type route answers are written in: "JSON" or "ROCKETMQ"."""
+        return self._answer_serialize_type
+
+    @answer_serialize_type.setter
+    def answer_serialize_type(self, name):
+        serialize_type_code(name)           # UnknownSerializeType unless JSON or ROCKETMQ
+        self._answer_serialize_type = name
 
     def cache_stats(self):
         """rmq._core.TopicTable.cache_stats: counters since start, size now."""
@@ -353,7 +366,9 @@ class TopicTable:
                     body = route_body(topic, not standard_route_form(cmd), route_zone(cmd))
             if body is None:        # answered by the caller: the rest waits, in order
                 return b"".join(answers), cmds[i:], error
-            answers.append(encode_frame(cmd.response(0, body=body)))
+            resp = cmd.response(0, body=body)
+            resp.serialize_type = self._answer_serialize_type
+            answers.append(encode_frame(resp))
             size += len(answers[-1])
             self._stats["served"] += 1
         return b"".join(answers), [], error

@@ -40,6 +40,10 @@ Where rmq differs, on purpose:
 - The TLS keys (``tls.server.*``, ``tls.config.file``: Java's System properties, see
   :mod:`rmq.tls`) are read from the file too, and no remote request may set any
   ``tls.`` key (:func:`is_tls_key`); ``tls.server.keyPassword`` is never shown.
+- ``rocketmq.serialize.type``, the serialize type of every answer (Java 5.x
+  ``RemotingCommand``: the System property, else the environment variable
+  ``ROCKETMQ_SERIALIZE_TYPE``), is read from the file too, its default from that
+  variable; no remote request may set it (it is read at start, as Java reads it once).
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
+from rmq.javaorder import java_properties_order
 from rmq.namesrv.kvconfig import REWRITE_MAX_TABLE_BYTES
-from rmq.protocol import parse_java_int
+from rmq.protocol import SERIALIZE_TYPES, parse_java_int
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -69,6 +74,8 @@ __all__ = [
     "is_path_key",
     "is_tls_key",
     "ALWAYS_BLACKLISTED",
+    "SERIALIZE_TYPE_KEY",
+    "SERIALIZE_TYPE_ENV",
     "loggable",
 ]
 
@@ -315,6 +322,12 @@ _NS5 = "NamesrvConfig 5.x"
 _NET = "NettyServerConfig"
 _NET5 = "NettyServerConfig 5.x"
 _TLS = "TlsSystemConfig"
+_REMOTING = "RemotingCommand"
+
+#: Java 5.x RemotingCommand's names for the serialize type a server answers in: the
+#: System property, read first, then the environment variable.
+SERIALIZE_TYPE_KEY = "rocketmq.serialize.type"
+SERIALIZE_TYPE_ENV = "ROCKETMQ_SERIALIZE_TYPE"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -384,6 +397,12 @@ FIELDS = (
     Field("tls.server.keyPassword", "str", None, _TLS, attr="tlsServerKeyPassword"),
     Field("tls.server.trustCertPath", "str", None, _TLS, attr="tlsServerTrustCertPath"),
     Field("tls.config.file", "str", "/etc/rocketmq/tls.properties", _TLS, attr="tlsConfigFile"),
+    # The serialize type of every answer, whatever the request used (Java 5.x; 4.9
+    # mirrored the request's): JSON, or ROCKETMQ (binary headers). Java reads it as a
+    # System property, else from ROCKETMQ_SERIALIZE_TYPE; rmq from this file, else
+    # from that variable. Read at start; never changed remotely.
+    Field(SERIALIZE_TYPE_KEY, "str", lambda: os.environ.get(SERIALIZE_TYPE_ENV) or "JSON",
+          _REMOTING, attr="serializeType"),
     # rmq's own
     Field("listenHost", "str", "0.0.0.0", "rmq"),
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
@@ -434,12 +453,20 @@ _ATTRS = tuple(dict.fromkeys(f.attr for f in FIELDS))
 #: a request signed by one admin account must not turn the checks off for everyone.
 ALWAYS_BLACKLISTED = frozenset(
     {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
-    | {f.key for f in FIELDS if f.key.startswith("acl")})
+    | {f.key for f in FIELDS if f.key.startswith("acl")}
+    # Java reads it once, at start (a static of RemotingCommand): one client must not
+    # switch every other client's answers to a header they may not read.
+    | {SERIALIZE_TYPE_KEY})
 
 _PATH_SUFFIXES = ("dir", "dirs", "directory", "home", "file", "files")
 
-#: Never sent to a client (GET_NAMESRV_CONFIG) nor printed (-p).
+#: Never sent to a client (GET_NAMESRV_CONFIG, GET_CLIENT_CONFIG) nor printed (-p).
 _NOT_SHOWN = frozenset({"tls.server.keyPassword"})
+
+#: Java's Configuration registers NamesrvConfig, then NettyServerConfig: the order in
+#: which GET_CLIENT_CONFIG puts their keys into its Properties (rmq's own keys after).
+_CONFIG_OBJECT = {f.key: 0 if f.origin.startswith(_NS) else 1 if f.origin.startswith(_NET)
+                  else 2 for f in FIELDS}
 
 
 def is_tls_key(key: str) -> bool:
@@ -563,6 +590,7 @@ class NamesrvConfig:
     tlsServerKeyPassword: str | None
     tlsServerTrustCertPath: str | None
     tlsConfigFile: str
+    serializeType: str | None
     maxFrameLength: int
     maxConnections: int
     maxOutputBufferBytes: int
@@ -660,14 +688,33 @@ class NamesrvConfig:
         Order: Java's declaration order (NamesrvConfig, NettyServerConfig), rmq's keys,
         then the file's extra keys. Java's order is Hashtable order, not a contract.
         """
+        props = self._field_properties()
+        for k, v in self._extra.items():
+            props.setdefault(k, v)
+        return props
+
+    def _field_properties(self) -> dict[str, str]:
+        """The settings of :data:`FIELDS` (Java's config objects): key -> string."""
         props: dict[str, str] = {}
         for f in FIELDS:
             value = getattr(self, f.attr)
             if value is not None and f.key not in _NOT_SHOWN:
                 props[f.key] = _format(value)
-        for k, v in self._extra.items():
-            props.setdefault(k, v)
         return props
+
+    def client_configs_text(self, keys: Iterable[object]) -> str:
+        """The body of GET_CLIENT_CONFIG for the requested ``keys`` (Java 5.x
+        ``Configuration.getClientConfigsFormatString``): ``k=v\\n`` for each key that
+        names a setting of the config objects (not the file's extra keys: Java reads
+        the objects' fields; a null value is no setting), each once, in the order of
+        the ``Properties`` Java fills with them (config object by config object, keys
+        in request order). Keys that are not strings name no setting (Java makes
+        strings of them). The text is at most as long as every setting together,
+        however many keys are asked."""
+        values = self._field_properties()
+        asked = dict.fromkeys(k for k in keys if isinstance(k, str) and k in values)
+        filled = sorted(asked, key=_CONFIG_OBJECT.__getitem__)   # stable: request order kept
+        return properties_to_string({k: values[k] for k in java_properties_order(filled)})
 
     def kv_limits(self) -> dict[str, int]:
         """The KVConfig keyword arguments of the KV limits, and of the table size up to
@@ -677,6 +724,20 @@ class NamesrvConfig:
                 "max_value_bytes": self.maxKvValueBytes,
                 "max_table_bytes": self.maxKvTableBytes,
                 "rewrite_max_table_bytes": self.maxKvRewriteTableBytes}
+
+    def answer_serialize_type(self) -> str:
+        """The serialize type every answer is written in, from ``rocketmq.serialize.type``
+        as Java's RemotingCommand reads its value: blank is JSON, else exactly "JSON" or
+        "ROCKETMQ" (``SerializeType.valueOf``, case included). ConfigError naming the
+        value otherwise (Java does not start)."""
+        value = self.serializeType
+        if value is None or not value.strip():
+            return "JSON"
+        if value not in SERIALIZE_TYPES:
+            raise ConfigError(f"config {SERIALIZE_TYPE_KEY}={value!r}: not one of "
+                              f"{', '.join(SERIALIZE_TYPES)} (case included)",
+                              key=SERIALIZE_TYPE_KEY, value=value)
+        return value
 
     def to_properties_text(self) -> str:
         """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""

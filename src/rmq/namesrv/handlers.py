@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 _FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+#: RemotingCommand.createResponseCommand(Class)'s remark, left by handlers that only
+#: set the code.
+_REMARK_NOT_SET = "not set any response code"
 
 
 class _MissingField(Exception):
@@ -88,7 +91,7 @@ _TABLE_CHANGES = frozenset((RC.REGISTER_BROKER, RC.UNREGISTER_BROKER,
                             RC.DELETE_TOPIC_IN_NAMESRV, RC.REGISTER_TOPIC_IN_NAMESRV,
                             RC.UPDATE_NAMESRV_CONFIG))
 #: Requests answered from neither the route table nor a lock: safe on any thread.
-_LOCK_FREE = frozenset((RC.GET_KV_CONFIG, RC.GET_NAMESRV_CONFIG))
+_LOCK_FREE = frozenset((RC.GET_KV_CONFIG, RC.GET_NAMESRV_CONFIG, RC.GET_CLIENT_CONFIG))
 #: Cached list answers kept at most (the 224 and 219 arguments are client-chosen).
 MAX_CACHED_ANSWERS = 1024
 MAX_CACHED_ANSWER_BYTES = 256 * 1024 * 1024
@@ -147,6 +150,7 @@ class DefaultRequestProcessor:
             RC.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_has_unit_sub_ununit_topics,
             RC.UPDATE_NAMESRV_CONFIG: self.update_config,
             RC.GET_NAMESRV_CONFIG: self.get_config,
+            RC.GET_CLIENT_CONFIG: self.get_client_config,
             RC.QUERY_DATA_VERSION: self.query_data_version,
             RC.GET_BROKER_MEMBER_GROUP: self.get_broker_member_group,
             RC.BROKER_HEARTBEAT: self.broker_heartbeat,
@@ -397,7 +401,10 @@ class DefaultRequestProcessor:
     def get_broker_member_group(self, cmd, conn):
         cluster, broker_name = _required(cmd, "clusterName", "brokerName")
         group = self.routes.broker_member_group(cluster, broker_name)
-        return cmd.response(R.SUCCESS, body=bodies.encode_broker_member_group(
+        # Java 5.x makes the response with createResponseCommand(null), whose remark is
+        # "not set any response code" (it starts as SYSTEM_ERROR), then sets the code
+        # to SUCCESS but never clears the remark: brokers get it with every answer.
+        return cmd.response(R.SUCCESS, _REMARK_NOT_SET, body=bodies.encode_broker_member_group(
             group.get("cluster", cluster), group.get("brokerName", broker_name),
             group.get("brokerAddrs") or {}))
 
@@ -491,6 +498,13 @@ class DefaultRequestProcessor:
 
     def get_config(self, cmd, conn):
         return cmd.response(R.SUCCESS, body=self.config.to_properties_text().encode("utf-8"))
+
+    def get_client_config(self, cmd, conn):
+        # Java 5.x DefaultRequestProcessor.getClientConfigs: the asked keys' settings
+        # as properties text, no body when none is known. A key is only looked up: the
+        # answer holds each setting once at most, whatever the client asks.
+        keys = bodies.decode_remote_client_config(cmd.body)
+        return cmd.response(R.SUCCESS, body=self.config.client_configs_text(keys).encode("utf-8"))
 
     # ---------------------------------------------------------------- liveness
 

@@ -58,7 +58,8 @@ Its interface, which both implement and only this module uses:
   the storage keeps per zone class: a zone of its brokers, or none of them),
   ``touch``, ``touch_all``,
   ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
-  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``;
+  ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``,
+  ``answer_serialize_type`` (what ``serve_routes`` answers in: "JSON" or "ROCKETMQ");
   the cache: ``TopicTable(broker_state, cache_bytes=None)``, ``cache_budget``,
   ``cache_stats()``; ``_work()``: operations done, for tests.
 """
@@ -192,7 +193,7 @@ def _queue_data(broker_name, read, write, perm, sys_flag):
 
 class _BrokerData:
     """BrokerData. ``enable_acting_master`` is None for a broker that did not send the
-    header (pre-5.x): Java's ``isOldVersionBroker``; it is then not serialized."""
+    header (pre-5.x): Java's ``isOldVersionBroker``, which never acts as master."""
 
     __slots__ = ("cluster", "broker_name", "addrs", "zone_name", "enable_acting_master")
 
@@ -208,13 +209,13 @@ class _BrokerData:
         return bool(self.enable_acting_master)
 
     def to_dict(self):
-        """BrokerData as Java serializes it (alphabetical, nulls omitted). 5.x always
-        writes ``enableActingMaster``; 4.9.x never does: it is written here when the
-        broker declared it (5.x brokers), so 4.9 brokers get 4.9.8's exact answer."""
+        """BrokerData as Java 5.x serializes it (alphabetical, nulls omitted).
+        ``enableActingMaster`` is a boolean there, always written: false for a broker
+        that did not declare it (a 4.x one), as the 5.0.0 vectors show; 4.9.8's
+        NameServer had no such field."""
         d = {"brokerAddrs": dict(sorted(self.addrs.items())),
-             "brokerName": self.broker_name, "cluster": self.cluster}
-        if self.enable_acting_master is not None:
-            d["enableActingMaster"] = bool(self.enable_acting_master)
+             "brokerName": self.broker_name, "cluster": self.cluster,
+             "enableActingMaster": self.acting_master_enabled}
         if self.zone_name is not None:
             d["zoneName"] = self.zone_name
         return d
@@ -376,6 +377,17 @@ class RouteTable:
         """``serve_routes`` as a function ``(decoder, data, limit)``, bound once."""
         return functools.partial(self._tt.serve_routes,
                                  self.route_body if build else self.cached_route_body)
+
+    @property
+    def answer_serialize_type(self):
+        """The serialize type ``serve_routes`` answers in: "JSON" (the default) or
+        "ROCKETMQ", whatever the request used, as Java 5.x answers in the NameServer's
+        own (``rocketmq.serialize.type``; the server sets it from its config)."""
+        return self._tt.answer_serialize_type
+
+    @answer_serialize_type.setter
+    def answer_serialize_type(self, name):
+        self._tt.answer_serialize_type = name
 
     @_writes
     def forget_route(self, topic=None):

@@ -36,6 +36,10 @@ FrameDecoder, with the limits an exposed server needs.
   which rmq stops and resumes reading (Java: NettyRemotingServer.addCustomConfig,
   Netty's WRITE_BUFFER_WATER_MARK and channelWritabilityChanged), capped by
   ``maxOutputBufferBytes``.
+- Every answer is in the NameServer's own serialize type (``rocketmq.serialize.type``,
+  JSON by default), whatever the request used, as Java 5.x answers (4.9 mirrored the
+  request's): Python answers get it in ``Connection._frame``, the route answers of
+  the core from the route table (``RouteTable.answer_serialize_type``).
 - ``needWaitForService``: for ``waitSecondsForService`` seconds after the start, route
   queries are answered SYSTEM_ERROR "name server not ready" (Java 5.x
   ClientRequestProcessor, as fixed by apache/rocketmq#9183): a restarted NameServer
@@ -266,15 +270,23 @@ class Connection(asyncio.Protocol):
     def _encode(self, cmd, resp):
         self.counters.answered(cmd, resp)
         try:
-            return encode_frame(resp)
+            return self._frame(resp)
         except Exception:
             # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed in a
             # remark: answer anyway rather than let the exception escape
             # data_received, which drops the connection and the answers of the
             # other requests of this read.
             log.exception("cannot encode the answer to request %d from %s", cmd.code, self.peer)
-            return encode_frame(cmd.response(ResponseCode.SYSTEM_ERROR,
-                                             "the answer cannot be encoded"))
+            return self._frame(cmd.response(ResponseCode.SYSTEM_ERROR,
+                                            "the answer cannot be encoded"))
+
+    def _frame(self, resp):
+        # Every answer written in Python passes here (the processor's, the gates',
+        # the ACL's): in the NameServer's own serialize type, whatever the request
+        # used, as Java 5.x answers (its responses keep RemotingCommand's
+        # serializeTypeConfigInThisServer; 4.9 copied the request's).
+        resp.serialize_type = self.server.settings.serialize_type
+        return encode_frame(resp)
 
     def _offload(self, cmds):
         self.busy = True
@@ -556,6 +568,7 @@ class Settings:
                                  if config.enableShutdownGracefully else 0)
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
+        self.serialize_type = config.answer_serialize_type()    # ConfigError: a bad value
 
     def _water_marks(self, config):
         """(high, low) output bounds: Java's water marks when both are set (as
@@ -586,6 +599,9 @@ class Settings:
         if self.graceful_seconds:
             log.info("enableShutdownGracefully: on shutdown, GO_AWAY to clients above "
                      "V5_3_1 for %d s first", self.graceful_seconds)
+        if self.serialize_type != "JSON":
+            log.info("rocketmq.serialize.type=%s: every answer in %s headers",
+                     self.serialize_type, self.serialize_type)
         defaults = {f.key: f.default_value() for f in c.fields()}
         changed = [f"{k}={getattr(c, k)}" for k in _NO_EFFECT
                    if getattr(c, k) != defaults[k]]
@@ -633,6 +649,7 @@ class NameServerApp:
         self.table_thread = TableThread()
         self.writer = self.table_thread.executor
         routes = processor.routes
+        routes.answer_serialize_type = self.settings.serialize_type
         # What answers route queries on the loop: tables without concurrent readers
         # (the reference's) only from the answers they cached, never a build.
         self._served_routes = routes.route_server(build=routes.concurrent)

@@ -11,7 +11,8 @@ A NameServer's traffic as Java brokers and clients make it, on a virtual clock:
 - an admin connection puts, gets and deletes KV config (some gets miss: 22) and
   sends an unknown request code (3) now and then.
 
-Frames are what rmq's codec encodes for a Java 4.9.8 peer: the same bytes a
+Frames are what rmq's codec encodes: requests from Java 4.9.8 peers (version 409),
+answers as rmq gives them (JSON, version 413 as Java 5.0.0's): the same bytes a
 recorder would have written. ``DIR/synth.json`` holds the counts that were
 generated, for checking an analysis against.
 """
