@@ -5,6 +5,8 @@ of the same build. Two operations, in this process's rmq (compiled core):
 - ``route``: one GET_ROUTEINFO_BY_TOPIC answered by ``RouteTable.serve_routes`` from
   the cached answers (W1: 8 brokers x 10,000 topics), frames fed in 64 KiB chunks as
   the server reads them;
+- ``zone``: the same for zone-mode queries (``__ZONE_MODE=true``, ``__ZONE_NAME=zone-0``)
+  with W1's brokers in two zones (zone-0 and zone-1): answers with half the brokers;
 - ``register``: one re-registration of 10,000 topics with a new DataVersion (W1's
   broker 0) into the compiled route tables.
 
@@ -19,6 +21,7 @@ Needs valgrind (Debian's package).
 """
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -41,7 +44,7 @@ def _simulator():
     return broker_sim
 
 
-def _w1_table():
+def _w1_table(zones=0):
     from rmq.namesrv.routeinfo import RouteTable
     brokersim = _simulator()
     rt = RouteTable()
@@ -49,17 +52,19 @@ def _w1_table():
     body = brokersim.encode_body(topics, 1)
     for i in range(BROKERS):
         rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
-                           0, "ha", body=body, conn=i, now_ms=0)
+                           0, "ha", body=body, conn=i, now_ms=0,
+                           **({"zone_name": f"zone-{i % zones}"} if zones else {}))
     return rt, topics
 
 
-def route(reps):
+def route(reps, zone=False):
     import rmq
-    rt, topics = _w1_table()
+    rt, topics = _w1_table(2 if zone else 0)
+    ext = {"__ZONE_MODE": "true", "__ZONE_NAME": "zone-0"} if zone else {}
     for t in topics:
-        rt.route_body(t)
+        rt.route_body(t, False, "zone-0" if zone else None)
     stream = b"".join(rmq.encode_frame(rmq.RemotingCommand.request(
-        105, {"topic": topics[i % TOPICS]}, opaque=i)) for i in range(FRAMES))
+        105, {"topic": topics[i % TOPICS], **ext}, opaque=i)) for i in range(FRAMES))
     chunks = [stream[i:i + CHUNK] for i in range(0, len(stream), CHUNK)]
     serve = rt.route_server()
     for _ in range(reps):
@@ -80,7 +85,9 @@ def register(reps):
 
 
 #: operation -> (function, few and many repetitions, operations per repetition)
-OPERATIONS = {"route": (route, 1, 6, FRAMES), "register": (register, 2, 12, 1)}
+OPERATIONS = {"route": (route, 1, 6, FRAMES),
+              "zone": (functools.partial(route, zone=True), 1, 6, FRAMES),
+              "register": (register, 2, 12, 1)}
 
 
 def count(op, reps):

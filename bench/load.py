@@ -369,7 +369,7 @@ def run(args):
         body = brokersim.encode_body(topics, 1, queues=args.queues, compressed=args.compressed)
         t0 = time.perf_counter()
         brokers = brokersim.register_brokers(server.address, args.brokers, topics, body=body,
-                                              compressed=args.compressed)
+                                              compressed=args.compressed, zones=args.zones)
         setup_s = time.perf_counter() - t0
         report["w1_setup"] = dict(summarize([b.last_seconds for b in brokers]),
                                   brokers=args.brokers, topics=args.topics,
@@ -398,6 +398,16 @@ def run(args):
             report[key] = r
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"p999 {r['p999_us']} us, errors {r['errors']}")
+        if args.zones:
+            # zone mode (Java 5.0.0's ZoneRouteRPCHook): answers with zone-0's brokers
+            log(f"W1 zone-mode queries (zone-0 of {args.zones}): {args.conns} connections x 16 "
+                f"in flight, {args.duration:g} s")
+            r = run_loadgen(server, label="w1_zone_16", conns=args.conns, inflight=16,
+                            duration=args.duration, warmup=args.warmup, topics=args.topics,
+                            pin_cpu=pin_client, extra=("--zone", "zone-0"))
+            report["w1_zone_16"] = r
+            log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+                f"errors {r['errors']}")
 
         # 3. memory
         report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
@@ -494,6 +504,8 @@ def print_table(rep):
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
              f"route at {rep['args']['during_rate']}/s, during registrations")]
+    if "w1_zone_16" in rep:
+        rows.insert(2, ("w1_zone_16", "W1 zone-mode route, 4 x 16"))
     for key, name in rows:
         r = rep[key]
         err = r["errors"] + r["timeouts"] + r["lost"]
@@ -546,6 +558,9 @@ def main(argv=None):
     p.add_argument("--queues", type=int, default=8, help="queues per topic (8)")
     p.add_argument("--conns", type=int, default=4, help="loadgen connections (4)")
     p.add_argument("--compressed", action="store_true", help="compressed register bodies")
+    p.add_argument("--zones", type=int, default=0,
+                   help="brokers in this many zones (zone-0, zone-1...; 0: none), and a "
+                        "W1 phase of zone-mode queries for zone-0")
     p.add_argument("--reg-count", type=int, help="registrations timed (20; quick 5)")
     p.add_argument("--reg-changes-routes", action="store_true",
                    help="alternate the queue numbers so each registration changes every route")

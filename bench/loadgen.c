@@ -153,6 +153,7 @@ static long opt_topic_start = 0;
 static int opt_version = 409;
 static const char *opt_language = "JAVA";
 static const char *opt_label = "";
+static const char *opt_zone = NULL;     /* --zone: zone-mode queries for this zone */
 static const char *opt_samples = NULL;  /* file of per-answer records; NULL: none */
 static int opt_tls = 0;                 /* --tls (a -DLOADGEN_TLS build only) */
 
@@ -176,7 +177,8 @@ static void json_escape_append(char **p, const char *s) {
 
 static void encode_topics(void) {
     size_t plen = strlen(opt_prefix);
-    size_t per = 64 + 6 * plen + 32;
+    size_t zlen = opt_zone ? strlen(opt_zone) : 0;
+    size_t per = 64 + 6 * plen + 32 + (opt_zone ? 48 + 6 * zlen : 0);
     heads = malloc(per * (size_t)opt_topics);
     head_off = malloc(sizeof(size_t) * (size_t)opt_topics);
     head_len = malloc(sizeof(uint32_t) * (size_t)opt_topics);
@@ -189,6 +191,10 @@ static void encode_topics(void) {
         char *start = p;
         p += sprintf(p, "{\"code\":105,\"extFields\":{\"topic\":\"");
         json_escape_append(&p, name);
+        if (opt_zone) {     /* as a 5.x client with -Drocketmq.zone.mode=true */
+            p += sprintf(p, "\",\"__ZONE_MODE\":\"true\",\"__ZONE_NAME\":\"");
+            json_escape_append(&p, opt_zone);
+        }
         p += sprintf(p, "\"},\"flag\":0,\"language\":\"%s\",\"opaque\":", opt_language);
         head_off[i] = (size_t)(start - heads);
         head_len[i] = (uint32_t)(p - start);
@@ -644,6 +650,7 @@ static void usage(FILE *f) {
 "      --drain S            seconds to wait for answers after sending stops (5)\n"
 "      --connect-timeout S  per connection (5)\n"
 "      --label S            copied into the JSON output\n"
+"      --zone S             zone-mode queries (__ZONE_MODE=true, __ZONE_NAME=S)\n"
 "      --samples FILE       write each measured answer: int64 realtime ns of its send\n"
 "                           (due) time, uint32 latency ns, uint32 send lag ns, int32 code\n"
 "                           (-1: not a response), int32 0\n"
@@ -663,7 +670,7 @@ int main(int argc, char **argv) {
         {"version", required_argument, 0, 4}, {"language", required_argument, 0, 5},
         {"drain", required_argument, 0, 6}, {"connect-timeout", required_argument, 0, 7},
         {"label", required_argument, 0, 8}, {"samples", required_argument, 0, 9}, {"help", no_argument, 0, 'h'},
-        {"tls", no_argument, 0, 10}, {0, 0, 0, 0}};
+        {"tls", no_argument, 0, 10}, {"zone", required_argument, 0, 11}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "H:p:c:n:d:w:r:R:t:h", longopts, NULL)) != -1) {
         switch (o) {
@@ -686,6 +693,7 @@ int main(int argc, char **argv) {
         case 8: opt_label = optarg; break;
         case 9: opt_samples = optarg; break;
         case 10: opt_tls = 1; break;
+        case 11: opt_zone = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -700,7 +708,8 @@ int main(int argc, char **argv) {
     if (optind < argc || opt_conns < 1 || opt_conns > 10000 || opt_inflight < 1 ||
         opt_inflight > 1 << 20 || opt_duration <= 0 || opt_duration > 86400 || opt_warmup < 0 ||
         opt_topics < 1 || opt_width < 0 || opt_width > 20 || opt_port <= 0 || opt_port > 65535 ||
-        opt_rate < 0 || opt_drain < 0 || strlen(opt_prefix) > 200 || strlen(opt_language) > 32) {
+        opt_rate < 0 || opt_drain < 0 || strlen(opt_prefix) > 200 || strlen(opt_language) > 32 ||
+        (opt_zone && strlen(opt_zone) > 200)) {
         usage(stderr);
         return 2;
     }

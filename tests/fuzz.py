@@ -505,6 +505,8 @@ def some_frame(rng):
     topic = rng.choice(REGISTER_TOPICS + ["NoSuchTopic", ""])
     hdr = (f'{{"code":105,"extFields":{{"topic":{_s(topic)}'
            + rng.choice(["", ',"acceptStandardJsonOnly":"true"', ',"acceptStandardJsonOnly":true'])
+           + rng.choice(["", "", ',"__ZONE_MODE":"true","__ZONE_NAME":"Zone-A"',
+                         ',"__ZONE_MODE":true,"__ZONE_NAME":"zone-\\u017f"'])
            + f'}},"flag":{rng.choice([0, 0, 1, 2])},"language":"JAVA",'
            f'"opaque":{rng.randint(0, 99)},"version":{rng.choice([317, 409])}}}')
     return frame(hdr.encode(), 0)
@@ -992,11 +994,16 @@ def _snapshot(ns, core):
 
 
 PROBE_TOPICS = ["T0", "T1", "T2", "TopicTest", "%RETRY%g", "BenchmarkTest"]
+#: Zones of brokers and of zone-mode queries: cases, a blank one, non-ASCII ones (the
+#: compiled scanner leaves those to the general path).
+ZONES = ["zone-a", "ZONE-A", "zone-b", " ", "zone-\u017f", "ZONE-S"]
 
 
 def _probes(tag, ns, core, events):
     reqs = [(106, None), (206, None), (224, {"cluster": "DefaultCluster"}), (304, None)]
     reqs += [(105, {"topic": t}) for t in PROBE_TOPICS]
+    reqs += [(105, {"topic": t, "__ZONE_MODE": "true", "__ZONE_NAME": z})
+             for t in PROBE_TOPICS[:3] for z in ZONES]
     reqs += [(901, {"clusterName": "DefaultCluster", "brokerName": "broker-a"})]
     out = []
     for code, ext in reqs:
@@ -1154,6 +1161,8 @@ def session_command(rng, opaque):
             ext["compressed"] = "true"
         if rng.random() < 0.2:
             ext["enableActingMaster"] = rng.choice(["true", "false"])
+        if rng.random() < 0.3:
+            ext["__ZONE_NAME"] = rng.choice(ZONES)
         if rng.random() < 0.1:
             ext["heartbeatTimeoutMillis"] = rng.choice(["1000", "-1", "x", str(1 << 40)])
     elif r < 0.37:
@@ -1163,6 +1172,9 @@ def session_command(rng, opaque):
         code, ext = 105, {"topic": topic}
         if rng.random() < 0.3:
             ext["acceptStandardJsonOnly"] = rng.choice(["true", "false", "TRUE"])
+        if rng.random() < 0.3:
+            ext["__ZONE_MODE"] = rng.choice(["true", "TRUE", "false"])
+            ext["__ZONE_NAME"] = rng.choice(ZONES)
     elif r < 0.56:
         code, ext = 217, {"topic": topic}
         body = route_data_json(rng) if rng.random() < 0.8 else b""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import rmq
 import rmq.bodies
+from rmq._wire import route_zone
 from rmq.errors import ProtocolError
 from support import route_table
 from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT,
@@ -327,7 +328,7 @@ def general_route(data):
     if topic is None:
         return None
     return (cmd.opaque, cmd.version, 0 if cmd.serialize_type == "JSON" else 1, topic,
-            _is_true(cmd.ext_fields.get("acceptStandardJsonOnly")))
+            _is_true(cmd.ext_fields.get("acceptStandardJsonOnly")), route_zone(cmd))
 
 
 def check_route(data, fast=None):
@@ -349,7 +350,7 @@ class _OneRoute:
     def __init__(self, topic, body):
         self.topic, self.body = topic, body
 
-    def route_body(self, topic, legacy=False):
+    def route_body(self, topic, legacy=False, zone=None):
         return self.body if topic == self.topic else None
 
 
@@ -370,7 +371,7 @@ def check_answer(data, body=BODY):
     rt.register_broker("c", "10.0.0.1:10911", "b", 0, "ha", body=reg, now_ms=0)
     accept = request.ext_fields.get("acceptStandardJsonOnly")
     legacy = not (request.version >= 401 or (accept or "").lower() == "true")
-    body = rt.route_body(topic, legacy)
+    body = rt.route_body(topic, legacy, route_zone(request))
     out, others, error = rt.serve_routes(core.FrameDecoder(), data)
     assert (out, others, error) == (core._route_answer(data, body), [], None)
 
@@ -383,7 +384,8 @@ def test_route_vectors_are_recognised(entry):
     data = vector_bytes(entry["file"])
     got = check_route(data, fast=True)
     stype = 0 if entry["serialize_type"] == "JSON" else 1
-    assert got == (entry["opaque"], 409, stype, core.decode_frame(data).ext_fields["topic"], False)
+    assert got == (entry["opaque"], 409, stype, core.decode_frame(data).ext_fields["topic"], False,
+                   None)
     for body in (b"", BODY, b"x" * 70_000):
         check_answer(data, body)
 
@@ -430,7 +432,57 @@ JAVA5 = (b'{"code":105,"extFields":{"acceptStandardJsonOnly":"true","topic":"T"}
      b'"extFields":{"topic":"\xe4\xb8\xad"}}', (0, 0, 0, "\u4e2d", False)),
 ])
 def test_client_headers_are_recognised(header, expected):
-    assert check_route(frame(header), fast=True) == expected
+    assert check_route(frame(header), fast=True) == (*expected, None)
+
+
+@pytest.mark.parametrize("ext, zone", [
+    (b'"__ZONE_MODE":"true","__ZONE_NAME":"Zone-A"', "zone-a"),
+    (b'"__ZONE_NAME":"ZONE-A","__ZONE_MODE":"TRUE"', "zone-a"),
+    (b'"__ZONE_MODE":true,"__ZONE_NAME":"z"', "z"),
+    (b'"__ZONE_MODE":false,"__ZONE_NAME":"z"', None),
+    (b'"__ZONE_MODE":"yes","__ZONE_NAME":"z"', None),
+    (b'"__ZONE_NAME":"z"', None),                       # a zone name alone
+    (b'"__ZONE_MODE":"true"', None),
+    (b'"__ZONE_MODE":"true","__ZONE_NAME":""', None),  # blank: not filtered
+    (b'"__ZONE_MODE":"true","__ZONE_NAME":"   "', None),
+    (b'"__ZONE_MODE":"true","__ZONE_NAME":" Z "', " z "),
+    (b'"__ZONE_MODE":"true","__ZONE_NAME":"' + b"Z" * 256 + b'"', "z" * 256),
+])
+def test_zone_headers_are_recognised(ext, zone):
+    header = b'{"code":105,"extFields":{"topic":"T",' + ext + b'}}'
+    assert check_route(frame(header), fast=True) == (0, 0, 0, "T", False, zone)
+
+
+@pytest.mark.parametrize("pairs, zone", [
+    ([(b"__ZONE_MODE", b"True"), (b"__ZONE_NAME", b"Zone-A")], "zone-a"),
+    ([(b"__ZONE_NAME", b"Zone-A")], None),
+    ([(b"__ZONE_MODE", b"true"), (b"__ZONE_NAME", b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")], None),
+    ([(b"__ZONE_MODE", b"true"), (b"__ZONE_NAME", b"\x1fZ\x08")], "\x1fz\x08"),
+    ([(b"__ZONE_MODE", b"false"), (b"__ZONE_NAME", b"z")], None),
+])
+def test_zone_rocketmq_headers_are_recognised(pairs, zone):
+    got = check_route(frame(rmq_route_header(ext=[(b"topic", b"T")] + pairs), stype=1), fast=True)
+    assert got == (0, 0, 1, "T", False, zone)
+
+
+@pytest.mark.parametrize("ext", [
+    b'"__ZONE_MODE":"true","__ZONE_NAME":"zone-\\u017f"',   # an escape
+    b'"__ZONE_MODE":"true","__ZONE_NAME":"zone-\xc5\xbf"',  # not ASCII
+    b'"__ZONE_MODE":"tr\xc3\xbce","__ZONE_NAME":"z"',
+    b'"__ZONE_MODE":"true","__ZONE_NAME":"' + b"z" * 257 + b'"',   # longer than RQ_MAX_ZONE
+    b'"__ZONE_MODE":"true","__ZONE_NAME":null', b'"__ZONE_MODE":null,"__ZONE_NAME":"z"',
+    b'"__ZONE_MODE":"true","__ZONE_NAME":1', b'"__ZONE_MODE":1,"__ZONE_NAME":"z"',
+    b'"__ZONE_MODE":"true","__ZONE_MODE":"true","__ZONE_NAME":"z"',
+])
+def test_unusual_zone_headers_are_not(ext):
+    check_route(frame(b'{"code":105,"extFields":{"topic":"T",' + ext + b'}}'), fast=False)
+
+
+def test_unusual_zone_rocketmq_headers_are_not():
+    for pairs in ([(b"__ZONE_MODE", b"true"), (b"__ZONE_NAME", "zone-\u017f".encode())],
+                  [(b"__ZONE_MODE", b"true"), (b"__ZONE_NAME", b"z" * 257)],
+                  [(b"__ZONE_MODE", b"true"), (b"__ZONE_NAME", b"a"), (b"__ZONE_NAME", b"b")]):
+        check_route(frame(rmq_route_header(ext=[(b"topic", b"T")] + pairs), stype=1), fast=False)
 
 
 @pytest.mark.parametrize("header", [
@@ -482,6 +534,7 @@ def rmq_route_header(topic=b"T", ext=None, **kw):
     (rmq_route_header(ext=[(b"x", b""), (b"", b"y"), (b"topic", b"")]), (0, 0, 1, "", False)),
 ])
 def test_rocketmq_headers_are_recognised(header, expected):
+    expected = (*expected, None)
     assert check_route(frame(header, stype=1), fast=True) == expected
 
 
@@ -521,6 +574,7 @@ def test_truncation_and_bit_flips_of_route_requests():
 
 KEYS = st.sampled_from(["topic", "acceptStandardJsonOnly", "x", "AccessKey", "\u00e9"]) | TEXT
 ACCEPT = st.sampled_from(["true", "TRUE", "tRuE", "false", "yes", "", "true ", "\u00e9"])
+ZONE = st.sampled_from(["zone-a", "ZONE-A", "", " ", "\t", "zone-\u017f", "z" * 257]) | TEXT
 
 
 def escaped(s):
@@ -530,20 +584,28 @@ def escaped(s):
 
 @given(stype=st.sampled_from(["JSON", "ROCKETMQ"]), opaque=INT32, version=st.data(),
        topic=TEXT, accept=st.none() | ACCEPT, extra=st.dictionaries(KEYS, TEXT, max_size=3),
-       language=st.sampled_from(rmq.protocol.LANGUAGES), remark=st.none() | TEXT)
-def test_random_route_requests_agree(stype, opaque, version, topic, accept, extra, language, remark):
+       language=st.sampled_from(rmq.protocol.LANGUAGES), remark=st.none() | TEXT,
+       zone_mode=st.none() | ACCEPT, zone=st.none() | ZONE)
+def test_random_route_requests_agree(stype, opaque, version, topic, accept, extra, language, remark,
+                                     zone_mode, zone):
     version = version.draw(INT16 if stype == "ROCKETMQ" else INT32)
     ext = dict(extra)
     if accept is not None:
         ext["acceptStandardJsonOnly"] = accept
+    if zone_mode is not None:
+        ext["__ZONE_MODE"] = zone_mode
+    if zone is not None:
+        ext["__ZONE_NAME"] = zone
     ext["topic"] = topic
     cmd = core.RemotingCommand(105, version=version, opaque=opaque, ext_fields=ext,
                                language=language, remark=remark, serialize_type=stype)
     data = core.encode_frame(cmd)
     got = check_route(data)
     accept = ext.get("acceptStandardJsonOnly")
-    escapes = any(map(escaped, ext)) or escaped(topic) or escaped(accept or "")
-    plain = not (stype == "JSON" and escapes) and (accept is None or accept.isascii())
+    flags = [v for v in (accept, ext.get("__ZONE_MODE"), ext.get("__ZONE_NAME")) if v is not None]
+    escapes = any(map(escaped, ext)) or escaped(topic) or any(map(escaped, flags))
+    plain = (not (stype == "JSON" and escapes) and all(v.isascii() for v in flags)
+             and len(ext.get("__ZONE_NAME", "")) <= 256)
     if plain:
         assert got is not None
         assert got[3] == topic
@@ -597,4 +659,4 @@ def test_reformatted_json_headers_are_recognised(order, spaces, opaque, extra, t
                      + json.dumps(fields[k], ensure_ascii=False))
     header = ("{" + ",".join(parts) + next(sp) + "}" + next(sp)).encode("utf-8")
     got = check_route(frame(header), fast=True)
-    assert got == (opaque, 409, 0, topic, False)
+    assert got == (opaque, 409, 0, topic, False, None)

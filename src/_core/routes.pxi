@@ -14,6 +14,8 @@
 
 from cpython.pythread cimport PyThread_get_thread_ident
 
+from rmq.javacase import fold as _java_fold
+from rmq._wire import route_zone as _route_zone
 from rmq.javaorder import java_spread_hash as _java_spread_hash
 
 from routetable cimport *
@@ -347,21 +349,27 @@ cdef class TopicTable:
     def encode_topic_route_data(self, route, legacy=False):
         return encode_topic_route_data(route, legacy)
 
-    def route(self, str topic, bint legacy):
+    def route(self, str topic, bint legacy, zone=None):
         """(the answer, None) built in C (cached, or built now under the read lock;
         copied out under it, its bytes made after), (None, version) when the rules
-        must build it, (None, None): no route."""
+        must build it, (None, None): no route. ``zone``: a zone-mode query's folded
+        zone (the answer is then legacy whatever ``legacy`` says)."""
         cdef bytes name = _utf8(topic)
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name), blen = 0
         cdef const rt_blob* blob
         cdef rt_blob* temp
         cdef char* copy = NULL
-        cdef int status = RT_OK
+        cdef int status = RT_OK, form = RT_LEGACY if legacy else RT_STANDARD
         cdef uint64_t version
+        cdef bytes zb = None if zone is None else _utf8(zone)
+        cdef const char* zp = NULL if zb is None else PyBytes_AS_STRING(zb)
+        cdef size_t zn = 0 if zb is None else len(zb)
         with nogil:
             rt_rdlock(self.t)
-            blob = rt_route(self.t, p, n, legacy, &status, &temp)
+            if zp != NULL:
+                form = rt_zone_form(self.t, zp, zn)
+            blob = rt_route(self.t, p, n, form, &status, &temp)
             version = self.t.version
             if blob != NULL:
                 blen = blob.len
@@ -381,14 +389,20 @@ cdef class TopicTable:
             raise MemoryError()
         return None, (version if status == RT_PYTHON else None)
 
-    def store_route(self, str topic, bint legacy, bytes body, uint64_t version):
+    def store_route(self, str topic, bint legacy, bytes body, uint64_t version, zone=None):
         cdef bytes name = _utf8(topic)
         cdef const char* p = PyBytes_AS_STRING(name)
         cdef size_t n = len(name), bn = len(body)
         cdef const char* bp = PyBytes_AS_STRING(body)
+        cdef int form = RT_LEGACY if legacy else RT_STANDARD
+        cdef bytes zb = None if zone is None else _utf8(zone)
+        cdef const char* zp = NULL if zb is None else PyBytes_AS_STRING(zb)
+        cdef size_t zn = 0 if zb is None else len(zb)
         with nogil:
             rt_rdlock(self.t)
-            rt_store(self.t, p, n, legacy, bp, bn, version)
+            if zp != NULL:
+                form = rt_zone_form(self.t, zp, zn)
+            rt_store(self.t, p, n, form, bp, bn, version)
             rt_rdunlock(self.t)
 
     def cached_topics(self, bint legacy):
@@ -434,18 +448,25 @@ cdef class TopicTable:
         unregistered broker without QueueData gives its slot back. The slot, or
         None when given back."""
         cdef int32_t bi = -1 if b is None else b
-        cdef int rc = 0, released = 0, python_only = 0
+        cdef int rc = 0, released = 0, python_only = 0, has_master = 0
         cdef const char* sp = NULL
         cdef const char* lp = NULL
-        cdef size_t sn = 0, ln = 0
+        cdef const char* zp = NULL
+        cdef size_t sn = 0, ln = 0, zn = 0
         d, needs_rules = self.broker_state(broker_name)
-        std = legacy = None
+        std = legacy = zone = None
         if d is not None:
             std = _broker_data_json(d, False)
             legacy = _broker_data_json(d, True)
             sp, sn = PyBytes_AS_STRING(std), len(std)
             lp, ln = PyBytes_AS_STRING(legacy), len(legacy)
             python_only = bool(needs_rules)
+            # What a zone-mode answer asks of it (ZoneRouteRPCHook): its zone, folded
+            # as the queries' are, and whether it has a master.
+            has_master = 0 in d["brokerAddrs"]
+            if d.get("zoneName") is not None:
+                zone = _utf8(_java_fold(d["zoneName"]))
+                zp, zn = PyBytes_AS_STRING(zone), len(zone)
         cdef bytes qs = _qd_prefix(broker_name, False)
         cdef bytes ql = _qd_prefix(broker_name, True)
         cdef const char* qsp = PyBytes_AS_STRING(qs)
@@ -461,7 +482,7 @@ cdef class TopicTable:
                 rc = RT_NOMEM
             else:
                 rc = rt_set_broker(self.t, bi, sp, sn, lp, ln, qsp, qsn, qlp, qln, jhash,
-                                   python_only)
+                                   python_only, zp, zn, has_master)
                 # A new slot is given back at once when its data did not fit; an
                 # old one once its broker is gone (a new one may get QueueData
                 # next: register_topic's broker).
@@ -807,7 +828,7 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
             if PyUnicode_Check(topic):
                 std = cmd.version >= V4_9_4 or _is_true(
                     dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
-                body = route_body(topic, not std)
+                body = route_body(topic, not std, _route_zone(cmd))
         if body is None:
             # Answered by the caller: the later ones wait too, to keep the order.
             in_order = True
@@ -835,7 +856,8 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
     ever waits for the GIL."""
     cdef Py_ssize_t pos = 0, need = 0
     cdef int64_t length
-    cdef int status, legacy
+    cdef int status, form, zn
+    cdef char zone[RQ_MAX_ZONE]
     cdef rq_route req
     cdef const rt_blob* blob
     cdef rt_blob* temp = NULL
@@ -848,8 +870,12 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
                 break
             if not rq_scan_route(p + pos + 4, length, &req):
                 break
-            legacy = 0 if req.version >= V4_9_4 or req.accept_standard else 1
-            blob = rt_route(tt.t, req.topic, req.topic_len, legacy, &status, &temp)
+            zn = rq_route_zone(&req, zone)
+            if zn >= 0:
+                form = rt_zone_form(tt.t, zone, zn)
+            else:
+                form = RT_STANDARD if req.version >= V4_9_4 or req.accept_standard else RT_LEGACY
+            blob = rt_route(tt.t, req.topic, req.topic_len, form, &status, &temp)
             if blob == NULL:
                 break
             need = rq_route_answer_size(&req, blob.len)

@@ -202,6 +202,7 @@ static void free_topic(rt_topic *e)
 {
     free(e->qds);
     free(e->idx);
+    free(e->zans);
     free(e);
 }
 
@@ -231,6 +232,9 @@ void rt_free(rt_table *t)
         free(t->brokers[b].topics);
     }
     free(t->brokers);
+    for (int32_t z = 0; z < t->nzones; z++)
+        free(t->zones[z].fold);
+    free(t->zones);
     free(t->vals);
     free(t->val_buckets);
     pthread_mutex_destroy(&t->cache_m);
@@ -771,6 +775,7 @@ int32_t rt_new_broker(rt_table *t)
     }
     memset(&t->brokers[b], 0, sizeof(rt_broker));
     t->brokers[b].used = 1;
+    t->brokers[b].zone = -1;
     return b;
 }
 
@@ -799,14 +804,82 @@ void rt_trim(void)
 #endif
 }
 
+static void drop_zone_answers(rt_table *t);
+
+/* [W] The zone class of folded zone name z (one more broker in it), a new one
+ * when no broker has it; RT_NOMEM. Every zone answer is dropped first when the set
+ * of zones changes: a class's answers hold for its zone only, and each topic's
+ * array of them has one entry per class. */
+static int32_t zone_ref(rt_table *t, const char *z, size_t n)
+{
+    int32_t free_slot = -1;
+    for (int32_t k = 0; k < t->nzones; k++) {
+        rt_zone *zn = &t->zones[k];
+        if (!zn->refs)
+            free_slot = free_slot < 0 ? k : free_slot;
+        else if (zn->len == n && memcmp(zn->fold, z, n) == 0) {
+            zn->refs++;
+            return k + 1;
+        }
+    }
+    char *copy = malloc(n ? n : 1);
+    if (!copy)
+        return RT_NOMEM;
+    memcpy(copy, z, n);
+    if (free_slot < 0) {
+        if (t->nzones == t->cap_zones
+            && grow_slots((void **)&t->zones, &t->cap_zones, sizeof(rt_zone))) {
+            free(copy);
+            return RT_NOMEM;
+        }
+        free_slot = t->nzones;
+    }
+    drop_zone_answers(t);
+    if (free_slot == t->nzones)
+        t->nzones++;
+    t->zones[free_slot] = (rt_zone){copy, n, 1};
+    return free_slot + 1;
+}
+
+/* [W] One broker fewer in zone class z (> 0); the last one frees the class. */
+static void zone_unref(rt_table *t, int32_t z)
+{
+    rt_zone *zn = &t->zones[z - 1];
+    if (--zn->refs)
+        return;
+    drop_zone_answers(t);
+    free(zn->fold);
+    *zn = (rt_zone){NULL, 0, 0};
+}
+
+int rt_zone_form(const rt_table *t, const char *fold, size_t len)
+{
+    HOLDS_LOCK(t);
+    for (int32_t k = 0; k < t->nzones; k++) {
+        const rt_zone *zn = &t->zones[k];
+        if (zn->refs && zn->len == len && memcmp(zn->fold, fold, len) == 0)
+            return RT_ZONE + k + 1;
+    }
+    return RT_ZONE;
+}
+
 int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   const char *legacy, size_t legacy_len, const char *qd_std,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
-                  uint32_t jhash, int python_only)
+                  uint32_t jhash, int python_only, const char *zone, size_t zone_len,
+                  int has_master)
 {
     HOLDS_WRITE(t);
     assert(b >= 0 && b < t->nbrokers && t->brokers[b].used);
     rt_blob *s = NULL, *l = NULL;
+    int32_t old_zone = t->brokers[b].zone, new_zone = -1;
+    if (std && zone) {
+        const rt_zone *zn = old_zone > 0 ? &t->zones[old_zone - 1] : NULL;
+        if (zn && zn->len == zone_len && memcmp(zn->fold, zone, zone_len) == 0)
+            new_zone = old_zone;    /* the same: no change to the set of zones */
+        else if ((new_zone = zone_ref(t, zone, zone_len)) == RT_NOMEM)
+            return RT_NOMEM;
+    }
     rt_blob *qs = blob_new(qd_std, qd_std_len), *ql = blob_new(qd_legacy, qd_legacy_len);
     if (std) {
         s = blob_new(std, std_len);
@@ -817,9 +890,15 @@ int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
         free(l);
         free(qs);
         free(ql);
+        if (new_zone > 0 && new_zone != old_zone)
+            zone_unref(t, new_zone);
         return RT_NOMEM;
     }
     rt_broker *br = &t->brokers[b];
+    if (old_zone > 0 && old_zone != new_zone)
+        zone_unref(t, old_zone);
+    br->zone = new_zone;
+    br->has_master = has_master;
     for (int f = 0; f < 2; f++) {
         free(br->frag[f]);
         free(br->qd_prefix[f]);
@@ -1077,35 +1156,83 @@ static int ring_reserve(rt_table *t)
     return 0;
 }
 
+/* Where e's answer in form f is kept (its zone answers exist: form < RT_ZONE, or
+ * e->zans set), and its ring entry. */
+static inline rt_blob **body_of(rt_topic *e, int f)
+{
+    return f < RT_ZONE ? &e->body[f] : &e->zans[f - RT_ZONE].body;
+}
+
+static inline int32_t *slot_of(rt_topic *e, int f)
+{
+    return f < RT_ZONE ? &e->slot[f] : &e->zans[f - RT_ZONE].slot;
+}
+
+/* The cached answer of e in form f, or NULL: readers' lock-free look. A zone
+ * array, once published, lives until a writer drops it. */
+static inline const rt_blob *cached_answer(const rt_topic *e, int f)
+{
+    if (f < RT_ZONE)
+        return __atomic_load_n(&e->body[f], __ATOMIC_ACQUIRE);
+    const rt_zans *z = __atomic_load_n(&e->zans, __ATOMIC_ACQUIRE);
+    return z ? __atomic_load_n(&z[f - RT_ZONE].body, __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* [cache_m] e's zone array, made (empty) when it has none: 0, or RT_NOMEM. */
+static int zans_ready(rt_table *t, rt_topic *e)
+{
+    if (e->zans)
+        return 0;
+    rt_zans *z = malloc(((size_t)t->nzones + 1) * sizeof(rt_zans));
+    if (!z)
+        return RT_NOMEM;
+    for (int32_t k = 0; k <= t->nzones; k++)
+        z[k] = (rt_zans){NULL, -1};
+    __atomic_store_n(&e->zans, z, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static void ring_remove(rt_table *t, rt_topic *e, int f)
 {
-    size_t s = (size_t)e->slot[f];
+    size_t s = (size_t)*slot_of(e, f);
     rt_cref last = t->ring[--t->nring];
     if (s != t->nring) {
         t->ring[s] = last;
-        last.topic->slot[last.form] = (int32_t)s;
+        *slot_of(last.topic, last.form) = (int32_t)s;
     }
-    e->slot[f] = -1;
+    *slot_of(e, f) = -1;
 }
 
 /* Point e's form f at answer a (one more reference); 0, or RT_NOMEM. */
 static int attach(rt_table *t, rt_topic *e, int f, rt_blob *a)
 {
-    if (ring_reserve(t) < 0)
+    if (ring_reserve(t) < 0 || (f >= RT_ZONE && zans_ready(t, e) < 0))
         return RT_NOMEM;
     t->ring[t->nring] = (rt_cref){e, f};
-    e->slot[f] = (int32_t)t->nring++;
+    *slot_of(e, f) = (int32_t)t->nring++;
     a->refs++;
-    __atomic_store_n(&e->body[f], a, __ATOMIC_RELEASE);
+    __atomic_store_n(body_of(e, f), a, __ATOMIC_RELEASE);
     return 0;
 }
 
 static void detach(rt_table *t, rt_topic *e, int f, int reading)
 {
-    rt_blob *a = e->body[f];
-    __atomic_store_n(&e->body[f], NULL, __ATOMIC_RELEASE);
+    rt_blob *a = *body_of(e, f);
+    __atomic_store_n(body_of(e, f), NULL, __ATOMIC_RELEASE);
     ring_remove(t, e, f);
     answer_release(t, a, reading);
+}
+
+/* A writer's: e's zone answers go, and their array (sized for the zones of now). */
+static void drop_zones_of(rt_table *t, rt_topic *e)
+{
+    if (!e->zans)
+        return;
+    for (int32_t k = 0; k <= t->nzones; k++)
+        if (e->zans[k].body)
+            detach(t, e, RT_ZONE + k, 0);
+    free(e->zans);
+    e->zans = NULL;
 }
 
 /* A writer's: e's answers may have changed. */
@@ -1114,6 +1241,16 @@ static void drop_bodies(rt_table *t, rt_topic *e)
     for (int f = 0; f < 2; f++)
         if (e->body[f])
             detach(t, e, f, 0);
+    drop_zones_of(t, e);
+}
+
+/* A writer's: the set of zones is about to change. */
+static void drop_zone_answers(rt_table *t)
+{
+    for (size_t i = 0; i <= t->mask; i++)
+        for (rt_topic *e = t->buckets[i]; e; e = e->next)
+            drop_zones_of(t, e);
+    t->version++;
 }
 
 static inline unsigned heat(const rt_topic *e)
@@ -1137,7 +1274,7 @@ static int make_room(rt_table *t, size_t size, unsigned freq)
             size_t s = (t->hand + k) % t->nring;
             const rt_cref *c = &t->ring[s];
             /* A shared answer frees nothing until its last topic goes: last. */
-            unsigned key = heat(c->topic) * 2 + (c->topic->body[c->form]->refs > 1);
+            unsigned key = heat(c->topic) * 2 + ((*body_of(c->topic, c->form))->refs > 1);
             if (key < best_key) {
                 best_key = key;
                 best = s;
@@ -1170,7 +1307,7 @@ static void age(rt_table *t)
  * a freed then), or NULL: refused, the caller keeps a. */
 static const rt_blob *admit(rt_table *t, rt_topic *e, int f, rt_blob *a)
 {
-    rt_blob *have = e->body[f];
+    rt_blob *have = (rt_blob *)cached_answer(e, f);
     if (!have && a->nkey && (have = answer_find(t, a->hash, blob_key(a), a->nkey))) {
         if (attach(t, e, f, have) < 0)
             return NULL;
@@ -1180,7 +1317,8 @@ static const rt_blob *admit(rt_table *t, rt_topic *e, int f, rt_blob *a)
         free(a);
         return have;
     }
-    if (!make_room(t, a->size, heat(e)) || ring_reserve(t) < 0) {
+    if (!make_room(t, a->size, heat(e)) || ring_reserve(t) < 0
+            || (f >= RT_ZONE && zans_ready(t, e) < 0)) {
         t->refused++;
         return NULL;
     }
@@ -1191,9 +1329,11 @@ static const rt_blob *admit(rt_table *t, rt_topic *e, int f, rt_blob *a)
     return a;
 }
 
-const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status,
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int *status,
                         rt_blob **temp)
 {
+    int legacy = form != RT_STANDARD, zone = form - RT_ZONE;
+    RMQ_ASSERT(form >= 0 && zone <= t->nzones);
     HOLDS_LOCK(t);
     *temp = NULL;
     rt_topic *e = rt_find(t, name, len);
@@ -1204,7 +1344,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
     unsigned f = heat(e);
     if (f < 255)
         __atomic_store_n(&e->freq, (uint8_t)(f + 1), __ATOMIC_RELAXED);
-    const rt_blob *cached = __atomic_load_n(&e->body[legacy], __ATOMIC_ACQUIRE);
+    const rt_blob *cached = cached_answer(e, form);
     if (cached) {
         __atomic_fetch_add(&t->hits, 1, __ATOMIC_RELAXED);
         *status = RT_OK;
@@ -1215,8 +1355,9 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
         return NULL;
     }
     /* Java's order; the answer is a function of its (broker, values) sequence
-     * (and the brokers' data, whose change drops it): that is its key. */
-    size_t n = (size_t)e->nqd, nbd = 0;
+     * (and the brokers' data, whose change drops it): that is its key. A zone
+     * answer is the legacy answer of the QueueData it keeps: it has their key. */
+    size_t n = (size_t)e->nqd, nbd = 0, nq = 0, registered = 0;
     int32_t nkey = (int32_t)(2 * n + 1);
     rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t))
                              + (size_t)nkey * sizeof(int32_t));
@@ -1240,24 +1381,31 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
                 cached = NULL;
                 goto done;
             }
+            registered++;
+            /* ZoneRouteRPCHook: a broker with a master in another zone (or none) goes
+             * with its QueueData; one without a master stays (read from its slaves). */
+            if (zone >= 0 && br->has_master && (zone == 0 || br->zone != zone))
+                continue;
             bds[nbd++] = (rt_span){fr->data, fr->len};
         }
-        qds[k] = (rt_qd_json){{pre->data, pre->len}, {v->perm, v->read, v->sysflag, v->write},
-                              {{0}}};
-        key[1 + 2 * k] = q->broker;
-        key[2 + 2 * k] = q->val;
+        qds[nq] = (rt_qd_json){{pre->data, pre->len}, {v->perm, v->read, v->sysflag, v->write},
+                               {{0}}};
+        key[1 + 2 * nq] = q->broker;
+        key[2 + 2 * nq] = q->val;
+        nq++;
     }
-    if (!nbd) {
+    if (!registered) {          /* the whole route's test, before the zone's filter */
         *status = RT_NOT_FOUND;
         goto done;
     }
+    nkey = (int32_t)(2 * nq + 1);
     uint64_t hash = rmq_hash(key, (size_t)nkey * sizeof(int32_t));
     pthread_mutex_lock(&t->cache_m);
     t->misses++;
     age(t);
-    cached = __atomic_load_n(&e->body[legacy], __ATOMIC_ACQUIRE);
+    cached = cached_answer(e, form);
     if (!cached && (cached = answer_find(t, hash, key, nkey))) {
-        if (attach(t, e, legacy, (rt_blob *)cached) < 0)
+        if (attach(t, e, form, (rt_blob *)cached) < 0)
             cached = NULL;          /* no memory for the ring: built below, uncached */
         else
             t->shared++;
@@ -1267,7 +1415,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
     if (cached)
         goto done;
     /* Built outside cache_m: readers build different answers in parallel. */
-    rt_route_desc d = {bds, nbd, {"{}", 2}, {NULL, 0}, qds, n, {NULL, 0}};
+    rt_route_desc d = {bds, nbd, {"{}", 2}, {NULL, 0}, qds, nq, {NULL, 0}};
     size_t size = rt_route_json(NULL, &d);
     rt_blob *b = blob_alloc(size, nkey);
     if (!b) {
@@ -1280,7 +1428,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, i
     b->hash = hash;
     memcpy(blob_key(b), key, (size_t)nkey * sizeof(int32_t));
     pthread_mutex_lock(&t->cache_m);
-    cached = admit(t, e, legacy, b);
+    cached = admit(t, e, form, b);
     pthread_mutex_unlock(&t->cache_m);
     if (!cached)
         cached = *temp = b;
@@ -1289,10 +1437,11 @@ done:
     return cached;
 }
 
-int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
+int rt_store(rt_table *t, const char *name, size_t len, int form, const char *body,
              size_t body_len, uint64_t version)
 {
     HOLDS_LOCK(t);
+    RMQ_ASSERT(form >= 0 && form - RT_ZONE <= t->nzones);
     rt_topic *e = rt_find(t, name, len);
     if (!e || t->version != version)
         return 0;
@@ -1301,7 +1450,7 @@ int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *
         return RT_NOMEM;
     pthread_mutex_lock(&t->cache_m);
     t->misses++;
-    const rt_blob *a = admit(t, e, legacy, b);
+    const rt_blob *a = admit(t, e, form, b);
     pthread_mutex_unlock(&t->cache_m);
     if (!a)
         free(b);

@@ -72,10 +72,31 @@ typedef struct rt_topic {
     uint32_t idx_mask, ins_next;
     rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */
     int32_t slot[2];                /* their entries in the cache's ring */
+    struct rt_zans *zans;           /* zone-mode answers by zone class (t->nzones + 1 of
+                                     * them), NULL: none cached yet */
     uint8_t freq;                   /* queries, halved as they age: the cache's admission */
     size_t len;
     char name[];                    /* UTF-8, not terminated */
 } rt_topic;
+
+typedef struct rt_zans {            /* a topic's cached zone-mode answer */
+    rt_blob *body;
+    int32_t slot;                   /* its entry in the cache's ring, -1: none */
+} rt_zans;
+
+/* Zone mode (Java 5.0.0's ZoneRouteRPCHook): a query naming a zone gets the legacy
+ * answer without the brokers that have a master (id 0) and another zone (or none),
+ * nor their QueueData. Queries are grouped into zone classes: class z > 0 names
+ * zone z of the registered brokers (t->zones[z - 1]), class 0 every zone no broker
+ * has. A class's answer is a function of the topic: cached per topic and class. */
+typedef struct {
+    char *fold;                     /* the zone name folded (rmq.javacase.fold), UTF-8 */
+    size_t len;
+    int32_t refs;                   /* brokers in the zone; 0: a free slot */
+} rt_zone;
+
+/* Answer forms: standard, legacy, and zone class z's answer (RT_ZONE + z). */
+enum { RT_STANDARD = 0, RT_LEGACY = 1, RT_ZONE = 2 };
 
 typedef struct {
     rt_blob *frag[2];               /* BrokerData JSON per form; NULL: not registered */
@@ -84,6 +105,8 @@ typedef struct {
     int32_t ntopics, cap_topics;
     uint32_t jhash;                 /* Java HashMap spread hash of the name */
     int python_only;                /* filter servers or acting master: built in Python */
+    int32_t zone;                   /* its zone class, -1: no zone */
+    int has_master;                 /* its BrokerData has an address at id 0 */
     int used;                       /* 0: a free slot (rt_release_broker) */
     int32_t next_free;              /* free list: the next free slot + 1, 0 ends it */
 } rt_broker;
@@ -91,7 +114,7 @@ typedef struct {
 
 typedef struct {                    /* a cached topic form, for eviction */
     rt_topic *topic;
-    int form;
+    int form;                       /* RT_STANDARD, RT_LEGACY, RT_ZONE + class */
 } rt_cref;
 
 typedef struct {
@@ -113,6 +136,8 @@ typedef struct {
     int32_t *val_buckets;           /* slot + 1 */
     uint32_t val_mask;
     int python_routes;              /* every route is built in Python (extras) */
+    rt_zone *zones;                 /* the brokers' zones; a change drops every zone answer */
+    int32_t nzones, cap_zones;
     uint64_t work;                  /* rt_work */
     /* The answer cache. Readers fill it under the read lock, serialised by cache_m;
      * writers (exclusive) drop what a change touches without it. */
@@ -156,11 +181,17 @@ int rt_release_broker(rt_table *t, int32_t b);
 void rt_trim(void);
 
 /* [W] Set broker b's (an rt_new_broker slot) encoded BrokerData (std NULL: not registered), QueueData
- * prefix and hash; drops the cached answers of its topics. 0, or RT_NOMEM. */
+ * prefix and hash, its zone (folded; NULL: none) and whether it has a master; drops
+ * the cached answers of its topics (and every zone answer when the set of zones
+ * changes). 0, or RT_NOMEM. */
 int rt_set_broker(rt_table *t, int32_t b, const char *std, size_t std_len,
                   const char *legacy, size_t legacy_len, const char *qd_std,
                   size_t qd_std_len, const char *qd_legacy, size_t qd_legacy_len,
-                  uint32_t jhash, int python_only);
+                  uint32_t jhash, int python_only, const char *zone, size_t zone_len,
+                  int has_master);
+/* [R] The answer form of a zone-mode query for zone `fold` (folded as the brokers'
+ * are, rmq.javacase.fold): RT_ZONE + its zone class. */
+int rt_zone_form(const rt_table *t, const char *fold, size_t len);
 /* [W] Insert or replace broker qd->broker's QueueData of a topic: 1 changed, 0 same. */
 int rt_put(rt_table *t, const char *name, size_t len, const rt_qdv *qd);
 /* [W] Remove a broker's QueueData of a topic (and the topic when none is left). */
@@ -188,12 +219,13 @@ void rt_forget(rt_table *t, const char *name, size_t len);
 
 /* [R] The topic's entry, or NULL. */
 rt_topic *rt_find(const rt_table *t, const char *name, size_t len);
-/* [R] The topic's encoded answer: cached, else built (or found shared) and
+/* [R] The topic's encoded answer in `form` (RT_STANDARD, RT_LEGACY or a zone form
+ * from rt_zone_form): cached, else built (or found shared) and
  * cached when the budget admits it. NULL with *status RT_NOT_FOUND (no route:
  * Java answers 17), RT_PYTHON (built by the caller) or RT_NOMEM. A cached answer
  * lives while the lock is held; one the cache refused is returned in *temp too,
  * and the caller frees it after use (free). */
-const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int legacy, int *status,
+const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int *status,
                         rt_blob **temp);
 /* TopicRouteData as Java writes it, from pieces the caller encoded in one form
  * (standard or legacy): {"brokerDatas":[bds],"filterServerTable":fst
@@ -214,9 +246,9 @@ typedef struct {
 /* out NULL: the exact size; else writes it to out and returns the bytes written. */
 size_t rt_route_json(char *out, const rt_route_desc *d);
 
-/* [R] Cache an answer built by the caller, unless the table changed since
+/* [R] Cache an answer built by the caller in `form`, unless the table changed since
  * `version` was read or the budget refuses it. 1 stored, 0 not, RT_NOMEM. */
-int rt_store(rt_table *t, const char *name, size_t len, int legacy, const char *body,
+int rt_store(rt_table *t, const char *name, size_t len, int form, const char *body,
              size_t body_len, uint64_t version);
 /* [R] Positions in e->qds in the iteration order of a Java HashMap of the broker
  * names (capacity 16): by bucket, then by insertion. */

@@ -30,6 +30,7 @@ cdef extern from "routetable.h" nogil:
         int python_routes
         size_t budget
     enum: RT_OK, RT_NOT_FOUND, RT_PYTHON, RT_NOMEM
+    enum: RT_STANDARD, RT_LEGACY, RT_ZONE
     rt_table* rt_new()
     void rt_free(rt_table* t)
     ctypedef struct rt_rwlock:
@@ -50,7 +51,9 @@ cdef extern from "routetable.h" nogil:
     int rt_set_broker(rt_table* t, int32_t b, const char* std, size_t std_len,
                       const char* legacy, size_t legacy_len, const char* qd_std,
                       size_t qd_std_len, const char* qd_legacy, size_t qd_legacy_len,
-                      uint32_t jhash, int python_only)
+                      uint32_t jhash, int python_only, const char* zone, size_t zone_len,
+                      int has_master)
+    int rt_zone_form(const rt_table* t, const char* fold, size_t len)
     int rt_put(rt_table* t, const char* name, size_t len, const rt_qdv* qd)
     int rt_remove(rt_table* t, const char* name, size_t len, int32_t broker)
     size_t rt_remove_broker(rt_table* t, int32_t broker)
@@ -61,9 +64,9 @@ cdef extern from "routetable.h" nogil:
                          int readonly, uint8_t* only, int* taken)
     void rt_forget(rt_table* t, const char* name, size_t len)
     rt_topic* rt_find(const rt_table* t, const char* name, size_t len)
-    const rt_blob* rt_route(rt_table* t, const char* name, size_t len, int legacy, int* status,
+    const rt_blob* rt_route(rt_table* t, const char* name, size_t len, int form, int* status,
                             rt_blob** temp)
-    int rt_store(rt_table* t, const char* name, size_t len, int legacy, const char* body,
+    int rt_store(rt_table* t, const char* name, size_t len, int form, const char* body,
                  size_t body_len, uint64_t version)
     int rt_topic_qds(const rt_table* t, const rt_topic* e, rt_qdv* out)
     int64_t rt_first_flag(const rt_table* t, const rt_topic* e)

@@ -720,20 +720,53 @@ static int rq_is_true(cur s, size_t n)
            && (s[3] | 0x20) == 'e';
 }
 
-enum { RQ_TOPIC = 1, RQ_ACCEPT = 2 };
+enum { RQ_TOPIC = 1, RQ_ACCEPT = 2, RQ_ZONE_MODE = 4, RQ_ZONE_NAME = 8 };
 
-/* Which ext field a key names: RQ_TOPIC, RQ_ACCEPT or 0. */
+/* Which ext field a key names: RQ_TOPIC, RQ_ACCEPT, RQ_ZONE_MODE, RQ_ZONE_NAME or 0. */
 static inline int rq_ext_key(cur k, size_t n)
 {
     if (KEY_IS(k, n, "topic"))
         return RQ_TOPIC;
     if (KEY_IS(k, n, "acceptStandardJsonOnly"))
         return RQ_ACCEPT;
+    if (KEY_IS(k, n, "__ZONE_MODE"))
+        return RQ_ZONE_MODE;
+    if (KEY_IS(k, n, "__ZONE_NAME"))
+        return RQ_ZONE_NAME;
     return 0;
 }
 
-/* A member of the JSON extFields. topic and acceptStandardJsonOnly must be
- * plain strings (acceptStandardJsonOnly may be a boolean), at most once. */
+/* A known ext field's string value into out: 1, or 0 for a value the general
+ * path must read (a non-ASCII flag or zone, a zone longer than RQ_MAX_ZONE). */
+static int rq_ext_value(rq_route *out, int which, cur s, size_t n)
+{
+    int t;
+    switch (which) {
+    case RQ_TOPIC:
+        out->topic = (const char *)s;
+        out->topic_len = n;
+        return 1;
+    case RQ_ACCEPT:
+    case RQ_ZONE_MODE:
+        if ((t = rq_is_true(s, n)) < 0)
+            return 0;
+        *(which == RQ_ACCEPT ? &out->accept_standard : &out->zone_mode) = t;
+        return 1;
+    case RQ_ZONE_NAME:
+        if (n > RQ_MAX_ZONE)
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if (s[i] >= 0x80)
+                return 0;
+        out->zone = (const char *)s;
+        out->zone_len = n;
+        return 1;
+    }
+    return 1;
+}
+
+/* A member of the JSON extFields. The known ones must be plain strings (the two
+ * flags may be booleans), at most once. */
 static cur rq_ext_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
     rq_route *out = ctx;
@@ -746,20 +779,15 @@ static cur rq_ext_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *b
     if (*p == '"') {
         if ((p = scan_str(p, end, &s, &n, &esc)) == NULL || (which && esc))
             return NULL;
-        if (which == RQ_TOPIC) {
-            out->topic = (const char *)s;
-            out->topic_len = n;
-        } else if (which == RQ_ACCEPT) {
-            if ((t = rq_is_true(s, n)) < 0)
-                return NULL;
-            out->accept_standard = t;
-        }
-        return p;
+        return rq_ext_value(out, which, s, n) ? p : NULL;
     }
-    if (which == RQ_ACCEPT && is_lit(p, end, "true", 4))
-        return out->accept_standard = 1, p + 4;
-    if (which == RQ_ACCEPT && is_lit(p, end, "false", 5))
-        return out->accept_standard = 0, p + 5;
+    if (which == RQ_ACCEPT || which == RQ_ZONE_MODE) {
+        t = is_lit(p, end, "true", 4) ? 1 : is_lit(p, end, "false", 5) ? 0 : -1;
+        if (t >= 0) {
+            *(which == RQ_ACCEPT ? &out->accept_standard : &out->zone_mode) = t;
+            return p + 5 - t;
+        }
+    }
     if (which)
         return NULL;
     if (*p == '-' || is_digit(*p))
@@ -835,7 +863,7 @@ static FLATTEN int rq_json(cur p, cur end, rq_route *out)
 static int rq_binary(cur d, size_t n, rq_route *out)
 {
     rmq_bheader h;
-    int seen = 0, which, t, rc;
+    int seen = 0, which, rc;
     cur k, v;
     /* No ext fields, or bytes after them (the general decoder ignores those): unusual. */
     if (rmq_bh_start(d, n, &h) != RMQ_BH_OK || h.code != RMQ_GET_ROUTEINFO_BY_TOPIC || (h.flag & 3)
@@ -850,14 +878,8 @@ static int rq_binary(cur d, size_t n, rq_route *out)
         if ((seen & which) || !valid_utf8(k, (size_t)h.klen) || !valid_utf8(v, (size_t)h.vlen))
             return 0;
         seen |= which;
-        if (which == RQ_TOPIC) {
-            out->topic = (const char *)v;
-            out->topic_len = (size_t)h.vlen;
-        } else if (which == RQ_ACCEPT) {
-            if ((t = rq_is_true(v, (size_t)h.vlen)) < 0)
-                return 0;
-            out->accept_standard = t;
-        }
+        if (!rq_ext_value(out, which, v, (size_t)h.vlen))
+            return 0;
     }
     return rc == RMQ_BH_END && (seen & RQ_TOPIC);
 }
@@ -880,6 +902,20 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
     if (stype == 1)
         return rq_binary(payload + 4, header_len, out);
     return 0;
+}
+
+int rq_route_zone(const rq_route *req, char *out)
+{
+    int blank = 1;
+    if (!req->zone_mode || !req->zone)
+        return -1;
+    for (size_t i = 0; i < req->zone_len; i++) {
+        unsigned char c = (unsigned char)req->zone[i];
+        /* Character.isWhitespace, in ASCII: \t to \r, the separators 28-31, space */
+        blank &= (c >= 9 && c <= 13) || (c >= 28 && c <= 32);
+        out[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    }
+    return blank ? -1 : (int)req->zone_len;
 }
 
 /* ---- the answer */

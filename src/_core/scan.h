@@ -46,12 +46,23 @@ typedef struct {
     int serialize_type;                    /* 0 JSON, 1 ROCKETMQ */
     const char *topic; size_t topic_len;   /* raw bytes inside the frame */
     int accept_standard;                   /* extFields acceptStandardJsonOnly is "true" (codec.pxi _is_true) */
+    int zone_mode;                         /* extFields __ZONE_MODE is "true" (Boolean.parseBoolean) */
+    const char *zone; size_t zone_len;     /* extFields __ZONE_NAME: ASCII, at most RQ_MAX_ZONE bytes */
 } rq_route;
+
+/* Longer zone names (and any that is not ASCII) are left to the general path. */
+enum { RQ_MAX_ZONE = 256 };
 
 /* payload: one frame without its 4-byte length prefix. 1: a GET_ROUTEINFO_BY_TOPIC
  * request (RMQ_GET_ROUTEINFO_BY_TOPIC, neither response nor oneway flag, no body) understood
  * completely; 0: anything else or anything unusual. */
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out);
+
+/* The zone a route query's answer is filtered by (Java 5.0.0's ZoneRouteRPCHook:
+ * zone mode and a zone name that is not blank), folded as rmq.javacase.fold folds
+ * ASCII, into out (RQ_MAX_ZONE bytes): its length, or -1 when the answer is not
+ * filtered. */
+int rq_route_zone(const rq_route *req, char *out);
 
 /* Append the complete answer frame (length prefix included): the bytes
  * encode_frame writes for req's response (code 0, JAVA, RMQ_CURRENT_VERSION,

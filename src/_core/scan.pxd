@@ -27,8 +27,15 @@ cdef extern from "scan.h" nogil:
         const char* topic
         size_t topic_len
         int accept_standard
+        int zone_mode
+        const char* zone
+        size_t zone_len
+
+    enum:
+        RQ_MAX_ZONE
 
     int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
+    int rq_route_zone(const rq_route* req, char* out)
     ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req,
                                   const char* body, size_t body_len)
     size_t rq_route_answer_size(const rq_route* req, size_t body_len)

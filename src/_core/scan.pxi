@@ -103,22 +103,27 @@ def _scan_register_body_count(data, Py_ssize_t repeat=1):
 
 
 def _scan_route_request(frame):
-    """Test hook: None, or (opaque, version, serialize_type, topic, accept_standard)
-    of a GET_ROUTEINFO_BY_TOPIC frame (length prefix included)."""
+    """Test hook: None, or (opaque, version, serialize_type, topic, accept_standard,
+    zone) of a GET_ROUTEINFO_BY_TOPIC frame (length prefix included); zone: the folded
+    zone its answer is filtered by (rq_route_zone), or None."""
     cdef Py_buffer view
     cdef const uint8_t* p
     cdef rq_route r
-    cdef int ok = 0
+    cdef int ok = 0, zn = -1
+    cdef char zone[RQ_MAX_ZONE]
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
         p = <const uint8_t*>view.buf
         if view.len >= 8 and be32(p) == view.len - 4:
             with nogil:
                 ok = rq_scan_route(p + 4, view.len - 4, &r)
+                if ok:
+                    zn = rq_route_zone(&r, zone)
         if not ok:
             return None
         return (r.opaque, r.version, r.serialize_type,
-                PyUnicode_DecodeUTF8(r.topic, r.topic_len, "strict"), bool(r.accept_standard))
+                PyUnicode_DecodeUTF8(r.topic, r.topic_len, "strict"), bool(r.accept_standard),
+                None if zn < 0 else PyUnicode_DecodeUTF8(zone, zn, "strict"))
     finally:
         PyBuffer_Release(&view)
 

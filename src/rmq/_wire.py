@@ -1,7 +1,7 @@
 """Wire rules the compiled core and the pure-Python twin share (as msgpack's
 ``_unpacker.pyx`` and ``fallback.py`` share ``ext``): code that gains nothing from
 being compiled. rmq.protocol holds the constants, this module the code both run;
-it imports only rmq.errors, rmq.protocol and the standard library."""
+it imports only rmq.errors, rmq.protocol, rmq.javacase and the standard library."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from rmq.errors import BodyError, ProtocolError
+from rmq.javacase import fold, is_blank, parse_boolean
 from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, V4_9_4
 
 _T = TypeVar("_T")
@@ -83,6 +84,22 @@ def standard_route_form(cmd: Any) -> bool:
     asks (acceptStandardJsonOnly=true); else the legacy one."""
     accept: str = (cmd.ext_fields or {}).get("acceptStandardJsonOnly", "")
     return bool(cmd.version >= V4_9_4 or accept.lower() == "true")
+
+
+#: The ext fields of a zone-mode route query (MixAll.ZONE_MODE, MixAll.ZONE_NAME).
+ZONE_MODE = "__ZONE_MODE"
+ZONE_NAME = "__ZONE_NAME"
+
+
+def route_zone(cmd: Any) -> str | None:
+    """The zone a route query's answer is filtered by, folded (rmq.javacase.fold), or
+    None: Java 5.0.0's ZoneRouteRPCHook filters when ``__ZONE_MODE`` parses as true
+    and ``__ZONE_NAME`` is not blank (a zone name alone filters nothing)."""
+    ext = cmd.ext_fields or {}
+    if not parse_boolean(ext.get(ZONE_MODE)):
+        return None
+    zone: str | None = ext.get(ZONE_NAME)
+    return None if zone is None or is_blank(zone) else fold(zone)
 
 
 def language_byte(language: str) -> int:

@@ -107,7 +107,7 @@ class SimBroker:
     """One simulated master broker with its own NameServer connection."""
 
     def __init__(self, namesrv, index, *, cluster=CLUSTER, broker_id=0, host="127.0.0.1",
-                 timeout=120.0, heartbeat_timeout_ms=None):
+                 timeout=120.0, heartbeat_timeout_ms=None, zone_name=None):
         self.namesrv = namesrv
         self.index = index
         self.cluster = cluster
@@ -117,6 +117,7 @@ class SimBroker:
         self.broker_id = broker_id
         self.timeout = timeout
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.zone_name = zone_name      # its registrations' __ZONE_NAME (None: none)
         self.sock = None
         self.decoder = FrameDecoder(64 * 1024 * 1024)
         self._ready = []
@@ -174,7 +175,8 @@ class SimBroker:
 
     def register_command(self, body, compressed=False):
         return register_command(self._identity(), self.ha_addr, body, compressed=compressed,
-                                version=V4_9_8, heartbeat_timeout_ms=self.heartbeat_timeout_ms)
+                                version=V4_9_8, heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+                                zone_name=self.zone_name)
 
     def register(self, body, compressed=False):
         """REGISTER_BROKER with an encoded body; returns (seconds from the start of the
@@ -197,16 +199,18 @@ class SimBroker:
 
 
 def register_brokers(namesrv, count, topics, *, counter=1, queues=8, compressed=False,
-                     timeout=120.0, first_index=0, body=None):
+                     timeout=120.0, first_index=0, body=None, zones=0):
     """Connect and register ``count`` brokers, each carrying every topic of ``topics``
-    (or the given encoded ``body``). Returns the SimBrokers (connections open); each
-    has ``.last_seconds``, the time its registration took."""
+    (or the given encoded ``body``); with ``zones``, broker i is in zone
+    ``zone-{i % zones}``. Returns the SimBrokers (connections open); each has
+    ``.last_seconds``, the time its registration took."""
     if body is None:
         body = encode_body(topics, counter, queues=queues, compressed=compressed)
     brokers = []
     try:
         for i in range(first_index, first_index + count):
-            b = SimBroker(namesrv, i, timeout=timeout).connect()
+            b = SimBroker(namesrv, i, timeout=timeout,
+                          zone_name=f"zone-{i % zones}" if zones else None).connect()
             brokers.append(b)
             b.last_seconds, _ = b.register(body, compressed)
     except BaseException:

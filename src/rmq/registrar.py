@@ -30,6 +30,7 @@ from rmq.codec import RemotingCommand
 from rmq.crc32 import body_crc32
 from rmq.errors import RemotingError, ResponseError, RmqError
 from rmq.protocol import DEFAULT_MAX_FRAME_LENGTH, V4_9_8, RequestCode, ResponseCode
+from rmq._wire import ZONE_NAME
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -69,9 +70,11 @@ def broker_identity(cluster: str, broker_name: str, broker_id: int, broker_addr:
 def register_command(identity: Mapping[str, str], ha_server_addr: str, body: bytes, *,
                      compressed: bool, crc: int | None = None, oneway: bool = False,
                      version: int = V4_9_8, heartbeat_timeout_ms: int | None = None,
-                     enable_acting_master: bool | None = None) -> RemotingCommand:
+                     enable_acting_master: bool | None = None,
+                     zone_name: str | None = None) -> RemotingCommand:
     """REGISTER_BROKER (103) as Java's BrokerOuterAPI sends it: bodyCrc32 always set
-    (``crc`` when the caller has it already, else computed here)."""
+    (``crc`` when the caller has it already, else computed here); ``zone_name``: the
+    broker's zone (5.x ``-Drocketmq.zone``), sent as ``__ZONE_NAME``."""
     ext = dict(identity, haServerAddr=ha_server_addr,
                compressed="true" if compressed else "false",
                bodyCrc32=str(body_crc32(body) if crc is None else crc))
@@ -79,6 +82,8 @@ def register_command(identity: Mapping[str, str], ha_server_addr: str, body: byt
         ext["enableActingMaster"] = "true" if enable_acting_master else "false"
     if heartbeat_timeout_ms is not None:
         ext["heartbeatTimeoutMillis"] = str(int(heartbeat_timeout_ms))
+    if zone_name is not None:
+        ext[ZONE_NAME] = zone_name
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, oneway=oneway,
                                    version=version)
 

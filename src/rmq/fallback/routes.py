@@ -3,7 +3,8 @@
 rmq.namesrv.routeinfo's, which lists the interface. It keeps topicQueueTable
 (topic -> {brokerName -> QueueData}), an index brokerName -> {topic} (what is keyed
 by a broker touches only its topics) and each topic's encoded answers (standard,
-legacy), dropped when a change may alter them; each change bumps ``version``.
+legacy, and a zone-mode query's: per zone class, as routetable.c groups them),
+dropped when a change may alter them; each change bumps ``version``.
 The answers are cached within a byte budget, identical ones held once, with the
 compiled cache's admission rule (routetable.c): a newcomer replaces only colder
 answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
@@ -11,8 +12,9 @@ answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
 
 from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
+from rmq.javacase import fold as _java_fold
 from rmq.javaorder import java_hash_order
-from rmq._wire import standard_route_form
+from rmq._wire import route_zone, standard_route_form
 from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
@@ -41,9 +43,17 @@ class TopicTable:
     python_routes = True    # answers are always built by the rules here
 
     def __init__(self, broker_state=None, cache_bytes=None):
+        self._broker_state = broker_state
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
         self._broker_topics = {}    # brokerName -> {topic: None} (ordered set)
-        self._routes = ({}, {})     # encoded answers, topic -> body: standard, legacy
+        # Encoded answers by form, each topic -> body: False standard, True legacy,
+        # ("zone", z) a zone-mode query's answer for zone class z: a registered
+        # broker's folded zone, or None for the zones no broker has (queries name
+        # any zone: one class for all those keeps the cache theirs to fill, not the
+        # clients').
+        self._routes = {False: {}, True: {}}
+        self._zone_of = {}          # brokerName -> its folded zone
+        self._zones = {}            # folded zone -> how many brokers have it
         self._version = 0
         self._answers = {}          # body -> how many topic forms hold it (each held once)
         self._ring = {}             # (topic, legacy) cached, in clock order
@@ -89,19 +99,26 @@ class TopicTable:
     def encode_topic_route_data(self, route, legacy=False):
         return _bodies.encode_topic_route_data(route, legacy)
 
-    def route(self, topic, legacy):
-        """(the cached answer, None), or (None, version): the rules build it."""
+    def _form(self, legacy, zone):
+        if zone is None:
+            return bool(legacy)
+        return "zone", zone if zone in self._zones else None
+
+    def route(self, topic, legacy, zone=None):
+        """(the cached answer, None), or (None, version): the rules build it.
+        ``zone``: a zone-mode query's folded zone."""
         if topic in self._topics:
             self._freq[topic] = min(self._freq.get(topic, 0) + 1, 255)
-        body = self._routes[legacy].get(topic)
+        body = self._routes.get(self._form(legacy, zone), {}).get(topic)
         if body is not None:
             self._stats["hits"] += 1
             return body, None
         return None, self._version
 
-    def store_route(self, topic, legacy, body, version):
+    def store_route(self, topic, legacy, body, version, zone=None):
         if version != self._version or topic not in self._topics:
             return
+        form = self._form(legacy, zone)
         self._stats["misses"] += 1
         self._age()
         held = self._answers.get(body)
@@ -113,12 +130,12 @@ class TopicTable:
         else:
             self._bytes += len(body)
         self._answers[body] = (held or 0) + 1
-        self._routes[legacy][topic] = body
-        self._ring[topic, legacy] = None
+        self._routes.setdefault(form, {})[topic] = body
+        self._ring[topic, form] = None
 
-    def _detach(self, topic, legacy):
-        body = self._routes[legacy].pop(topic)
-        del self._ring[topic, legacy]
+    def _detach(self, topic, form):
+        body = self._routes[form].pop(topic)
+        del self._ring[topic, form]
         held = self._answers.pop(body) - 1
         if held:
             self._answers[body] = held
@@ -160,16 +177,16 @@ class TopicTable:
             self._freq = {t: f // 2 for t, f in self._freq.items() if f > 1}
 
     def cached_topics(self, legacy):
-        return set(self._routes[legacy])
+        return set(self._routes[bool(legacy)])
 
     def touch(self, topics):
         """The routes of ``topics`` may have changed."""
         if not topics:
             return
-        for legacy, cache in enumerate(self._routes):
+        for form, cache in self._routes.items():
             for t in topics:
                 if t in cache:
-                    self._detach(t, legacy)
+                    self._detach(t, form)
         self._work_done += len(topics)
         self._version += 1
 
@@ -180,7 +197,26 @@ class TopicTable:
 
     def broker_changed(self, broker_name):
         """The BrokerData (or its filter servers, or acting-master state) of
-        ``broker_name`` may have changed: every topic with queue data on it."""
+        ``broker_name`` may have changed: every topic with queue data on it (and
+        every zone answer when the set of the brokers' zones changes)."""
+        bd = self._broker_state(broker_name)[0] if self._broker_state else None
+        zone = None if bd is None or bd.get("zoneName") is None else _java_fold(bd["zoneName"])
+        old = self._zone_of.pop(broker_name, None)
+        if zone is not None:
+            self._zone_of[broker_name] = zone
+        if zone != old:
+            zones = dict(self._zones)
+            if old is not None:
+                zones[old] -= 1
+                if not zones[old]:
+                    del zones[old]
+            if zone is not None:
+                zones[zone] = zones.get(zone, 0) + 1
+            if zones.keys() != self._zones.keys():
+                for entry in [e for e in self._ring if e[1] not in (False, True)]:
+                    self._detach(*entry)
+                self._version += 1
+            self._zones = zones
         self.touch(self._broker_topics.get(broker_name))
 
     # ------------------------------------------------------------ queue data
@@ -303,7 +339,7 @@ class TopicTable:
                     and not 0 <= limit <= size:
                 topic = cmd.ext_fields.get("topic")
                 if isinstance(topic, str):
-                    body = route_body(topic, not standard_route_form(cmd))
+                    body = route_body(topic, not standard_route_form(cmd), route_zone(cmd))
             if body is None:        # answered by the caller: the rest waits, in order
                 return b"".join(answers), cmds[i:], error
             answers.append(encode_frame(cmd.response(0, body=body)))

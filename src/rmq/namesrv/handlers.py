@@ -19,7 +19,7 @@ from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
 from rmq.namesrv.metrics import Counters
-from rmq._wire import standard_route_form
+from rmq._wire import route_zone, standard_route_form
 from rmq.protocol import RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.namesrv.routeinfo import RouteTable
 
@@ -162,7 +162,8 @@ class DefaultRequestProcessor:
             topic = (cmd.ext_fields or {}).get("topic")
             if not isinstance(topic, str) or cmd.is_oneway:
                 return NEEDS_TABLE
-            body = self.routes.cached_route_body(topic, legacy=not standard_route_form(cmd))
+            body = self.routes.cached_route_body(topic, not standard_route_form(cmd),
+                                                 route_zone(cmd))
             return NEEDS_TABLE if body is None else cmd.response(R.SUCCESS, body=body)
         if code in _LIST_ANSWERS:
             resp = self._cached_answer(cmd)
@@ -404,7 +405,7 @@ class DefaultRequestProcessor:
 
     def get_route_info(self, cmd, conn):
         (topic,) = _required(cmd, "topic")
-        body = self.routes.route_body(topic, legacy=not standard_route_form(cmd))
+        body = self.routes.route_body(topic, not standard_route_form(cmd), route_zone(cmd))
         if body is None:
             return cmd.response(R.TOPIC_NOT_EXIST,
                                 f"No topic route info in name server for the topic: {topic}"

@@ -35,8 +35,11 @@ Its interface, which both implement and only this module uses:
   ``put_queue_data``, ``remove_queue_data``, ``remove_broker``, ``write_perm``;
 - registration: ``read_body(body, now_ms, check)`` (the parts; ``check``: the rules'
   checks of a decoded body), ``apply_topic_configs``;
-- answers: ``route(topic, legacy)`` -> ``(body, version)`` (body None with a
-  version: the rules build it, then ``store_route``), ``touch``, ``touch_all``,
+- answers: ``route(topic, legacy, zone=None)`` -> ``(body, version)`` (body None
+  with a version: the rules build it, then ``store_route(topic, legacy, body,
+  version, zone=None)``; ``zone``: a zone-mode query's folded zone, whose answers
+  the storage keeps per zone class: a zone of its brokers, or none of them),
+  ``touch``, ``touch_all``,
   ``broker_changed``, ``python_routes``, ``version``, ``cached_topics``,
   ``encode_topic_route_data``, ``serve_routes(route_body, decoder, data, limit)``;
   the cache: ``TopicTable(broker_state, cache_bytes=None)``, ``cache_budget``,
@@ -50,6 +53,7 @@ import heapq
 from rmq._impl import core
 from rmq._wire import nesting_exceeds
 from rmq.errors import BodyError
+from rmq.javacase import fold as java_fold
 from rmq.javaorder import java_hash_order
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
@@ -226,6 +230,29 @@ _writes = _holding("acquire_write", "release_write")
 _reads = _holding("acquire_read", "release_read")
 
 
+def _keep_zone(route, zone):
+    """Java 5.0.0's ZoneRouteRPCHook on a TopicRouteData dict, for a query's folded
+    ``zone``: a broker with a master (id 0) whose zone is another (or none) goes,
+    with its QueueData and its addresses' filter servers; a broker without a master
+    stays (its slaves serve reads). The hook re-encodes the answer with plain
+    ``encode()``: the caller writes the legacy form, whatever the client's version."""
+    removed = {}
+    kept = []
+    for bd in route["brokerDatas"]:
+        name = bd.get("zoneName")
+        if MASTER_ID not in bd["brokerAddrs"] or (name is not None and java_fold(name) == zone):
+            kept.append(bd)
+        else:
+            removed[bd["brokerName"]] = bd
+    route["brokerDatas"] = kept
+    route["queueDatas"] = [qd for qd in route["queueDatas"] if qd["brokerName"] not in removed]
+    servers = route.get("filterServerTable")
+    if servers:
+        for bd in removed.values():
+            for addr in bd["brokerAddrs"].values():
+                servers.pop(addr, None)
+
+
 _EMPTY_BODY = {"filterServerList": [], "topicConfigSerializeWrapper": {
     "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0}, "topicConfigTable": {}}}
 
@@ -276,29 +303,33 @@ class RouteTable:
         """Incremented on every change that may alter some topic's route."""
         return self._tt.version
 
-    def route_body(self, topic, legacy=False):
+    def route_body(self, topic, legacy=False, zone=None):
         """The encoded GET_ROUTEINFO_BY_TOPIC answer of ``topic`` in the standard or
-        the legacy form, built on first demand and cached until its route changes;
-        None when the topic has no route (Java answers 17)."""
-        body, version = self._tt.route(topic, bool(legacy))
+        the legacy form, or filtered for ``zone`` (a zone-mode query's folded zone,
+        ``rmq._wire.route_zone``: always legacy), built on first demand and cached
+        until its route changes; None when the topic has no route (Java answers 17)."""
+        body, version = self._tt.route(topic, bool(legacy), zone)
         if body is None and version is not None:
-            body = self._build_route_body(topic, legacy)
+            body = self._build_route_body(topic, legacy, zone)
             if body is not None:
-                self._tt.store_route(topic, bool(legacy), body, version)
+                self._tt.store_route(topic, bool(legacy), body, version, zone)
         return body
 
-    def cached_route_body(self, topic, legacy=False):
+    def cached_route_body(self, topic, legacy=False, zone=None):
         """The answer of ``topic`` the storage has without these rules (cached, or built
         in C) or None: any thread may ask while another changes the tables."""
-        return self._tt.route(topic, bool(legacy))[0]
+        return self._tt.route(topic, bool(legacy), zone)[0]
 
     @_reads
-    def _build_route_body(self, topic, legacy):
+    def _build_route_body(self, topic, legacy, zone=None):
         route = self.topic_route(topic)
         if route is None:
             return None
         if self._order_topic_conf is not None:
             route["orderTopicConf"] = self._order_topic_conf(topic)
+        if zone is not None:
+            _keep_zone(route, zone)
+            legacy = True
         return self._tt.encode_topic_route_data(route, legacy=bool(legacy))
 
     def serve_routes(self, decoder, data, limit=-1, *, build=True):
