@@ -87,6 +87,7 @@ class Client:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = rmq.FrameDecoder()
         self.ready = []
+        self.raw = bytearray()       # bytes received, not yet a whole frame (receive_frame)
         self.last_sent = None        # the last command sent
 
     def close(self):
@@ -120,6 +121,27 @@ class Client:
             if timeout is not None:
                 self.sock.settimeout(self.timeout)
         return self.ready.pop(0)
+
+    def receive_frame(self, timeout=None):
+        """The next frame from the server as bytes, cut by its length prefix alone
+        (rmq's decoder plays no part; do not mix with ``receive``). Raises on EOF,
+        socket.timeout after ``timeout`` seconds when given."""
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        raw = self.raw
+        try:
+            while len(raw) < 4 or len(raw) < 4 + int.from_bytes(raw[:4], "big"):
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("connection closed by the NameServer")
+                raw += data
+        finally:
+            if timeout is not None:
+                self.sock.settimeout(self.timeout)
+        end = 4 + int.from_bytes(raw[:4], "big")
+        frame = bytes(raw[:end])
+        del raw[:end]
+        return frame
 
     def poll(self, timeout):
         """The next command if one arrives within ``timeout`` seconds, else None."""
@@ -162,10 +184,11 @@ class Client:
 _LEGACY_KEY = re.compile(rb'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?[0-9]+)(\s*:)')
 
 
-def parse_json_body(data):
+def parse_json_body(data, pairs=False):
     """``(object, legacy)`` of a JSON body as Java writes it: ``legacy`` is True when
     the body holds unquoted integer keys (Java's legacy form, ``{0:"addr"}``).
-    Independent of rmq's own JSON reader."""
+    ``pairs``: objects as lists of (key, value) pairs, so that comparing two compares
+    their key order too. Independent of rmq's own JSON reader."""
     legacy = False
 
     def quote(m):
@@ -175,7 +198,8 @@ def parse_json_body(data):
         legacy = True
         return m.group(2) + b'"' + m.group(3) + b'"' + m.group(4)
 
-    return json.loads(_LEGACY_KEY.sub(quote, bytes(data))), legacy
+    quoted = _LEGACY_KEY.sub(quote, bytes(data))
+    return json.loads(quoted, object_pairs_hook=list if pairs else None), legacy
 
 
 def register_broker(client, broker_name, broker_addr, *, cluster="c1", broker_id=0,

@@ -80,32 +80,10 @@ def general_body(data):
 
 # ---------------------------------------------------------------- vectors
 
-# A copy of ../shared/vectors/java-4.9.8 lives in tests/vectors (frames captured from
-# a real Apache RocketMQ 4.9.8 NameServer, Broker, mqadmin and Java clients).
-VECTORS_DIR = Path(os.environ.get("RMQ_VECTORS") or
-                   Path(__file__).resolve().parent / "vectors" / "java-4.9.8")
-if not (VECTORS_DIR / "index.json").is_file():
-    raise RuntimeError(f"test vectors not found in {VECTORS_DIR} (set RMQ_VECTORS)")
-
-INDEX = json.loads((VECTORS_DIR / "index.json").read_text("utf-8"))
-VECTORS = INDEX["frames"]
-VECTOR_BY_FILE = {entry["file"]: entry for entry in VECTORS}
+# Copies of ../shared/vectors/java-4.9.8 and java-5.0.0 live in tests/vectors (frames
+# captured from real Apache RocketMQ NameServers, Brokers, mqadmin and Java clients).
+VECTORS_ROOT = Path(__file__).resolve().parent / "vectors"
 SERIALIZE_TYPE_BYTES = {"JSON": 0, "ROCKETMQ": 1}
-
-
-def vector_bytes(name):
-    return (VECTORS_DIR / name).read_bytes()
-
-
-# And of ../shared/vectors/java-5.0.0: a real Apache RocketMQ 5.0.0 NameServer with
-# 5.0.0 (and one 4.9.8) brokers, mqadmin and clients (its README.md says how).
-VECTORS_5_DIR = Path(__file__).resolve().parent / "vectors" / "java-5.0.0"
-VECTORS_5 = json.loads((VECTORS_5_DIR / "index.json").read_text("utf-8"))["frames"]
-VECTOR_5_BY_FILE = {entry["file"]: entry for entry in VECTORS_5}
-
-
-def vector5_bytes(name):
-    return (VECTORS_5_DIR / name).read_bytes()
 
 
 def split_frame(data):
@@ -116,8 +94,48 @@ def split_frame(data):
     return word >> 24, data[8:8 + header_len], data[8 + header_len:]
 
 
-def vector_body(name):
-    return split_frame(vector_bytes(name))[2]
+class VectorSet:
+    """One set of captured frames: a directory of ``.bin`` files and its index.json
+    (``frames``: one entry per file; ``by_file``: the entries by file name)."""
+
+    def __init__(self, name, directory):
+        self.name = name
+        self.dir = Path(directory)
+        if not (self.dir / "index.json").is_file():
+            raise RuntimeError(f"test vectors {name} not found in {self.dir}"
+                               + (" (set RMQ_VECTORS)" if name == "java-4.9.8" else ""))
+        self.index = json.loads((self.dir / "index.json").read_text("utf-8"))
+        self.frames = self.index["frames"]
+        self.by_file = {entry["file"]: entry for entry in self.frames}
+
+    def __repr__(self):
+        return f"VectorSet({self.name!r})"
+
+    def bytes(self, name):
+        return (self.dir / name).read_bytes()
+
+    def body(self, name):
+        return split_frame(self.bytes(name))[2]
+
+
+#: Every set by name; RMQ_VECTORS, when set, is the directory of the 4.9.8 one.
+VECTOR_SETS = {
+    "java-4.9.8": VectorSet("java-4.9.8", os.environ.get("RMQ_VECTORS")
+                            or VECTORS_ROOT / "java-4.9.8"),
+    "java-5.0.0": VectorSet("java-5.0.0", VECTORS_ROOT / "java-5.0.0"),
+}
+
+# The 4.9.8 set, as most tests use it.
+_V498 = VECTOR_SETS["java-4.9.8"]
+VECTORS_DIR = _V498.dir
+INDEX = _V498.index
+VECTORS = _V498.frames
+VECTOR_BY_FILE = _V498.by_file
+vector_bytes = _V498.bytes
+vector_body = _V498.body
+
+#: The 5.0.0 set.
+V5 = VECTOR_SETS["java-5.0.0"]
 
 
 # ---------------------------------------------------------------- raw frames

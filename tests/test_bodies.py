@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rmq import decode_frame
 from rmq.errors import BodyError
-from support import vector5_bytes
+from support import V5
 
 
 def chunk(data):
@@ -209,7 +209,7 @@ def test_cluster_info_and_member_group_use_the_legacy_form(bodies):
 
 def test_remote_client_config_body(bodies):
     # GetRemoteClientConfigBody as Java writes it (the 5.0.0 vector's request, raw.sh)
-    data = decode_frame(vector5_bytes("47_get_client_config_request.bin")).body
+    data = decode_frame(V5.bytes("47_get_client_config_request.bin")).body
     assert data == b'{"keys":["orderMessageEnable","rocketmqHome"]}'
     assert bodies.decode_remote_client_config(data) == ["orderMessageEnable", "rocketmqHome"]
     assert bodies.encode_remote_client_config(["orderMessageEnable", "rocketmqHome"]) == data

@@ -17,7 +17,7 @@ from rmq.namesrv.config import (ALWAYS_BLACKLISTED, FIELDS, SERIALIZE_TYPE_ENV,
                                 NamesrvConfig, is_path_key, load_properties_file,
                                 parse_properties, properties_to_string)
 from rmq.errors import RmqError
-from support import vector5_bytes, vector_bytes
+from support import V5, vector_bytes
 
 # rmq.namesrv.config is Python whichever core is selected.
 pytestmark = pytest.mark.once
@@ -500,8 +500,8 @@ def test_serialize_type_is_never_set_remotely():
 def test_client_configs_of_the_java_5_0_0_vector():
     # the 5.0.0 NameServer ran with rocketmqHome /home/rocketmq/namesrv-29876 (path
     # rewritten in the vector) and orderMessageEnable false
-    request = decode_frame(vector5_bytes("47_get_client_config_request.bin"))
-    answer = decode_frame(vector5_bytes("47_get_client_config_response.bin"))
+    request = decode_frame(V5.bytes("47_get_client_config_request.bin"))
+    answer = decode_frame(V5.bytes("47_get_client_config_response.bin"))
     keys = decode_remote_client_config(request.body)
     assert keys == ["orderMessageEnable", "rocketmqHome"]
     c = NamesrvConfig(rocketmqHome="/home/rocketmq/namesrv-29876")

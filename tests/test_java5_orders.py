@@ -14,20 +14,17 @@ removals) against the JDK's own ConcurrentHashMap.
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
 import rmq
 from rmq import bodies
 from rmq.javaorder import JavaConcurrentKeys, java_spread_hash
+from support import V5
 from test_javaorder import jdk
 
-VECTORS_5 = Path(__file__).resolve().parent / "vectors" / "java-5.0.0"
-
-
 def _frame(name):
-    return rmq.decode_frame((VECTORS_5 / name).read_bytes())
+    return rmq.decode_frame(V5.bytes(name))
 
 
 def _register(rt, request_file, *, now=1_000):

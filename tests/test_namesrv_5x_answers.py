@@ -17,7 +17,7 @@ from rmq.namesrv.config import SERIALIZE_TYPE_ENV, SERIALIZE_TYPE_KEY, NamesrvCo
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.kvconfig import KVConfig
 from rmq.protocol import CURRENT_VERSION, V5_0_0, RequestCode as RC, ResponseCode as R
-from support import VECTOR_5_BY_FILE, vector5_bytes
+from support import V5
 
 #: The rocketmqHome of the 5.0.0 run, as the vectors' paths were rewritten.
 JAVA_HOME = "/home/rocketmq/namesrv-29876"
@@ -28,12 +28,12 @@ def processor(**config):
 
 
 def request(name):
-    return rmq.decode_frame(vector5_bytes(name))
+    return rmq.decode_frame(V5.bytes(name))
 
 
 def answer_of(name):
     """The captured answer to the request ``name``: (bytes, decoded)."""
-    data = vector5_bytes(VECTOR_5_BY_FILE[name]["response_file"])
+    data = V5.bytes(V5.by_file[name]["response_file"])
     return data, rmq.decode_frame(data)
 
 
@@ -127,7 +127,7 @@ def test_a_4x_brokers_broker_data_says_it_is_no_acting_master():
 # ---------------------------------------------------------------- serialize type, over TCP
 
 def send(client, name):
-    client.send_raw(vector5_bytes(name))
+    client.send_raw(V5.bytes(name))
     return client.receive()
 
 

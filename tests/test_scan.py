@@ -23,8 +23,8 @@ from rmq.errors import ProtocolError, UnknownSerializeType
 from rmq.protocol import SERIALIZE_TYPES, V4_9_8, V5_0_0
 from support import route_table
 from support import (ALI_ONS, ALI_ONS_WIRE, CPP, GO, INT16, INT32, INT64, TEXT,
-                     VECTORS, VECTORS_5, binary_ext, binary_header, frame, general_body,
-                     vector5_bytes, vector_body, vector_bytes)
+                     V5, VECTORS, binary_ext, binary_header, frame, general_body,
+                     vector_body, vector_bytes)
 
 pytestmark = pytest.mark.skipif(rmq.IMPLEMENTATION != "compiled",
                                 reason="the scanners exist only in the compiled core")
@@ -401,7 +401,7 @@ def test_route_vectors_are_recognised(entry):
         check_answer(data, body)
 
 
-ROUTE_VECTORS_5 = [e for e in VECTORS_5 if e["file"].startswith("105_") and e["kind"] == "request"]
+ROUTE_VECTORS_5 = [e for e in V5.frames if e["file"].startswith("105_") and e["kind"] == "request"]
 
 
 def test_route_vectors_answers_match_the_java_ones():
@@ -409,11 +409,11 @@ def test_route_vectors_answers_match_the_java_ones():
     # (the NameServer's serialize type) whatever the request's.
     compared = set()
     for entry in ROUTE_VECTORS_5:
-        answer = vector5_bytes(entry["response_file"])
+        answer = V5.bytes(entry["response_file"])
         resp = core.decode_frame(answer)
         if resp.code != 0 or resp.remark is not None:
             continue
-        assert core._route_answer(vector5_bytes(entry["file"]), resp.body) == answer
+        assert core._route_answer(V5.bytes(entry["file"]), resp.body) == answer
         compared.add(entry["serialize_type"])
     assert compared == {"JSON", "ROCKETMQ"}
 

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rmq.errors import RmqError
-from rmq.javaorder import java_properties_order
+from rmq.javaorder import java_properties_order, java_string_order
 from rmq.namesrv.kvconfig import REWRITE_MAX_TABLE_BYTES
 from rmq.protocol import SERIALIZE_TYPES, parse_java_int
 
@@ -740,8 +740,11 @@ class NamesrvConfig:
         return value
 
     def to_properties_text(self) -> str:
-        """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key (MixAll.properties2String)."""
-        return properties_to_string(self.to_properties())
+        """The body of GET_NAMESRV_CONFIG: ``k=v\\n`` per key, in ``String.compareTo``
+        order as Java 5.x writes it (``MixAll.properties2String(allConfigs, true)``: a
+        TreeMap; 4.9.8 wrote its Hashtable's order)."""
+        props = self.to_properties()
+        return properties_to_string({k: props[k] for k in sorted(props, key=java_string_order)})
 
     def black_list(self) -> frozenset[str]:
         """The keys named by configBlackList plus :data:`ALWAYS_BLACKLISTED`."""
