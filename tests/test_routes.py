@@ -15,9 +15,11 @@ import pytest
 
 import rmq
 from rmq import bodies
-from rmq.javaorder import JavaConcurrentKeys
+from rmq._wire import ZONE_MODE, ZONE_NAME, route_zone
+from rmq.javaorder import JavaConcurrentKeys, java_route_orders
 from rmq.namesrv import routeinfo as ref
 from support import load_fallback, route_table, vector_bytes
+from test_javaorder import JDK17_ROUTE_BROKER_ORDER
 
 CLUSTER = "DefaultCluster"
 A0, A1, A2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -875,11 +877,11 @@ def test_java_hash_order_is_the_jdks():
 
 #: 5.x pickupTopicRouteData, on the JDK (OpenJDK 17): n brokers register a topic in the
 #: order broker-{i * 7919 % 1000} for i = n-1..0; queueDatas come in the order of the
-#: topic's HashMap<brokerName, QueueData>, brokerDatas in that of new HashSet<>(its
-#: keySet()), as indexes into the registration order. The two orders are the same but
-#: at n = 12, 24, 48...: there the HashSet's table is twice the map's on JDK 8 to 18
-#: ((int) (n / .75f) + 1 buckets), the same size from JDK 19 on (HashMap.newHashMap):
-#: rmq answers as the latter.
+#: topic's HashMap<brokerName, QueueData>, as indexes into the registration order.
+#: brokerDatas follow new HashSet<>(its keySet()): the same order but at n = 12, 24,
+#: 48...: there the HashSet's table is twice the map's on JDK 8 to 18 ((int) (n / .75f)
+#: + 1 buckets; test_javaorder.JDK17_ROUTE_BROKER_ORDER), the JDKs RocketMQ 5.0.0 runs
+#: on; from JDK 19 (HashMap.newHashMap) it is the map's order.
 JDK_ROUTE_ORDER = {
     11: [8, 1, 5, 9, 2, 6, 3, 10, 7, 0, 4],
     12: [9, 2, 6, 10, 3, 7, 4, 11, 8, 1, 5, 0],
@@ -890,18 +892,84 @@ JDK_ROUTE_ORDER = {
 }
 
 
+def _many_brokers(n):
+    return [f"broker-{i * 7919 % 1000}" for i in range(n - 1, -1, -1)]
+
+
 @pytest.mark.parametrize("n", sorted(JDK_ROUTE_ORDER))
 def test_route_order_of_many_brokers_is_the_jdks(RT, n):
     rt = RT()
-    names = [f"broker-{i * 7919 % 1000}" for i in range(n - 1, -1, -1)]
+    names = _many_brokers(n)
     for j, name in enumerate(names):
         reg(rt, ["Shared", f"Own{j}"], name=name, addr=f"10.1.0.{j}:10911")
     route = rt.topic_route("Shared")
-    expected = [names[i] for i in JDK_ROUTE_ORDER[n]]
-    assert [q["brokerName"] for q in route["queueDatas"]] == expected
-    assert [bd["brokerName"] for bd in route["brokerDatas"]] == expected
-    assert bodies.decode_topic_route_data(rt.route_body("Shared"))["brokerDatas"] == \
-        route["brokerDatas"]
+    broker_order = JDK17_ROUTE_BROKER_ORDER.get(n, JDK_ROUTE_ORDER[n])
+    assert [q["brokerName"] for q in route["queueDatas"]] == [names[i] for i in JDK_ROUTE_ORDER[n]]
+    assert [bd["brokerName"] for bd in route["brokerDatas"]] == [names[i] for i in broker_order]
+    for legacy in (False, True):        # the compiled core's own answers, cached ones too
+        for _ in range(2):
+            assert bodies.decode_topic_route_data(rt.route_body("Shared", legacy)) == \
+                bodies.decode_topic_route_data(
+                    bodies.encode_topic_route_data(route, legacy=legacy))
+
+
+def _route_history(rt, history):
+    """Apply ``history`` (("put"|"remove", brokerName)) to topic "Shared" of ``rt``: a
+    put registers the broker, a remove unregisters it."""
+    for op, name in history:
+        j = int(name.rpartition("-")[2])
+        addr = f"10.1.{j // 250}.{j % 250}:10911"
+        if op == "put":
+            reg(rt, ["Shared", f"Own{j}"], name=name, addr=addr)
+        else:
+            rt.unregister_broker(CLUSTER, addr, name, 0)
+
+
+@pytest.mark.parametrize("history", [
+    # 13 brokers, then 3 leave: the map keeps its 32 buckets (a new one would have 16)
+    [("put", f"broker-{i}") for i in range(13)] + [("remove", f"broker-{i}") for i in (4, 7, 9)],
+    # 25 down to 12, then 2 more come: 64 buckets; the HashSet copy has 32
+    [("put", f"broker-{i}") for i in range(25)] + [("remove", f"broker-{i}") for i in range(13)]
+    + [("put", f"broker-{i}") for i in (3, 40)],
+    # 12 brokers: the map's 16 buckets, the copy's 32; one leaves and comes back
+    [("put", f"broker-{i * 37}") for i in range(12)] + [("remove", "broker-74"),
+                                                        ("put", "broker-74")],
+])
+def test_route_order_follows_the_maps_history(RT, history):
+    """queueDatas in the order of a HashMap that once held more (its table never
+    shrinks), brokerDatas in that of the HashSet copy, on both implementations:
+    javaorder.java_route_orders (checked against the JDK in test_javaorder) says
+    which."""
+    rt = RT()
+    _route_history(rt, history)
+    queue_datas, broker_datas = java_route_orders(history, jdk=17)
+    route = rt.topic_route("Shared")
+    assert [q["brokerName"] for q in route["queueDatas"]] == queue_datas
+    assert [bd["brokerName"] for bd in route["brokerDatas"]] == broker_datas
+    for legacy in (False, True):
+        assert bodies.decode_topic_route_data(rt.route_body("Shared", legacy)) == \
+            bodies.decode_topic_route_data(bodies.encode_topic_route_data(route, legacy=legacy))
+
+
+def test_route_answers_of_one_sequence_differ_by_the_sets_table(RT):
+    """The compiled core shares one cached answer between topics with the same
+    QueueData sequence; the HashSet's table is part of that key: a zone-mode answer
+    keeping 3 of 12 brokers (the copy re-bucketed in 32) is not that of a topic on
+    the same 3 alone (16)."""
+    rt = RT()
+    names = [f"broker-{i * 37}" for i in range(12)]
+    for j, name in enumerate(names):
+        topics = ["Wide", f"Own{j}"] + (["Narrow"] if j < 3 else [])
+        rt.register_broker(CLUSTER, f"10.1.0.{j}:10911", name, 0, f"10.1.0.{j}:10912",
+                           body=body(topics), now_ms=0, zone_name="z" if j < 3 else "other")
+    cmd = rmq.RemotingCommand.request(105, {"topic": "Wide", ZONE_MODE: "true", ZONE_NAME: "z"})
+    kept = set(names[:3])
+    for topic in ("Narrow", "Wide", "Narrow"):
+        route = rt.topic_route(topic)
+        route["brokerDatas"] = [bd for bd in route["brokerDatas"] if bd["brokerName"] in kept]
+        route["queueDatas"] = [q for q in route["queueDatas"] if q["brokerName"] in kept]
+        assert rt.route_body(topic, True, route_zone(cmd)) == \
+            bodies.encode_topic_route_data(route, legacy=True), topic
 
 
 # ---------------------------------------------------------------- 4.9.8 vectors

@@ -585,6 +585,22 @@ cdef class TopicTable:
         finally:
             free(qds)
 
+    def qmap_peak(self, str topic):
+        """The most QueueData the topic held since it was created (Java's HashMap of
+        them never shrinks: its order follows this); 0 for no topic."""
+        cdef bytes name = _utf8(topic)
+        cdef const char* p = PyBytes_AS_STRING(name)
+        cdef size_t n = len(name)
+        cdef rt_topic* e
+        cdef uint32_t peak = 0
+        with nogil:
+            rt_rdlock(self.t)
+            e = rt_find(self.t, p, n)
+            if e != NULL:
+                peak = e.peak
+            rt_rdunlock(self.t)
+        return peak
+
     cdef list _entries(self, int form, bint want_flags, object members):
         """(seq, topic, first flag or None) of every topic (``form`` >= 0: with a
         cached answer in that form; ``members``: a set of broker slots, only the

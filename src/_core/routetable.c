@@ -566,6 +566,8 @@ static int put_qd(rt_table *t, rt_topic *e, const rt_qdv *q, uint64_t *work)
         }
         e->ins_next++;
         e->nqd++;
+        if ((uint32_t)e->nqd > e->peak)
+            e->peak = (uint32_t)e->nqd;
         if (e->idx && (uint32_t)e->nqd * 4 > (e->idx_mask + 1) * 3) {
             if (idx_build(e, (e->idx_mask + 1) * 2) < 0) {
                 free(e->idx);       /* no memory: a scan, still correct */
@@ -972,12 +974,51 @@ static void order_by(const rt_table *t, const rt_topic *e, uint32_t mask, int32_
     }
 }
 
+/* HashMap's table for n keys from a capacity of `cap` (a power of two): it doubles
+ * once its size exceeds 3/4 of the table. */
+static uint32_t hash_map_table(uint32_t cap, uint32_t n)
+{
+    while (n > cap / 4 * 3 && cap < (1u << 30))
+        cap <<= 1;
+    return cap;
+}
+
 void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order)
 {
-    uint32_t cap = 16;              /* HashMap resizes past 0.75 * capacity */
-    while ((uint32_t)e->nqd > cap * 3 / 4)
-        cap <<= 1;
-    order_by(t, e, cap - 1, order);
+    order_by(t, e, hash_map_table(16, e->peak) - 1, order);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint32_t rt_java_broker_order(const rt_table *t, const rt_topic *e, const int32_t *order,
+                              int32_t *border)
+{
+    uint32_t n = (uint32_t)e->nqd;
+    /* (int) (n / .75f) + 1 is 4n/3 + 1 in integers: n / .75 never lands within float
+     * rounding of the integer above it (n < 2^22: far more brokers than exist). */
+    uint32_t asked = 4 * (uint64_t)n / 3 + 1, cap = 16;
+    while (cap < asked && cap < (1u << 30))
+        cap <<= 1;                  /* tableSizeFor */
+    uint32_t size = hash_map_table(cap, n);
+    if (size == hash_map_table(16, e->peak))
+        return 0;                   /* one table, one order: the map's */
+    /* By bucket in the set's table, ties in the map's order (its rank k). */
+    uint64_t small[JAVA_ORDER_INSERTION], *keys = n <= JAVA_ORDER_INSERTION ? small
+                                                   : malloc((size_t)n * sizeof(uint64_t));
+    if (!keys)
+        return UINT32_MAX;
+    for (uint32_t k = 0; k < n; k++)
+        keys[k] = (uint64_t)(t->brokers[e->qds[order[k]].broker].jhash & (size - 1)) << 32 | k;
+    qsort(keys, n, sizeof(uint64_t), cmp_u64);
+    for (uint32_t k = 0; k < n; k++)
+        border[k] = order[(uint32_t)keys[k]];
+    if (keys != small)
+        free(keys);
+    return size;
 }
 
 int rt_topic_qds(const rt_table *t, const rt_topic *e, rt_qdv *out)
@@ -1066,6 +1107,14 @@ size_t rt_route_json(char *out, const rt_route_desc *d)
     }
     wr_put(&w, "}", 1);
     return w.n;
+}
+
+/* ZoneRouteRPCHook's filter (zone >= 0: a zone-mode query's class): a broker with
+ * a master in another zone (or none) goes with its QueueData; one without a master
+ * stays (read from its slaves). */
+static inline int zone_keeps(const rt_broker *br, int zone)
+{
+    return zone < 0 || !br->has_master || (zone != 0 && br->zone == zone);
 }
 
 /* ---------------------------------------------------------------- the answer cache */
@@ -1359,7 +1408,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int
      * answer is the legacy answer of the QueueData it keeps: it has their key. */
     size_t n = (size_t)e->nqd, nbd = 0, nq = 0, registered = 0;
     int32_t nkey = (int32_t)(2 * n + 1);
-    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + sizeof(int32_t))
+    rt_qd_json *qds = malloc(1 + n * (sizeof(rt_qd_json) + sizeof(rt_span) + 2 * sizeof(int32_t))
                              + (size_t)nkey * sizeof(int32_t));
     if (!qds) {
         *status = RT_NOMEM;
@@ -1367,9 +1416,18 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int
     }
     rt_span *bds = (rt_span *)(qds + n);
     int32_t *order = (int32_t *)(bds + n);
-    int32_t *key = order + n;
+    int32_t *border = order + n;
+    int32_t *key = border + n;
     rt_java_order(t, e, order);
-    key[0] = legacy;
+    /* brokerDatas follow their own order where Java's HashSet copy has another table
+     * (12, 24, 48... brokers): a function of the QueueData sequence and that table's
+     * size, which the key therefore carries. */
+    uint32_t set_table = rt_java_broker_order(t, e, order, border);
+    if (set_table == UINT32_MAX) {
+        *status = RT_NOMEM;
+        goto done;
+    }
+    key[0] = legacy | (int32_t)(set_table << 1);
     for (size_t k = 0; k < n; k++) {
         const rt_qd *q = &e->qds[order[k]];
         const rt_broker *br = &t->brokers[q->broker];
@@ -1382,11 +1440,10 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int
                 goto done;
             }
             registered++;
-            /* ZoneRouteRPCHook: a broker with a master in another zone (or none) goes
-             * with its QueueData; one without a master stays (read from its slaves). */
-            if (zone >= 0 && br->has_master && (zone == 0 || br->zone != zone))
+            if (!zone_keeps(br, zone))
                 continue;
-            bds[nbd++] = (rt_span){fr->data, fr->len};
+            if (!set_table)
+                bds[nbd++] = (rt_span){fr->data, fr->len};
         }
         qds[nq] = (rt_qd_json){{pre->data, pre->len}, {v->perm, v->read, v->sysflag, v->write},
                                {{0}}};
@@ -1397,6 +1454,12 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int
     if (!registered) {          /* the whole route's test, before the zone's filter */
         *status = RT_NOT_FOUND;
         goto done;
+    }
+    for (size_t k = 0; set_table && k < n; k++) {
+        const rt_broker *br = &t->brokers[e->qds[border[k]].broker];
+        const rt_blob *fr = br->frag[legacy];
+        if (fr && zone_keeps(br, zone))
+            bds[nbd++] = (rt_span){fr->data, fr->len};
     }
     nkey = (int32_t)(2 * nq + 1);
     uint64_t hash = rmq_hash(key, (size_t)nkey * sizeof(int32_t));

@@ -75,6 +75,8 @@ typedef struct rt_topic {
     struct rt_zans *zans;           /* zone-mode answers by zone class (t->nzones + 1 of
                                      * them), NULL: none cached yet */
     uint8_t freq;                   /* queries, halved as they age: the cache's admission */
+    uint32_t peak;                  /* the most QueueData it held: Java's HashMap never
+                                     * shrinks, its table follows this (in freq's padding) */
     size_t len;
     char name[];                    /* UTF-8, not terminated */
 } rt_topic;
@@ -250,9 +252,17 @@ size_t rt_route_json(char *out, const rt_route_desc *d);
  * `version` was read or the budget refuses it. 1 stored, 0 not, RT_NOMEM. */
 int rt_store(rt_table *t, const char *name, size_t len, int form, const char *body,
              size_t body_len, uint64_t version);
-/* [R] Positions in e->qds in the iteration order of a Java HashMap of the broker
- * names (capacity 16): by bucket, then by insertion. */
+/* [R] Positions in e->qds in queueDatas' order: the iteration order of the topic's
+ * Java HashMap of broker names (capacity 16, grown by the most it held, e->peak): by
+ * bucket, then by insertion. */
 void rt_java_order(const rt_table *t, const rt_topic *e, int32_t *order);
+/* [R] brokerDatas' order (Java 5.x iterates new HashSet<>(queueDataMap.keySet()): the
+ * same names re-bucketed in a table sized for their count, on JDK 8 to 18
+ * tableSizeFor(max((int) (n / .75f) + 1, 16)), ties in the map's order): 0 when that
+ * table is the map's own, the order then being `order` (rt_java_order's); else its
+ * size, with the positions written to `border`; UINT32_MAX: no memory. */
+uint32_t rt_java_broker_order(const rt_table *t, const rt_topic *e, const int32_t *order,
+                              int32_t *border);
 /* [R] e's QueueData in insertion order (out: e->nqd of them); 0, or RT_NOMEM. */
 int rt_topic_qds(const rt_table *t, const rt_topic *e, rt_qdv *out);
 /* [R] topicSysFlag of e's first QueueData in Java's order (e->nqd > 0); RT_NOMEM. */

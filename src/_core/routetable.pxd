@@ -16,6 +16,7 @@ cdef extern from "routetable.h" nogil:
         int32_t broker, perm, read, write, sysflag
     ctypedef struct rt_topic:
         rt_topic* next
+        uint32_t peak
         uint64_t seq
         int32_t nqd
         rt_qd* qds

@@ -28,6 +28,8 @@ _GET_ROUTEINFO_BY_TOPIC = RequestCode.GET_ROUTEINFO_BY_TOPIC
 _EVICT_SAMPLE = 8
 _EVICT_MAX = 32
 _AGING_MIN = 4096
+# A new HashMap's 16 buckets hold 12 keys; a topic's map past that keeps its grown table.
+_MAP_KEEPS = 12
 
 
 class _NoLock:
@@ -48,6 +50,7 @@ class TopicTable:
         self._broker_state = broker_state
         self._topics = {}           # topic -> {brokerName -> QueueData dict}
         self._seqs = {}             # topic -> its insertion's number (new when re-inserted)
+        self._peaks = {}            # topic -> the most QueueData it held, when above 12
         self._next_seq = 0
         self._broker_topics = {}    # brokerName -> {topic: None} (ordered set)
         # Encoded answers by form, each topic -> body: False standard, True legacy,
@@ -240,6 +243,12 @@ class TopicTable:
         """{brokerName: QueueData dict} of a topic in insertion order, or None."""
         return self._topics.get(topic)
 
+    def qmap_peak(self, topic):
+        """The most QueueData the topic held since it was created (Java's HashMap of
+        them never shrinks: its order follows this); 0 for no topic."""
+        qmap = self._topics.get(topic)
+        return 0 if qmap is None else self._peaks.get(topic, len(qmap))
+
     def topic_seqs(self):
         """``(seq, topic)`` of every topic with queue data, in insertion order: ``seq``
         numbers the insertion, a new one when a topic removed comes back."""
@@ -253,7 +262,8 @@ class TopicTable:
     def first_flags(self):
         """(topic, topicSysFlag of its first QueueData in Java's order) per topic:
         Java tests the first QueueData of the topic's map (HashMap order)."""
-        return [(t, qmap[java_hash_order(qmap)[0]]["topicSysFlag"])
+        peaks = self._peaks
+        return [(t, qmap[java_hash_order(qmap, peak=peaks.get(t, 0))[0]]["topicSysFlag"])
                 for t, qmap in self._topics.items() if qmap]
 
     def topics_of_brokers(self, names):
@@ -275,6 +285,8 @@ class TopicTable:
         elif qmap.get(name) == qd:
             return False
         qmap[name] = qd
+        if len(qmap) > _MAP_KEEPS and len(qmap) > self._peaks.get(topic, 0):
+            self._peaks[topic] = len(qmap)      # past 16 buckets: the table grew
         self._broker_topics.setdefault(name, {})[topic] = None
         self.touch((topic,))
         return True
@@ -292,6 +304,7 @@ class TopicTable:
         if not qmap:
             del self._topics[topic]
             del self._seqs[topic]
+            self._peaks.pop(topic, None)
             self._freq.pop(topic, None)
         self.touch((topic,))
         return True

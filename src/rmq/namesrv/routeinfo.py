@@ -74,7 +74,8 @@ from rmq._wire import nesting_exceeds
 from rmq.errors import BodyError
 from rmq.javacase import fold as java_fold
 from rmq.javaorder import (ConcurrentTable, JavaConcurrentKeys, JavaHashKeys,
-                           hash_map_table_size, java_hash_order, java_long_spread_hash)
+                           hash_map_table_size, hash_set_copy_table_size, java_hash_order,
+                           java_long_spread_hash)
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
@@ -887,10 +888,14 @@ class RouteTable:
         qmap = self._tt.qmap(topic)
         if not qmap:
             return None
-        names = java_hash_order(qmap)
+        # queueDatas: the topic's HashMap, whose table follows the most it held;
+        # brokerDatas: new HashSet<>(its keySet()), the names again in a table sized
+        # for their count (twice the map's at 12, 24, 48... on JDK 8 to 18).
+        names = java_hash_order(qmap, peak=self._tt.qmap_peak(topic))
+        broker_names = java_hash_order(names, hash_set_copy_table_size(len(names)))
         broker_datas = []
         filter_table = {}
-        for name in names:
+        for name in broker_names:
             bd = self._brokers.get(name)
             if bd is None:
                 continue
