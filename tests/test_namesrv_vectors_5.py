@@ -505,15 +505,7 @@ def test_replay_java_5_0_0_capture(tmp_path, loop):
 
 def test_replay_java_5_0_0_rocketmq_serialize_namesrv(tmp_path, loop):
     """The NameServer Java started with -Drocketmq.serialize.type=ROCKETMQ: every answer
-    in a ROCKETMQ header, whatever the request's.
-
-    WAITS ON rmq's ``rocketmq.serialize.type`` setting (Java's name; issue 29, being
-    added in parallel): until it exists this test fails here, saying so."""
-    from rmq.namesrv.config import NamesrvConfig
-    try:
-        NamesrvConfig(**{SERIALIZE_TYPE_KEY: "ROCKETMQ"})
-    except TypeError as e:
-        pytest.fail(f"waits on rmq's {SERIALIZE_TYPE_KEY} setting (issue 29): {e}")
+    in a ROCKETMQ header, whatever the request's (rmq: the same setting, Java's name)."""
     with running_namesrv(tmp_path, loop=loop, clock=lambda: CAPTURE_MS,
                          rocketmqHome=ROCKETMQ_HOME,
                          **{SERIALIZE_TYPE_KEY: "ROCKETMQ"}) as app:

@@ -8,6 +8,7 @@ NameServer's answers.
 
 import copy
 import os
+import random
 import re
 import weakref
 
@@ -949,6 +950,32 @@ def test_route_order_follows_the_maps_history(RT, history):
     for legacy in (False, True):
         assert bodies.decode_topic_route_data(rt.route_body("Shared", legacy)) == \
             bodies.decode_topic_route_data(bodies.encode_topic_route_data(route, legacy=legacy))
+
+
+def test_route_order_of_random_histories(RT):
+    """Random put/remove histories of 1 to 50 brokers on one topic (sizes around 12,
+    24 and 48 included), both implementations against java_route_orders."""
+    rng = random.Random(29)
+    for _ in range(40):
+        pool = [f"broker-{rng.randrange(1000)}" for _ in range(rng.randint(1, 50))]
+        present, history = set(), []
+        for _ in range(rng.randint(1, 80)):
+            name = rng.choice(pool)
+            op = "remove" if name in present and rng.random() < 0.4 else "put"
+            if op == "put" and name in present:
+                continue
+            (present.add if op == "put" else present.discard)(name)
+            history.append((op, name))
+        if not present:
+            continue
+        rt = RT()
+        _route_history(rt, history)
+        route = rt.topic_route("Shared")
+        assert ([q["brokerName"] for q in route["queueDatas"]],
+                [bd["brokerName"] for bd in route["brokerDatas"]]) == \
+            java_route_orders(history, jdk=17), history
+        assert bodies.decode_topic_route_data(rt.route_body("Shared")) == \
+            bodies.decode_topic_route_data(bodies.encode_topic_route_data(route))
 
 
 def test_route_answers_of_one_sequence_differ_by_the_sets_table(RT):

@@ -227,10 +227,13 @@ def _register_over_tcp(client, name, addr, zone, broker_id=0):
     assert client.request(RequestCode.REGISTER_BROKER, ext, body).code == 0
 
 
+@pytest.mark.parametrize("answer_type", ["JSON", "ROCKETMQ"])
 @pytest.mark.parametrize("serialize_type", ["JSON", "ROCKETMQ"])
-def test_zone_mode_over_tcp(tmp_path, serialize_type):
-    with running_namesrv(tmp_path) as app, Client(app.address) as broker, \
-            Client(app.address) as c:
+def test_zone_mode_over_tcp(tmp_path, serialize_type, answer_type):
+    """Requests in either serialize type, answers in the NameServer's
+    (``rocketmq.serialize.type``), at every client version."""
+    with running_namesrv(tmp_path, **{"rocketmq.serialize.type": answer_type}) as app, \
+            Client(app.address) as broker, Client(app.address) as c:
         _register_over_tcp(broker, "a1", "10.0.0.1:10911", "zone-a")
         _register_over_tcp(broker, "b1", "10.0.0.2:10911", "zone-b")
         _register_over_tcp(broker, "s1", "10.0.0.3:10911", "zone-b", broker_id=1)
@@ -250,7 +253,7 @@ def test_zone_mode_over_tcp(tmp_path, serialize_type):
                     for _ in range(2):          # built, then answered from the cache
                         r = c.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext,
                                       serialize_type=serialize_type, version=version)
-                        assert r.code == 0, r
+                        assert (r.code, r.serialize_type) == (0, answer_type), r
                         if kept is None:        # not zone mode: the client's own form
                             std = version >= 401 or accept == "true"
                             assert r.body == routes.route_body(TOPIC, not std)
@@ -261,4 +264,4 @@ def test_zone_mode_over_tcp(tmp_path, serialize_type):
         r = c.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                       {"topic": "Nope", "__ZONE_MODE": "true", "__ZONE_NAME": "zone-a"},
                       serialize_type=serialize_type)
-        assert r.code == 17
+        assert (r.code, r.serialize_type) == (17, answer_type)
