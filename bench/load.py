@@ -409,6 +409,20 @@ def run(args):
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"errors {r['errors']}")
 
+        # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
+        log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
+            f"{args.duration:g} s")
+        r = run_loadgen(server, label="w1_missing_16", conns=args.conns, inflight=16,
+                        duration=args.duration, warmup=args.warmup, topics=args.topics,
+                        pin_cpu=pin_client, extra=("--prefix", "NoSuchTopic-"))
+        codes = {int(k): v for k, v in r["error_codes"].items()}
+        if set(codes) != {17} or codes[17] != r["requests"]:
+            raise BenchError(f"queries for missing topics got codes {r['error_codes']} "
+                             f"({r['requests']} answers): expected only 17")
+        report["w1_missing_16"] = r
+        log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
+            f"p99 {r['p99_us']} us")
+
         # 3. memory
         report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_after_w1_mib": proc_status(server.pid)["VmHWM"]})
@@ -504,11 +518,14 @@ def print_table(rep):
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
              f"route at {rep['args']['during_rate']}/s, during registrations")]
+    if "w1_missing_16" in rep:
+        rows.insert(2, ("w1_missing_16", "W1 TOPIC_NOT_EXIST, 4 x 16"))
     if "w1_zone_16" in rep:
         rows.insert(2, ("w1_zone_16", "W1 zone-mode route, 4 x 16"))
     for key, name in rows:
         r = rep[key]
-        err = r["errors"] + r["timeouts"] + r["lost"]
+        expected = r["error_codes"].get("17", 0) if key == "w1_missing_16" else 0
+        err = r["errors"] - expected + r["timeouts"] + r["lost"]
         print(f"{name:38} {r['rps']:>10,.0f} {r['p50_us']:>8.1f} {r['p90_us']:>8.1f} "
               f"{r['p99_us']:>8.1f} {r['p999_us']:>8.1f} {r['max_us']:>9.1f} {err:>4} "
               f"{r.get('server_cpu_us_per_req', 0):>14.1f}")

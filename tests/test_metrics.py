@@ -70,6 +70,8 @@ def test_a_known_workload_is_counted_exactly(tmp_path):
                 assert c.request(105, {"topic": "t1"}).code == 0
             for _ in range(3):
                 assert c.request(105, {"topic": "missing"}).code == 17
+            # written where found routes are (in C with the compiled core), not by a handler
+            assert app.processor.routes.cache_stats()["not_found"] == 3
             for k in ("a", "b"):
                 assert c.request(100, {"namespace": "ns", "key": k, "value": "v"}).code == 0
             assert c.request(101, {"namespace": "ns", "key": "a"}).code == 0

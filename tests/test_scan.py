@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import rmq
 import rmq.bodies
-from rmq._wire import route_zone
+from rmq._wire import route_zone, topic_not_exist
 from rmq.errors import ProtocolError, UnknownSerializeType
 from rmq.protocol import SERIALIZE_TYPES, V4_9_8, V5_0_0
 from support import route_table
@@ -345,16 +345,6 @@ def check_route(data, fast=None):
 BODY = b'{"brokerDatas":[],"filterServerTable":{},"queueDatas":[]}'
 
 
-class _OneRoute:
-    """A route table with one answer (for any form)."""
-
-    def __init__(self, topic, body):
-        self.topic, self.body = topic, body
-
-    def route_body(self, topic, legacy=False, zone=None):
-        return self.body if topic == self.topic else None
-
-
 def check_answer(data, body=BODY):
     """The C writer's answer to a route request frame, in either serialize type
     (whatever the request's), is encode_frame's of the generic response in it."""
@@ -366,11 +356,20 @@ def check_answer(data, body=BODY):
         expect = request.response(0, body=body)
         expect.serialize_type = answer_type
         assert answer == core.encode_frame(expect)
+    # A table without the topic answers TOPIC_NOT_EXIST: in C when the writer takes
+    # the topic, else in Python, the same bytes as the handler's.
+    for answer_type in SERIALIZE_TYPES:
         tt = core.TopicTable()
         tt.answer_serialize_type = answer_type
         out, others, error = tt.serve_routes(
-            _OneRoute(topic, body).route_body, core.FrameDecoder(), data, -1)
-        assert (out, others, error) == (answer, [], None)
+            lambda *args: None, core.FrameDecoder(), data, -1, False)
+        expect = topic_not_exist(request, topic)
+        expect.serialize_type = answer_type
+        assert (out, others, error) == (core.encode_frame(expect), [], None)
+        c_answer = core._route_answer(data, None, answer_type)
+        assert c_answer in (None, out)
+        printable = all(0x20 <= ord(ch) <= 0x7E and ch not in '"\\' for ch in topic)
+        assert (c_answer is not None) == printable, topic
     # And from a real table, answered in C from its encoded route.
     rt = route_table(core)()
     # two topics: Java refuses a first registration of exactly one topic

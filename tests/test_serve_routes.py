@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from rmq import bodies
 from rmq.errors import ProtocolError, UnknownSerializeType
-from support import load_compiled, load_fallback, route_table
+from rmq._wire import topic_not_exist
+from support import V5, load_compiled, load_fallback, route_table
 
 
 def table(impl):
@@ -117,19 +118,81 @@ def test_answers_follow_the_table(impl, rt, STANDARD):
     assert b'"perm":4' in after
     rt.delete_topic("T3")
     out, others, _ = rt.serve_routes(impl.FrameDecoder(), data)
-    assert out == b"" and [c.opaque for c in others] == [1]
+    assert others == [] and [(c.opaque, c.code) for c in answers_of(impl, out)] == [(1, 17)]
 
 
-def test_misses_oneway_responses_and_other_codes_are_handed_back(impl, rt):
-    reqs = [route_request(impl, "nope", opaque=1),
-            route_request(impl, "T1", opaque=2, flag=2),          # oneway: never answered
+def test_oneway_responses_and_other_codes_are_handed_back(impl, rt):
+    reqs = [route_request(impl, "T1", opaque=2, flag=2),          # oneway: never answered
             route_request(impl, "T1", opaque=3, flag=1),          # a response
             impl.RemotingCommand(106, opaque=4),
             impl.RemotingCommand(105, opaque=5)]                  # no topic
     data = b"".join(impl.encode_frame(r) for r in reqs)
     out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
     assert out == b"" and error is None
-    assert [c.opaque for c in others] == [1, 2, 3, 4, 5]
+    assert [c.opaque for c in others] == [2, 3, 4, 5]
+
+
+#: Topics without a route: the compiled core writes the answer of the first four in
+#: C (printable ASCII), the others in Python; the same bytes either way.
+MISSING = ["nope", "%RETRY%group", "a b:c", "x" * 3000, "Tö", 'q"uote', "back\\slash",
+           "tab\tc", "\u4e2d\u6587"]
+
+
+@pytest.mark.parametrize("answer", STYPES)
+@pytest.mark.parametrize("stype", STYPES)
+def test_missing_topics_are_answered_as_the_handler_answers(impl, rt, stype, answer):
+    """TOPIC_NOT_EXIST (17) with Java's remark, in the table's serialize type: the
+    bytes DefaultRequestProcessor.get_route_info (topic_not_exist) gives, whether the
+    topic never existed, was deleted, or its brokers left."""
+    rt.answer_serialize_type = answer
+    rt.delete_topic("T3")
+    rt.unregister_broker("C", "10.0.0.1:10911", "broker-a", 0)   # T2, Tü: no broker left
+    topics = MISSING + ["T3", "T2", "Tü"]
+    reqs = [route_request(impl, t, opaque=i, stype=stype, version=v)
+            for i, t in enumerate(topics) for v in (317, 413)]
+    data = b"".join(impl.encode_frame(r) for r in reqs)
+    before = rt.cache_stats()["not_found"]
+    out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
+    assert (others, error) == ([], None)
+    expect = b""
+    for r in reqs:
+        resp = topic_not_exist(r, r.ext_fields["topic"])
+        resp.serialize_type = answer
+        expect += impl.encode_frame(resp)
+    assert out == expect
+    assert rt.cache_stats()["not_found"] - before == len(reqs)
+    got = answers_of(impl, out)[0]
+    assert (got.code, got.remark) == (17, "No topic route info in name server for the topic: "
+                                          "nope\nSee http://rocketmq.apache.org/docs/faq/ for "
+                                          "further details.")
+
+
+def test_missing_topics_behind_a_miss_keep_their_order(impl, rt):
+    # build=False (the pure-Python server's loop answers only cached routes): an
+    # uncached route is handed back, and so is every query after it, missing or not,
+    # to keep the answers in order. The compiled core builds routes in C anyway.
+    data = b"".join(impl.encode_frame(route_request(impl, t, opaque=i))
+                    for i, t in enumerate(["nope", "T1", "nope"]))
+    out, others, _ = rt.serve_routes(impl.FrameDecoder(), data, build=False)
+    answered = [(c.opaque, c.code) for c in answers_of(impl, out)]
+    if impl is load_compiled():
+        assert (answered, others) == ([(0, 17), (1, 0), (2, 17)], [])
+    else:
+        assert answered == [(0, 17)] and [c.opaque for c in others] == [1, 2]
+
+
+def test_the_java_5_0_0_missing_route_answer(impl, rt):
+    """The 5.0.0 vector's request for a topic no broker has, answered field for field
+    as Java 5.0.0 answered it (its opaque, remark, version, serialize type)."""
+    java = impl.decode_frame(V5.bytes("105_get_routeinfo_missing_response.bin"))
+    out, others, _ = rt.serve_routes(impl.FrameDecoder(),
+                                     V5.bytes("105_get_routeinfo_missing_request.bin"))
+    (got,) = answers_of(impl, out)
+    assert others == []
+    assert (got.code, got.flag, got.remark, got.ext_fields, got.version, got.opaque,
+            got.serialize_type, got.language, got.body) == \
+        (java.code, java.flag, java.remark, java.ext_fields, java.version, java.opaque,
+         java.serialize_type, java.language, java.body)
 
 
 def test_error_keeps_what_came_before(impl, rt):

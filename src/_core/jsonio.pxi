@@ -45,14 +45,15 @@ from libc.math cimport isfinite
 
 import json as _json
 
-from rmq.protocol import CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _RequestCode
+from rmq.protocol import (CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _RequestCode,
+                          ResponseCode as _ResponseCode)
 
 from wire cimport *
 
-if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_CURRENT_VERSION) != (_RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                         _PROTOCOL_VERSION):
-    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_CURRENT_VERSION differ from "
-                      "rmq.protocol")
+if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_TOPIC_NOT_EXIST, RMQ_CURRENT_VERSION) != (
+        _RequestCode.GET_ROUTEINFO_BY_TOPIC, _ResponseCode.TOPIC_NOT_EXIST, _PROTOCOL_VERSION):
+    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_TOPIC_NOT_EXIST / "
+                      "RMQ_CURRENT_VERSION differ from rmq.protocol")
 
 cdef enum:
     ERR_HEADER = 0

@@ -15,7 +15,7 @@
 from cpython.pythread cimport PyThread_get_thread_ident
 
 from rmq.javacase import fold as _java_fold
-from rmq._wire import route_zone as _route_zone
+from rmq._wire import route_zone as _route_zone, topic_not_exist as _topic_not_exist
 from rmq.javaorder import java_spread_hash as _java_spread_hash
 
 from routetable cimport *
@@ -273,6 +273,7 @@ cdef class TopicTable:
     # Route answers written by serve_routes (the GIL held): read at scrape time,
     # so that counting them costs the hot path an increment, not a Python call.
     cdef uint64_t served
+    cdef uint64_t not_found         # TOPIC_NOT_EXIST answers serve_routes wrote
     # The serialize type route answers are written in (answer_serialize_type): its
     # code for the C writer, its name for the answers built in Python.
     cdef int answer_stype
@@ -344,7 +345,8 @@ cdef class TopicTable:
     def cache_stats(self):
         """The answer cache's counters since start (hits, misses: answers built or
         found shared; shared; evictions; refused: built but not admitted; served:
-        route answers written by serve_routes) and its size now (bytes, budget,
+        route answers written by serve_routes; not_found: its TOPIC_NOT_EXIST
+        answers) and its size now (bytes, budget,
         answers: distinct ones held, entries: topic forms pointing at one; topics:
         in the table)."""
         cdef rt_cache_stats st
@@ -356,7 +358,7 @@ cdef class TopicTable:
             rt_rdunlock(self.t)
         return {"hits": st.hits, "misses": st.misses, "shared": st.shared,
                 "evictions": st.evictions, "refused": st.refused, "served": self.served,
-                "bytes": st.bytes, "budget": None if st.budget == <size_t>-1 else st.budget,
+                "not_found": self.not_found, "bytes": st.bytes, "budget": None if st.budget == <size_t>-1 else st.budget,
                 "answers": st.answers, "entries": st.entries, "topics": topics}
 
     def _work(self):
@@ -808,11 +810,15 @@ cdef class TopicTable:
 
     # ------------------------------------------------------------ serving
 
-    def serve_routes(self, route_body, FrameDecoder decoder, data, Py_ssize_t limit):
+    def serve_routes(self, route_body, FrameDecoder decoder, data, Py_ssize_t limit,
+                     bint builds=True):
         """rmq.namesrv.routeinfo.RouteTable.serve_routes: complete frames the decoder
-        holds nothing of are answered from the C answers first (serve_cached_routes,
-        the GIL released); the decoder decodes the rest, whose route queries before
-        the first other request are answered with ``route_body``."""
+        holds nothing of are answered from the C answers first (serve_cached_routes);
+        the decoder decodes the rest, whose route queries before the first other
+        request are answered with ``route_body``. A topic without a route is
+        answered TOPIC_NOT_EXIST: in C, or when ``route_body`` gives None and
+        ``builds`` says that None is no route (else only for a topic not in the
+        table)."""
         cdef list cmds = [], others = []
         cdef WBuf b
         cdef Py_buffer view
@@ -833,7 +839,7 @@ cdef class TopicTable:
                             decoder.reset()
                             error = e
                         in_order = _answer_routes(self, cmds, route_body, &b, limit, others,
-                                                  False)
+                                                  False, builds)
                         cmds = []
                     if error is None and not in_order and decoder.len == 0:
                         pos += serve_cached_routes(<const uint8_t*>view.buf + pos,
@@ -846,20 +852,21 @@ cdef class TopicTable:
                     cmds = decoder._feed(data if pos == 0 else memoryview(data)[pos:])
                 except ProtocolError as e:
                     cmds, error = list(getattr(e, "decoded", ())), e
-                _answer_routes(self, cmds, route_body, &b, limit, others, in_order)
+                _answer_routes(self, cmds, route_body, &b, limit, others, in_order, builds)
             return wb_bytes(&b) if b.len else EMPTY, others, error
         finally:
             wb_free(&b)
 
 
 cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize_t limit,
-                         list others, bint in_order) except -1:
+                         list others, bint in_order, bint builds) except -1:
     """Answer the route queries of ``cmds`` before the first other request;
     hand the rest to ``others``. Returns whether another request was met."""
     cdef RemotingCommand cmd, resp
-    cdef bint std
+    cdef bint std, missing
     for cmd in cmds:
         body = None
+        missing = False
         if in_order:
             others.append(cmd)
             continue
@@ -872,15 +879,20 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
                 std = cmd.version >= V4_9_4 or _is_true(
                     dget(cmd.ext_fields, "acceptStandardJsonOnly", None))
                 body = route_body(topic, not std, _route_zone(cmd))
-        if body is None:
+                missing = body is None and (builds or tt.qmap_peak(topic) == 0)
+        if missing:
+            resp = _topic_not_exist(cmd, topic)
+            tt.not_found += 1
+        elif body is None:
             # Answered by the caller: the later ones wait too, to keep the order.
             in_order = True
             others.append(cmd)
             continue
-        resp = cmd.response(0, None, None, body)
+        else:
+            resp = cmd.response(0, None, None, body)
+            tt.served += 1
         resp.serialize_type = tt.answer_stype_name
         encode_into(b, resp)
-        tt.served += 1
     return in_order
 
 
@@ -889,10 +901,11 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
 cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_frame,
                                     TopicTable tt, WBuf* b, Py_ssize_t limit) except -1:
     """Answer the complete GET_ROUTEINFO_BY_TOPIC frames at the start of p[:n] from
-    the table (cached, or built in C), the read lock held for the whole run; stop at
-    the first frame that needs Python (another request, a header the scanner leaves
-    to the general decoder, a topic without an answer in C, a bad length) or when
-    the answers reach ``limit``. Returns the bytes consumed.
+    the table (cached, or built in C; TOPIC_NOT_EXIST for a topic without a route),
+    the read lock held for the whole run; stop at the first frame that needs Python
+    (another request, a header the scanner leaves to the general decoder, a route C
+    cannot build, a topic the not-found writer leaves to the handler, a bad length)
+    or when the answers reach ``limit``. Returns the bytes consumed.
 
     The GIL stays held: a run only copies answers, and while the table thread runs
     Python (a liveness scan dropping many brokers), giving the GIL up here would cost
@@ -922,7 +935,19 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
                 form = RT_STANDARD if req.version >= V4_9_4 or req.accept_standard else RT_LEGACY
             blob = rt_route(tt.t, req.topic, req.topic_len, form, &status, &temp)
             if blob == NULL:
-                break
+                if status != RT_NOT_FOUND or not rq_not_found_here(&req):
+                    break
+                # TOPIC_NOT_EXIST (%RETRY% topics, probes, typos): written here too,
+                # not after three more lookups in the handler.
+                need = rq_not_found_answer_size(&req, tt.answer_stype)
+                if b.len + need > b.cap:
+                    break
+                b.len += rq_write_not_found_answer(b.data + b.len, b.cap - b.len, &req,
+                                                   tt.answer_stype)
+                tt.not_found += 1
+                need = 0
+                pos += 4 + length
+                continue
             need = rq_route_answer_size(&req, tt.answer_stype, blob.len)
             if b.len + need > b.cap:
                 break

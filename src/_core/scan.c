@@ -920,55 +920,128 @@ int rq_route_zone(const rq_route *req, char *out)
 
 /* ---- the answer */
 
-/* encode_json_header's pieces (wire.h) for code 0, flag 1 (response), JAVA. */
-static const char JSON_HEAD[] = RMQ_JH_CODE "0" RMQ_JH_FLAG "1" RMQ_JH_LANGUAGE "\"JAVA\"" RMQ_JH_OPAQUE;
+/* encode_json_header's pieces (wire.h) for flag 1 (response), JAVA. */
+static const char JSON_FLAG_LANG_OPAQUE[] = RMQ_JH_FLAG "1" RMQ_JH_LANGUAGE "\"JAVA\"" RMQ_JH_OPAQUE;
+static const char JSON_REMARK[] = ",\"remark\":\"";
 static const char JSON_TAIL[] = RMQ_JH_TAIL;
 
-static size_t rq_header_len(const rq_route *req, int stype)
+/* TOPIC_NOT_EXIST's remark around the topic (DefaultRequestProcessor /
+ * ClientRequestProcessor: "No topic route info in name server for the topic: " +
+ * topic + FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)), raw and as a JSON string's
+ * inside (its newline escaped). */
+static const char NF_PREFIX[] = "No topic route info in name server for the topic: ";
+static const char NF_SUFFIX[] = "\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
+static const char NF_SUFFIX_JSON[] = "\\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
+
+/* An answer's header: code, and for TOPIC_NOT_EXIST the remark naming req's topic.
+ * With out NULL, only its length. */
+static size_t rq_header(char *out, const rq_route *req, int stype, int code)
 {
     char digits[24];
-    if (stype == 1)
-        return RMQ_BH_FIXED;
-    return sizeof JSON_HEAD - 1 + rmq_fmt_int(digits, req->opaque) + sizeof JSON_TAIL - 1
-           + rmq_fmt_int(digits, RMQ_CURRENT_VERSION) + 1;
+    int nf = code != 0;
+    size_t remark = nf ? sizeof NF_PREFIX - 1 + req->topic_len : 0;
+    if (stype == 1) {
+        remark += nf ? sizeof NF_SUFFIX - 1 : 0;
+        if (out) {
+            char *p = out;
+            p[0] = (char)((code >> 8) & 0xFF);
+            p[1] = (char)(code & 0xFF);
+            p[2] = 0;                                 /* JAVA */
+            p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
+            p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
+            rmq_put_be32(p + 5, (uint32_t)req->opaque);
+            rmq_put_be32(p + 9, 1);                   /* flag: response */
+            rmq_put_be32(p + RMQ_BH_REMARK_AT - 4, (uint32_t)remark);
+            p += RMQ_BH_REMARK_AT;
+            if (nf) {
+                memcpy(p, NF_PREFIX, sizeof NF_PREFIX - 1);
+                p += sizeof NF_PREFIX - 1;
+                memcpy(p, req->topic, req->topic_len);
+                p += req->topic_len;
+                memcpy(p, NF_SUFFIX, sizeof NF_SUFFIX - 1);
+                p += sizeof NF_SUFFIX - 1;
+            }
+            rmq_put_be32(p, 0);                       /* no extFields */
+        }
+        return RMQ_BH_FIXED + remark;
+    }
+    remark += nf ? sizeof JSON_REMARK - 1 + sizeof NF_SUFFIX_JSON - 1 + 1 : 0;
+    size_t code_len = rmq_fmt_int(digits, code), opaque_len = rmq_fmt_int(digits, req->opaque);
+    size_t version_len = rmq_fmt_int(digits, RMQ_CURRENT_VERSION);
+    size_t n = sizeof RMQ_JH_CODE - 1 + code_len + sizeof JSON_FLAG_LANG_OPAQUE - 1 + opaque_len
+               + remark + sizeof JSON_TAIL - 1 + version_len + 1;
+    if (out) {
+        char *p = out;
+        memcpy(p, RMQ_JH_CODE, sizeof RMQ_JH_CODE - 1);
+        p += sizeof RMQ_JH_CODE - 1;
+        p += rmq_fmt_int(p, code);
+        memcpy(p, JSON_FLAG_LANG_OPAQUE, sizeof JSON_FLAG_LANG_OPAQUE - 1);
+        p += sizeof JSON_FLAG_LANG_OPAQUE - 1;
+        p += rmq_fmt_int(p, req->opaque);
+        if (nf) {
+            memcpy(p, JSON_REMARK, sizeof JSON_REMARK - 1);
+            p += sizeof JSON_REMARK - 1;
+            memcpy(p, NF_PREFIX, sizeof NF_PREFIX - 1);
+            p += sizeof NF_PREFIX - 1;
+            memcpy(p, req->topic, req->topic_len);    /* rq_not_found_here: nothing to escape */
+            p += req->topic_len;
+            memcpy(p, NF_SUFFIX_JSON, sizeof NF_SUFFIX_JSON - 1);
+            p += sizeof NF_SUFFIX_JSON - 1;
+            *p++ = '"';
+        }
+        memcpy(p, JSON_TAIL, sizeof JSON_TAIL - 1);
+        p += sizeof JSON_TAIL - 1;
+        p += rmq_fmt_int(p, RMQ_CURRENT_VERSION);
+        *p++ = '}';
+        RMQ_ASSERT((size_t)(p - out) == n);
+    }
+    return n;
+}
+
+static ssize_t rq_write_answer(char *out, size_t cap, const rq_route *req, int stype, int code,
+                               const char *body, size_t body_len)
+{
+    size_t header_len = rq_header(NULL, req, stype, code), size = 8 + header_len + body_len;
+    if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
+        return -1;
+    rmq_put_be32(out, (uint32_t)(size - 4));
+    rmq_put_be32(out + 4, ((uint32_t)(stype == 1) << 24) | (uint32_t)header_len);
+    rq_header(out + 8, req, stype, code);
+    if (body_len)
+        memcpy(out + 8 + header_len, body, body_len);
+    return (ssize_t)size;
 }
 
 size_t rq_route_answer_size(const rq_route *req, int stype, size_t body_len)
 {
-    return 8 + rq_header_len(req, stype) + body_len;
+    return 8 + rq_header(NULL, req, stype, 0) + body_len;
 }
 
 ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, int stype,
                               const char *body, size_t body_len)
 {
-    size_t header_len = rq_header_len(req, stype), size = 8 + header_len + body_len;
-    char *p = out + 8;
-    if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
-        return -1;
-    rmq_put_be32(out, (uint32_t)(size - 4));
-    rmq_put_be32(out + 4, ((uint32_t)(stype == 1) << 24) | (uint32_t)header_len);
-    if (stype == 1) {
-        p[0] = 0;                                 /* code 0 */
-        p[1] = 0;
-        p[2] = 0;                                 /* JAVA */
-        p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
-        p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
-        rmq_put_be32(p + 5, (uint32_t)req->opaque);
-        rmq_put_be32(p + 9, 1);                       /* flag: response */
-        rmq_put_be32(p + 13, 0);                      /* no remark */
-        rmq_put_be32(p + 17, 0);                      /* no extFields */
-        p += RMQ_BH_FIXED;
-    } else {
-        memcpy(p, JSON_HEAD, sizeof JSON_HEAD - 1);
-        p += sizeof JSON_HEAD - 1;
-        p += rmq_fmt_int(p, req->opaque);
-        memcpy(p, JSON_TAIL, sizeof JSON_TAIL - 1);
-        p += sizeof JSON_TAIL - 1;
-        p += rmq_fmt_int(p, RMQ_CURRENT_VERSION);
-        *p++ = '}';
+    return rq_write_answer(out, cap, req, stype, 0, body, body_len);
+}
+
+int rq_not_found_here(const rq_route *req)
+{
+    /* Printable ASCII without '"' and '\\': the same bytes in a JSON string, in
+     * a binary header and in the general path's str. The rest goes there. */
+    for (size_t i = 0; i < req->topic_len; i++) {
+        unsigned char c = (unsigned char)req->topic[i];
+        if (c < 0x20 || c > 0x7E || c == '"' || c == '\\')
+            return 0;
     }
-    RMQ_ASSERT((size_t)(p - out) == 8 + header_len);
-    if (body_len)
-        memcpy(p, body, body_len);
-    return (ssize_t)size;
+    return 1;
+}
+
+size_t rq_not_found_answer_size(const rq_route *req, int stype)
+{
+    return 8 + rq_header(NULL, req, stype, RMQ_TOPIC_NOT_EXIST);
+}
+
+ssize_t rq_write_not_found_answer(char *out, size_t cap, const rq_route *req, int stype)
+{
+    RMQ_ASSERT(rq_not_found_here(req));
+    return rq_write_answer(out, cap, req, stype, RMQ_TOPIC_NOT_EXIST, NULL, 0);
 }

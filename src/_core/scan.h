@@ -74,4 +74,13 @@ ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, int st
                               const char *body, size_t body_len);
 size_t rq_route_answer_size(const rq_route *req, int stype, size_t body_len);   /* exact size */
 
+/* The TOPIC_NOT_EXIST answer (17) to req, as the handlers write it: remark "No topic
+ * route info in name server for the topic: " + topic + the FAQ line, no extFields, no
+ * body, in serialize type stype. Written here only when rq_not_found_here(req): a
+ * topic of printable ASCII without '"' and '\\' (the same bytes in either header);
+ * the general path answers the others. */
+int rq_not_found_here(const rq_route *req);
+ssize_t rq_write_not_found_answer(char *out, size_t cap, const rq_route *req, int stype);
+size_t rq_not_found_answer_size(const rq_route *req, int stype);                 /* exact size */
+
 #endif

@@ -39,3 +39,6 @@ cdef extern from "scan.h" nogil:
     ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req, int stype,
                                   const char* body, size_t body_len)
     size_t rq_route_answer_size(const rq_route* req, int stype, size_t body_len)
+    bint rq_not_found_here(const rq_route* req)
+    ssize_t rq_write_not_found_answer(char* out, size_t cap, const rq_route* req, int stype)
+    size_t rq_not_found_answer_size(const rq_route* req, int stype)

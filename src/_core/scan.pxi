@@ -131,7 +131,9 @@ def _scan_route_request(frame):
 def _route_answer(frame, body, serialize_type="JSON"):
     """Test hook: the answer frame rq_write_route_answer writes for a route
     request frame (length prefix included) and a route body, in ``serialize_type``;
-    None if the frame is not recognised."""
+    with ``body`` None, the TOPIC_NOT_EXIST answer rq_write_not_found_answer writes
+    (None when the topic is left to the general path); None if the frame is not
+    recognised."""
     cdef Py_buffer view, bview
     cdef const uint8_t* p
     cdef rq_route r
@@ -146,6 +148,18 @@ def _route_answer(frame, body, serialize_type="JSON"):
             ok = rq_scan_route(p + 4, view.len - 4, &r)
         if not ok:
             return None
+        if body is None:
+            if not rq_not_found_here(&r):
+                return None
+            size = rq_not_found_answer_size(&r, stype)
+            out = PyBytes_FromStringAndSize(NULL, size)
+            if rq_write_not_found_answer(PyBytes_AS_STRING(out), size - 1, &r, stype) != -1:
+                raise AssertionError("rq_write_not_found_answer wrote past its capacity")
+            written = rq_write_not_found_answer(PyBytes_AS_STRING(out), size, &r, stype)
+            if written != <ssize_t>size:
+                raise AssertionError(f"rq_write_not_found_answer wrote {written} bytes, "
+                                     f"rq_not_found_answer_size said {size}")
+            return out
         PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE)
         try:
             size = rq_route_answer_size(&r, stype, bview.len)

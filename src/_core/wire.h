@@ -11,9 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and CURRENT_VERSION (jsonio.pxi
+/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC, ResponseCode.TOPIC_NOT_EXIST and
+ * CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
-enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_CURRENT_VERSION = 413 };
+enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_TOPIC_NOT_EXIST = 17, RMQ_CURRENT_VERSION = 413 };
 
 /* One topic config of a RegisterBrokerBody: what the body scanner (scan.c) reads and
  * the topic table (routetable.c) applies. The strings point into the caller's bytes

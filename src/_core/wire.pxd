@@ -12,6 +12,7 @@ cdef extern from "wire.h" nogil:
         int32_t perm, read, write, sysflag
     enum:
         RMQ_GET_ROUTEINFO_BY_TOPIC
+        RMQ_TOPIC_NOT_EXIST
         RMQ_CURRENT_VERSION
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
     bint RMQ_DEBUG                      # setup.py: RMQ_DEBUG=1 builds

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from rmq.errors import BodyError, ProtocolError, UnknownSerializeType
 from rmq.javacase import fold, is_blank, parse_boolean
-from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, SERIALIZE_TYPES, V4_9_4
+from rmq.protocol import LANGUAGE_CODES, MAX_JSON_DEPTH, SERIALIZE_TYPES, V4_9_4, ResponseCode
 
 _T = TypeVar("_T")
 
@@ -100,6 +100,20 @@ def route_zone(cmd: Any) -> str | None:
         return None
     zone: str | None = ext.get(ZONE_NAME)
     return None if zone is None or is_blank(zone) else fold(zone)
+
+
+#: TOPIC_NOT_EXIST's remark around the topic (DefaultRequestProcessor /
+#: ClientRequestProcessor.getRouteInfoByTopic, FAQUrl.suggestTodo(APPLY_TOPIC_URL));
+#: scan.c writes the same bytes.
+_NOT_FOUND_PREFIX = "No topic route info in name server for the topic: "
+_NOT_FOUND_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def topic_not_exist(cmd: Any, topic: str) -> Any:
+    """The answer to route query ``cmd`` for a ``topic`` without a route: TOPIC_NOT_EXIST
+    (17) with Java's remark."""
+    return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                        _NOT_FOUND_PREFIX + topic + _NOT_FOUND_SUFFIX)
 
 
 def serialize_type_code(name: object) -> int:

@@ -16,7 +16,7 @@ from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
 from rmq.javacase import fold as _java_fold
 from rmq.javaorder import java_hash_order
-from rmq._wire import route_zone, serialize_type_code, standard_route_form
+from rmq._wire import route_zone, serialize_type_code, standard_route_form, topic_not_exist
 from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
@@ -66,7 +66,7 @@ class TopicTable:
         self._ring = {}             # (topic, legacy) cached, in clock order
         self._freq = {}             # topic -> queries, halved as they age
         self._stats = dict.fromkeys(("hits", "misses", "shared", "evictions", "refused",
-                                     "served"), 0)
+                                     "served", "not_found"), 0)
         self._bytes = 0
         self._aged_at = 0
         self._budget = None
@@ -360,8 +360,11 @@ class TopicTable:
 
     # ------------------------------------------------------------ serving
 
-    def serve_routes(self, route_body, decoder, data, limit):
-        """rmq.namesrv.routeinfo.RouteTable.serve_routes over ``route_body``."""
+    def serve_routes(self, route_body, decoder, data, limit, builds=True):
+        """rmq.namesrv.routeinfo.RouteTable.serve_routes over ``route_body``; a topic
+        without a route is answered TOPIC_NOT_EXIST: when ``route_body`` gives None
+        and ``builds`` says that None is no route, or when the table has no such
+        topic."""
         try:
             cmds, error = decoder.feed(data), None
         except ProtocolError as e:
@@ -372,16 +375,22 @@ class TopicTable:
             if cmd.code != _GET_ROUTEINFO_BY_TOPIC:   # it may change routes: the rest waits
                 return b"".join(answers), cmds[i:], error
             body = None
+            missing = False
             if not cmd.flag & (FLAG_RESPONSE | FLAG_ONEWAY) and cmd.ext_fields \
                     and not 0 <= limit <= size:
                 topic = cmd.ext_fields.get("topic")
                 if isinstance(topic, str):
                     body = route_body(topic, not standard_route_form(cmd), route_zone(cmd))
-            if body is None:        # answered by the caller: the rest waits, in order
+                    missing = body is None and (builds or topic not in self._topics)
+            if missing:
+                resp = topic_not_exist(cmd, topic)
+                self._stats["not_found"] += 1
+            elif body is None:      # answered by the caller: the rest waits, in order
                 return b"".join(answers), cmds[i:], error
-            resp = cmd.response(0, body=body)
+            else:
+                resp = cmd.response(0, body=body)
+                self._stats["served"] += 1
             resp.serialize_type = self._answer_serialize_type
             answers.append(encode_frame(resp))
             size += len(answers[-1])
-            self._stats["served"] += 1
         return b"".join(answers), [], error

@@ -19,14 +19,13 @@ from rmq.crc32 import body_crc32
 from rmq.errors import BodyError
 from rmq.namesrv.kvconfig import KVConfigError, KVLimitError
 from rmq.namesrv.metrics import Counters
-from rmq._wire import route_zone, standard_route_form
+from rmq._wire import route_zone, standard_route_form, topic_not_exist
 from rmq.protocol import RequestCode as RC, ResponseCode as R, parse_java_int
 from rmq.namesrv.routeinfo import RouteTable
 
 log = logging.getLogger(__name__)
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-_FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 #: RemotingCommand.createResponseCommand(Class)'s remark, left by handlers that only
 #: set the code.
 _REMARK_NOT_SET = "not set any response code"
@@ -414,9 +413,7 @@ class DefaultRequestProcessor:
         (topic,) = _required(cmd, "topic")
         body = self.routes.route_body(topic, not standard_route_form(cmd), route_zone(cmd))
         if body is None:
-            return cmd.response(R.TOPIC_NOT_EXIST,
-                                f"No topic route info in name server for the topic: {topic}"
-                                + _FAQ_APPLY_TOPIC)
+            return topic_not_exist(cmd, topic)
         return cmd.response(R.SUCCESS, body=body)
 
     def register_topic(self, cmd, conn):

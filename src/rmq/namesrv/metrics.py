@@ -3,7 +3,8 @@
 :class:`Counters` holds plain ints, bumped where things happen (on the loop thread
 and on the table thread, under the GIL: an increment, not a call) and read when
 Prometheus scrapes. The route answers the core writes itself are counted in the
-core (``RouteTable.cache_stats()["served"]``): nothing here runs per route query.
+core (``RouteTable.cache_stats()["served"]``, TOPIC_NOT_EXIST ones ``["not_found"]``):
+nothing here runs per route query.
 
 :class:`MetricsServer` serves ``/metrics`` (Prometheus' text format, written by
 prometheus_client), ``/healthz`` (ready: 503 while needWaitForService holds route
@@ -19,7 +20,7 @@ import collections
 import logging
 import time
 
-from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES, RequestCode
+from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def _families(app):
     routes = app.processor.routes
     cache = routes.cache_stats()
     served = cache["served"]     # route answers the core wrote: code 0, request 105
+    core_not_found = cache["not_found"]     # and its TOPIC_NOT_EXIST answers (17)
 
     f = GaugeMetricFamily("rmq_info", "The running rmq: version and core", labels=["version", "core"])
     f.add_metric([rmq.__version__, rmq.IMPLEMENTATION], 1)
@@ -123,7 +125,7 @@ def _families(app):
     f = CounterMetricFamily("rmq_requests", "Requests received, by request code",
                             labels=["code", "name"])
     requests = collections.Counter(c.requests)
-    requests[RequestCode.GET_ROUTEINFO_BY_TOPIC] += served
+    requests[RequestCode.GET_ROUTEINFO_BY_TOPIC] += served + core_not_found
     for code, n in sorted(requests.items()):
         f.add_metric(["other", "other"] if code == _OTHER else [str(code), REQUEST_NAMES[code]], n)
     yield f
@@ -131,6 +133,7 @@ def _families(app):
                             labels=["code", "name"])
     responses = collections.Counter(c.responses)
     responses[0] += served
+    responses[ResponseCode.TOPIC_NOT_EXIST] += core_not_found
     for code, n in sorted(responses.items()):
         f.add_metric([str(code), RESPONSE_NAMES.get(code, "other")], n)
     yield f
@@ -138,10 +141,11 @@ def _families(app):
                             "(a route), not_found (TOPIC_NOT_EXIST), other (e.g. not ready)",
                             labels=["result"])
     found = served + c.route_answers[0]
-    not_found = c.route_answers[17]
+    not_found = c.route_answers[17] + core_not_found
     f.add_metric(["found"], found)
     f.add_metric(["not_found"], not_found)
-    f.add_metric(["other"], sum(c.route_answers.values()) - c.route_answers[0] - not_found)
+    f.add_metric(["other"], sum(c.route_answers.values()) - c.route_answers[0]
+                 - c.route_answers[17])
     yield f
     f = CounterMetricFamily("rmq_kv_operations", "KV config requests, by operation",
                             labels=["operation"])

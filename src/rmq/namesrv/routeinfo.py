@@ -366,18 +366,20 @@ class RouteTable:
         GET_ROUTEINFO_BY_TOPIC requests (not oneway) with ``route_body`` (``build``
         False: ``cached_route_body``) in the form asked (standard from version 401 or
         with acceptStandardJsonOnly=true), complete frames in C with the compiled
-        storage. ``(answers, others, error)``: the answer frames as one bytes, the
-        other commands (unanswered queries too: the caller answers 17), the
+        storage; a topic without a route gets TOPIC_NOT_EXIST (17) here too (with
+        ``build`` False, only one the table does not hold). ``(answers, others,
+        error)``: the answer frames as one bytes, the other commands, the
         ProtocolError that ended the stream or None. Past ``limit`` bytes of answers
         (-1: none) or after another request (it may change routes), queries are
         handed back, so that answers keep the requests' order."""
         return self._tt.serve_routes(self.route_body if build else self.cached_route_body,
-                                     decoder, data, limit)
+                                     decoder, data, limit, build)
 
     def route_server(self, build=True):
         """``serve_routes`` as a function ``(decoder, data, limit)``, bound once."""
         return functools.partial(self._tt.serve_routes,
-                                 self.route_body if build else self.cached_route_body)
+                                 self.route_body if build else self.cached_route_body,
+                                 builds=build)
 
     @property
     def answer_serialize_type(self):
