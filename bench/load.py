@@ -444,7 +444,8 @@ def run(args):
 
         # 5. route latency, quiet and during registrations
         rate_args = dict(conns=2, inflight=512, duration=args.during_duration, warmup=0.5,
-                         topics=args.topics, rate=args.during_rate, pin_cpu=pin_client)
+                         topics=args.topics, rate=args.during_rate, pin_cpu=pin_client,
+                         extra=("--prefix", "NoSuchTopic-") if args.during_missing else ())
         r = run_loadgen(server, label="routes_quiet", **rate_args)
         report["routes_quiet"] = r
         stop = threading.Event()
@@ -524,7 +525,9 @@ def print_table(rep):
         rows.insert(2, ("w1_zone_16", "W1 zone-mode route, 4 x 16"))
     for key, name in rows:
         r = rep[key]
-        expected = r["error_codes"].get("17", 0) if key == "w1_missing_16" else 0
+        missing = key == "w1_missing_16" or (key.startswith("routes_")
+                                             and rep["args"].get("during_missing"))
+        expected = r["error_codes"].get("17", 0) if missing else 0
         err = r["errors"] - expected + r["timeouts"] + r["lost"]
         print(f"{name:38} {r['rps']:>10,.0f} {r['p50_us']:>8.1f} {r['p90_us']:>8.1f} "
               f"{r['p99_us']:>8.1f} {r['p999_us']:>8.1f} {r['max_us']:>9.1f} {err:>4} "
@@ -575,6 +578,9 @@ def main(argv=None):
     p.add_argument("--queues", type=int, default=8, help="queues per topic (8)")
     p.add_argument("--conns", type=int, default=4, help="loadgen connections (4)")
     p.add_argument("--compressed", action="store_true", help="compressed register bodies")
+    p.add_argument("--during-missing", action="store_true",
+                   help="the route-latency runs ask for topics no broker has (every "
+                        "answer TOPIC_NOT_EXIST)")
     p.add_argument("--zones", type=int, default=0,
                    help="brokers in this many zones (zone-0, zone-1...; 0: none), and a "
                         "W1 phase of zone-mode queries for zone-0")

@@ -933,45 +933,60 @@ static const char NF_PREFIX[] = "No topic route info in name server for the topi
 static const char NF_SUFFIX[] = "\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
 static const char NF_SUFFIX_JSON[] = "\\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
 
-/* An answer's header: code, and for TOPIC_NOT_EXIST the remark naming req's topic.
- * With out NULL, only its length. */
-static size_t rq_header(char *out, const rq_route *req, int stype, int code)
+/* Decimal digits of v, with its sign: rmq_fmt_int's length without writing. */
+static inline size_t dec_len(int64_t v)
 {
-    char digits[24];
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    size_t n = 1 + (v < 0);
+    while (u >= 10) {
+        u /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* The length of an answer's header (rq_header's): code 0, or TOPIC_NOT_EXIST with
+ * the remark naming req's topic. Sized apart from the writing: a route answer is
+ * sized, then written, on the hot path. */
+static size_t rq_header_len(const rq_route *req, int stype, int code)
+{
     int nf = code != 0;
     size_t remark = nf ? sizeof NF_PREFIX - 1 + req->topic_len : 0;
-    if (stype == 1) {
-        remark += nf ? sizeof NF_SUFFIX - 1 : 0;
-        if (out) {
-            char *p = out;
-            p[0] = (char)((code >> 8) & 0xFF);
-            p[1] = (char)(code & 0xFF);
-            p[2] = 0;                                 /* JAVA */
-            p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
-            p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
-            rmq_put_be32(p + 5, (uint32_t)req->opaque);
-            rmq_put_be32(p + 9, 1);                   /* flag: response */
-            rmq_put_be32(p + RMQ_BH_REMARK_AT - 4, (uint32_t)remark);
-            p += RMQ_BH_REMARK_AT;
-            if (nf) {
-                memcpy(p, NF_PREFIX, sizeof NF_PREFIX - 1);
-                p += sizeof NF_PREFIX - 1;
-                memcpy(p, req->topic, req->topic_len);
-                p += req->topic_len;
-                memcpy(p, NF_SUFFIX, sizeof NF_SUFFIX - 1);
-                p += sizeof NF_SUFFIX - 1;
-            }
-            rmq_put_be32(p, 0);                       /* no extFields */
-        }
-        return RMQ_BH_FIXED + remark;
-    }
+    if (stype == 1)
+        return RMQ_BH_FIXED + remark + (nf ? sizeof NF_SUFFIX - 1 : 0);
     remark += nf ? sizeof JSON_REMARK - 1 + sizeof NF_SUFFIX_JSON - 1 + 1 : 0;
-    size_t code_len = rmq_fmt_int(digits, code), opaque_len = rmq_fmt_int(digits, req->opaque);
-    size_t version_len = rmq_fmt_int(digits, RMQ_CURRENT_VERSION);
-    size_t n = sizeof RMQ_JH_CODE - 1 + code_len + sizeof JSON_FLAG_LANG_OPAQUE - 1 + opaque_len
-               + remark + sizeof JSON_TAIL - 1 + version_len + 1;
-    if (out) {
-        char *p = out;
+    return sizeof RMQ_JH_CODE - 1 + dec_len(code) + sizeof JSON_FLAG_LANG_OPAQUE - 1
+           + dec_len(req->opaque) + remark + sizeof JSON_TAIL - 1
+           + dec_len(RMQ_CURRENT_VERSION) + 1;
+}
+
+/* Write that header at out; returns its length. */
+static size_t rq_header(char *out, const rq_route *req, int stype, int code)
+{
+    int nf = code != 0;
+    char *p = out;
+    if (stype == 1) {
+        size_t remark = nf ? sizeof NF_PREFIX - 1 + req->topic_len + sizeof NF_SUFFIX - 1 : 0;
+        p[0] = (char)((code >> 8) & 0xFF);
+        p[1] = (char)(code & 0xFF);
+        p[2] = 0;                                 /* JAVA */
+        p[3] = (char)((RMQ_CURRENT_VERSION >> 8) & 0xFF);
+        p[4] = (char)(RMQ_CURRENT_VERSION & 0xFF);
+        rmq_put_be32(p + 5, (uint32_t)req->opaque);
+        rmq_put_be32(p + 9, 1);                   /* flag: response */
+        rmq_put_be32(p + RMQ_BH_REMARK_AT - 4, (uint32_t)remark);
+        p += RMQ_BH_REMARK_AT;
+        if (nf) {
+            memcpy(p, NF_PREFIX, sizeof NF_PREFIX - 1);
+            p += sizeof NF_PREFIX - 1;
+            memcpy(p, req->topic, req->topic_len);
+            p += req->topic_len;
+            memcpy(p, NF_SUFFIX, sizeof NF_SUFFIX - 1);
+            p += sizeof NF_SUFFIX - 1;
+        }
+        rmq_put_be32(p, 0);                       /* no extFields */
+        p += 4;
+    } else {
         memcpy(p, RMQ_JH_CODE, sizeof RMQ_JH_CODE - 1);
         p += sizeof RMQ_JH_CODE - 1;
         p += rmq_fmt_int(p, code);
@@ -993,15 +1008,15 @@ static size_t rq_header(char *out, const rq_route *req, int stype, int code)
         p += sizeof JSON_TAIL - 1;
         p += rmq_fmt_int(p, RMQ_CURRENT_VERSION);
         *p++ = '}';
-        RMQ_ASSERT((size_t)(p - out) == n);
     }
-    return n;
+    RMQ_ASSERT((size_t)(p - out) == rq_header_len(req, stype, code));
+    return (size_t)(p - out);
 }
 
 static ssize_t rq_write_answer(char *out, size_t cap, const rq_route *req, int stype, int code,
                                const char *body, size_t body_len)
 {
-    size_t header_len = rq_header(NULL, req, stype, code), size = 8 + header_len + body_len;
+    size_t header_len = rq_header_len(req, stype, code), size = 8 + header_len + body_len;
     if (size > cap || size - 4 > (size_t)INT32_MAX - 4)
         return -1;
     rmq_put_be32(out, (uint32_t)(size - 4));
@@ -1014,7 +1029,7 @@ static ssize_t rq_write_answer(char *out, size_t cap, const rq_route *req, int s
 
 size_t rq_route_answer_size(const rq_route *req, int stype, size_t body_len)
 {
-    return 8 + rq_header(NULL, req, stype, 0) + body_len;
+    return 8 + rq_header_len(req, stype, 0) + body_len;
 }
 
 ssize_t rq_write_route_answer(char *out, size_t cap, const rq_route *req, int stype,
@@ -1037,7 +1052,7 @@ int rq_not_found_here(const rq_route *req)
 
 size_t rq_not_found_answer_size(const rq_route *req, int stype)
 {
-    return 8 + rq_header(NULL, req, stype, RMQ_TOPIC_NOT_EXIST);
+    return 8 + rq_header_len(req, stype, RMQ_TOPIC_NOT_EXIST);
 }
 
 ssize_t rq_write_not_found_answer(char *out, size_t cap, const rq_route *req, int stype)
