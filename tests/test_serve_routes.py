@@ -265,3 +265,43 @@ def test_a_route_query_behind_a_change_waits_for_it(impl, rt):
     out, others, error = rt.serve_routes(impl.FrameDecoder(), data)
     assert [c.opaque for c in answers_of(impl, out)] == [1]
     assert [c.opaque for c in others] == [2, 3]
+
+
+# ---------------------------------------------------------------- threads (compiled)
+
+@pytest.mark.once
+def test_threads_serve_from_one_table_while_it_changes():
+    """serve.c's loop in C threads without the GIL (the I/O threads' loop, and
+    bench/scaling.py's): every pass over the frames answers all of them, found and
+    missing, while registrations change the table under its write lock."""
+    import threading
+    c = load_compiled()
+    rt = table(c)
+    frames = [route_request(c, t, opaque=i) for i, t in enumerate(["T1", "T3", "nope", "Tü"])]
+    data = b"".join(c.encode_frame(f) for f in frames)
+    out = []
+    th = threading.Thread(target=lambda: out.append(c._serve_threads(rt._tt, data, 2, 0.5)))
+    th.start()
+    flips = 0
+    while th.is_alive():
+        b = bodies.register_broker_body(
+            [bodies.topic_config(t, 4, 4, 6 if flips % 2 else 4) for t in ("T1", "T3")],
+            {"counter": 2 + flips, "timestamp": 1})
+        rt.register_broker("C", "10.0.0.2:10911", "broker-b", 0, "10.0.0.2:10911", body=b,
+                           now_ms=0)
+        flips += 1
+    th.join()
+    (answers,) = out
+    assert len(answers) == 2 and all(a > 0 and a % len(frames) == 0 for a in answers)
+    assert flips > 1
+
+
+@pytest.mark.once
+def test_threads_refuse_frames_the_loop_leaves_to_python():
+    c = load_compiled()
+    rt = table(c)
+    data = c.encode_frame(route_request(c, "T1")) + c.encode_frame(c.RemotingCommand(106))
+    with pytest.raises(ValueError, match="leaves to Python"):
+        c._serve_threads(rt._tt, data, 1, 0.05)
+    with pytest.raises(ValueError, match="at least 1"):
+        c._serve_threads(rt._tt, data, 0, 0.05)

@@ -40,20 +40,21 @@ cdef extern from "Python.h":
 
 from libc.string cimport memcpy, memcmp, memset
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.stdint cimport int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uint8_t
+from libc.stdint cimport int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uint8_t, SIZE_MAX
 from libc.math cimport isfinite
 
 import json as _json
 
 from rmq.protocol import (CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _RequestCode,
-                          ResponseCode as _ResponseCode)
+                          ResponseCode as _ResponseCode, V4_9_4 as _PROTOCOL_V4_9_4)
 
 from wire cimport *
 
-if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_TOPIC_NOT_EXIST, RMQ_CURRENT_VERSION) != (
-        _RequestCode.GET_ROUTEINFO_BY_TOPIC, _ResponseCode.TOPIC_NOT_EXIST, _PROTOCOL_VERSION):
+if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_TOPIC_NOT_EXIST, RMQ_CURRENT_VERSION, RMQ_V4_9_4) != (
+        _RequestCode.GET_ROUTEINFO_BY_TOPIC, _ResponseCode.TOPIC_NOT_EXIST, _PROTOCOL_VERSION,
+        _PROTOCOL_V4_9_4):
     raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_TOPIC_NOT_EXIST / "
-                      "RMQ_CURRENT_VERSION differ from rmq.protocol")
+                      "RMQ_CURRENT_VERSION / RMQ_V4_9_4 differ from rmq.protocol")
 
 cdef enum:
     ERR_HEADER = 0

@@ -19,6 +19,7 @@ from rmq._wire import route_zone as _route_zone, topic_not_exist as _topic_not_e
 from rmq.javaorder import java_spread_hash as _java_spread_hash
 
 from routetable cimport *
+from serve cimport rs_counts, rs_serve_routes, rs_serve_threads
 
 
 cdef enum:
@@ -900,68 +901,53 @@ cdef bint _answer_routes(TopicTable tt, list cmds, route_body, WBuf* b, Py_ssize
 
 cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_frame,
                                     TopicTable tt, WBuf* b, Py_ssize_t limit) except -1:
-    """Answer the complete GET_ROUTEINFO_BY_TOPIC frames at the start of p[:n] from
-    the table (cached, or built in C; TOPIC_NOT_EXIST for a topic without a route),
-    the read lock held for the whole run; stop at the first frame that needs Python
-    (another request, a header the scanner leaves to the general decoder, a route C
-    cannot build, a topic the not-found writer leaves to the handler, a bad length)
-    or when the answers reach ``limit``. Returns the bytes consumed.
+    """serve.c's loop (rs_serve_routes) on p[:n]: the complete GET_ROUTEINFO_BY_TOPIC
+    frames at its start answered from the table (found or TOPIC_NOT_EXIST) into b,
+    grown for an answer that does not fit, until a frame needs Python or the
+    answers reach ``limit``. Returns the bytes consumed.
 
     The GIL stays held: a run only copies answers, and while the table thread runs
     Python (a liveness scan dropping many brokers), giving the GIL up here would cost
     the loop thread a wait of up to the switch interval to take it back, per read.
     Waiting for the read lock with the GIL is safe: no holder of the table's lock
     ever waits for the GIL."""
-    cdef Py_ssize_t pos = 0, need = 0
-    cdef int64_t length
-    cdef int status, form, zn
-    cdef char zone[RQ_MAX_ZONE]
-    cdef rq_route req
-    cdef const rt_blob* blob
-    cdef rt_blob* temp = NULL
+    cdef size_t pos = 0, need = 0, length
+    cdef rs_counts counts
     while True:
-        need = 0
-        rt_rdlock(tt.t)
-        while limit < 0 or b.len < limit:
-            length = frame_at(p + pos, n - pos, max_frame)
-            if length < 0:      # the decoder waits for it or raises
-                break
-            if not rq_scan_route(p + pos + 4, length, &req):
-                break
-            zn = rq_route_zone(&req, zone)
-            if zn >= 0:
-                form = rt_zone_form(tt.t, zone, zn)
-            else:
-                form = RT_STANDARD if req.version >= V4_9_4 or req.accept_standard else RT_LEGACY
-            blob = rt_route(tt.t, req.topic, req.topic_len, form, &status, &temp)
-            if blob == NULL:
-                if status != RT_NOT_FOUND or not rq_not_found_here(&req):
-                    break
-                # TOPIC_NOT_EXIST (%RETRY% topics, probes, typos): written here too,
-                # not after three more lookups in the handler.
-                need = rq_not_found_answer_size(&req, tt.answer_stype)
-                if b.len + need > b.cap:
-                    break
-                b.len += rq_write_not_found_answer(b.data + b.len, b.cap - b.len, &req,
-                                                   tt.answer_stype)
-                tt.not_found += 1
-                need = 0
-                pos += 4 + length
-                continue
-            need = rq_route_answer_size(&req, tt.answer_stype, blob.len)
-            if b.len + need > b.cap:
-                break
-            b.len += rq_write_route_answer(b.data + b.len, b.cap - b.len, &req, tt.answer_stype,
-                                           blob.data, blob.len)
-            if temp != NULL:    # an answer the cache refused: built for this query only
-                free(temp)
-                temp = NULL
-            tt.served += 1
-            need = 0
-            pos += 4 + length
-        rt_rdunlock(tt.t)
-        free(temp)
+        counts.served = counts.not_found = 0
+        length = <size_t>b.len
+        pos += rs_serve_routes(tt.t, tt.answer_stype, p + pos, <size_t>(n - pos),
+                               <size_t>max_frame, b.data, <size_t>b.cap, &length,
+                               SIZE_MAX if limit < 0 else <size_t>limit, &need, &counts)
+        b.len = <Py_ssize_t>length
+        tt.served += counts.served
+        tt.not_found += counts.not_found
         if need == 0:
-            return pos
-        wb_grow(b, need)
+            return <Py_ssize_t>pos
+        wb_grow(b, <Py_ssize_t>need)
 
+
+
+def _serve_threads(TopicTable tt, data, int threads, double seconds, bint single=False):
+    """Bench hook (bench/scaling.py): ``threads`` C threads, without the GIL, each
+    answering the route queries of ``data`` (complete frames, all answered by
+    serve.c's loop) over and over from ``tt`` for ``seconds``, all per call or with
+    ``single`` one per call; the answers each wrote. ValueError when a frame is left
+    to Python."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, not {threads}")
+    cdef const uint8_t[::1] view = data
+    cdef uint64_t* answers = <uint64_t*>calloc(threads, sizeof(uint64_t))
+    cdef int rc
+    if answers == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rc = rs_serve_threads(tt.t, tt.answer_stype, &view[0], view.shape[0], threads,
+                                  seconds, single, answers)
+        if rc != 0:
+            raise ValueError("a thread failed: a frame the loop leaves to Python, or no "
+                             "memory or thread")
+        return [answers[i] for i in range(threads)]
+    finally:
+        free(answers)

@@ -6,25 +6,9 @@
 
 cdef enum:
     KEEP_BUFFER = 256 * 1024   # a larger idle buffer is freed, not kept per connection
-    FRAME_INCOMPLETE = -1      # frame_at: fewer bytes than the frame needs
-    FRAME_BAD_LENGTH = -2      # frame_at: check_length would raise
 
-
-cdef inline int64_t frame_at(const uint8_t* p, Py_ssize_t n,
-                             Py_ssize_t max_frame_length) noexcept nogil:
-    """The length of the frame at p[:n] when it is complete there, else
-    FRAME_INCOMPLETE or FRAME_BAD_LENGTH: the check of every splitting loop,
-    check_length's rule for code that may not raise (the nogil serve loop).
-    A bad length is reported as soon as its 4 bytes are in, complete or not."""
-    cdef int32_t length
-    if n < 4:
-        return FRAME_INCOMPLETE
-    length = be32(p)
-    if length < 0 or <Py_ssize_t>length + 4 > max_frame_length:
-        return FRAME_BAD_LENGTH
-    if n - 4 < length:
-        return FRAME_INCOMPLETE
-    return length
+# frame_at, FRAME_INCOMPLETE, FRAME_BAD_LENGTH: wire.h's splitting rule (rmq_frame_at),
+# which serve.c's loop shares.
 
 
 cdef class _FrameStream:

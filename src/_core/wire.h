@@ -15,6 +15,9 @@
  * CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
 enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_TOPIC_NOT_EXIST = 17, RMQ_CURRENT_VERSION = 413 };
+/* rmq.protocol.V4_9_4: from this client version on, the standard route form
+ * (rmq._wire.standard_route_form; checked as the codes above are). */
+enum { RMQ_V4_9_4 = 401 };
 
 /* One topic config of a RegisterBrokerBody: what the body scanner (scan.c) reads and
  * the topic table (routetable.c) applies. The strings point into the caller's bytes
@@ -39,6 +42,23 @@ static inline int32_t rmq_be32(const uint8_t *p)
 }
 
 static inline int16_t rmq_be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+/* The frame splitter's rule, for every splitting loop (stream.pxi's and serve.c's):
+ * the length of the frame at p[:n] when it is complete there, else
+ * RMQ_FRAME_INCOMPLETE, or RMQ_FRAME_BAD_LENGTH (codec.pxi's check_length would
+ * raise: negative, or the frame with its prefix above max_frame), reported as soon as
+ * its 4 bytes are in, complete or not. */
+enum { RMQ_FRAME_INCOMPLETE = -1, RMQ_FRAME_BAD_LENGTH = -2 };
+
+static inline int64_t rmq_frame_at(const uint8_t *p, size_t n, size_t max_frame)
+{
+    if (n < 4)
+        return RMQ_FRAME_INCOMPLETE;
+    int32_t length = rmq_be32(p);
+    if (length < 0 || (size_t)length + 4 > max_frame)
+        return RMQ_FRAME_BAD_LENGTH;
+    return n - 4 < (size_t)length ? RMQ_FRAME_INCOMPLETE : length;
+}
 
 static inline void rmq_put_be32(char *p, uint32_t v)
 {

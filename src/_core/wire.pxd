@@ -14,9 +14,14 @@ cdef extern from "wire.h" nogil:
         RMQ_GET_ROUTEINFO_BY_TOPIC
         RMQ_TOPIC_NOT_EXIST
         RMQ_CURRENT_VERSION
+        RMQ_V4_9_4
     bint is_zlib "rmq_is_zlib" (const uint8_t* p, size_t n)
     bint RMQ_DEBUG                      # setup.py: RMQ_DEBUG=1 builds
     int32_t be32 "rmq_be32" (const uint8_t* p)
+    enum:
+        FRAME_INCOMPLETE "RMQ_FRAME_INCOMPLETE"     # frame_at: fewer bytes than the frame needs
+        FRAME_BAD_LENGTH "RMQ_FRAME_BAD_LENGTH"     # frame_at: check_length would raise
+    int64_t frame_at "rmq_frame_at" (const uint8_t* p, size_t n, size_t max_frame)
     void put_be32 "rmq_put_be32" (char* p, uint32_t v)
     size_t fmt_int "rmq_fmt_int" (char* buf, int64_t v)
     const uint8_t* scan_num "rmq_scan_num" (const uint8_t* p, const uint8_t* end, int* is_int,

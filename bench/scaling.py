@@ -1,0 +1,80 @@
+"""Route answers from one route table by N threads at once, in one process: how the
+serving loop (serve.c's rs_serve_routes, the one the I/O threads of issue 30 run)
+scales with threads, and what its read lock costs.
+
+W1's table (8 brokers x 10,000 topics, every answer cached). Each thread serves W1
+route queries (Java 4.9.8's header, topics round-robin) over and over, without the
+GIL, for ``--seconds``:
+
+- ``batch``: 4,096 pipelined queries per call, as a connection's read brings them:
+  the read lock is taken once per 64 KiB of answers;
+- ``single``: the same queries one per call: the lock taken and released per
+  answer, its cost and its contention in full view.
+
+Prints answers/s per thread count and the ratio to N x one thread's rate::
+
+    PYTHONPATH=src .venv/bin/python bench/scaling.py            # N = 1, 2, ... cores, 2 x cores
+    PYTHONPATH=src .venv/bin/python bench/scaling.py --threads 1 2 4 --seconds 5
+"""
+
+import argparse
+import json
+import os
+import sys
+
+FRAMES = 4096
+
+
+def w1_table():
+    from rmq import brokersim
+    from rmq.namesrv.routeinfo import RouteTable
+    rt = RouteTable()
+    topics = brokersim.topic_names(10_000)
+    body = brokersim.encode_body(topics, 1)
+    for i in range(8):
+        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
+                           0, "ha", body=body, conn=i, now_ms=0)
+    for t in topics:
+        rt.route_body(t)            # every answer cached, as after W1's first round
+    return rt, topics
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cores = os.cpu_count() or 1
+    ap.add_argument("--threads", type=int, nargs="+",
+                    default=sorted({*range(1, cores + 1), 2 * cores}))
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    import rmq
+    from rmq import _core
+    if rmq.IMPLEMENTATION != "compiled":
+        raise SystemExit("bench/scaling.py measures the compiled core; it is not built")
+    rt, topics = w1_table()
+    requests = [rmq.encode_frame(rmq.RemotingCommand.request(
+        105, {"topic": topics[i % len(topics)]}, opaque=i, version=409)) for i in range(FRAMES)]
+    data = b"".join(requests)
+    report = {"cores": cores, "seconds": args.seconds, "modes": {}}
+    print(f"rmq from {rmq.__file__}; {cores} CPUs; {args.seconds:g} s per run")
+    for mode in ("batch", "single"):
+        rows = report["modes"][mode] = []
+        one = None
+        for n in args.threads:
+            per_thread = _core._serve_threads(rt._tt, data, n, args.seconds, mode == "single")
+            rate = sum(per_thread) / args.seconds
+            one = rate if n == 1 else one
+            ratio = rate / (n * one) if one else None
+            rows.append({"threads": n, "answers_per_s": round(rate), "ratio_to_n_x_one":
+                         None if ratio is None else round(ratio, 3),
+                         "per_thread": [round(a / args.seconds) for a in per_thread]})
+            print(f"{mode:6} {n:3} threads {rate:>13,.0f} answers/s"
+                  + ("" if ratio is None else f"   {ratio:.2f} x (N x one thread)"))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

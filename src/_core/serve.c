@@ -1,0 +1,147 @@
+/* Route queries answered from the route table (serve.h). */
+#include "serve.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "scan.h"
+#include "wire.h"
+
+size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_t max_frame,
+                       char *out, size_t cap, size_t *len, size_t limit, size_t *need,
+                       rs_counts *counts)
+{
+    size_t pos = 0;
+    char zone[RQ_MAX_ZONE];
+    *need = 0;
+    rt_rdlock(t);
+    while (*len < limit) {
+        int64_t length = rmq_frame_at(p + pos, n - pos, max_frame);
+        rq_route req;
+        if (length < 0 || !rq_scan_route(p + pos + 4, (size_t)length, &req))
+            break;
+        int zn = rq_route_zone(&req, zone), status, form;
+        if (zn >= 0)
+            form = rt_zone_form(t, zone, (size_t)zn);
+        else
+            form = req.version >= RMQ_V4_9_4 || req.accept_standard ? RT_STANDARD : RT_LEGACY;
+        rt_blob *temp = NULL;
+        const rt_blob *blob = rt_route(t, req.topic, req.topic_len, form, &status, &temp);
+        size_t size;
+        if (blob) {
+            size = rq_route_answer_size(&req, stype, blob->len);
+            if (cap - *len < size) {
+                *need = size;
+                free(temp);
+                break;
+            }
+            *len += (size_t)rq_write_route_answer(out + *len, cap - *len, &req, stype,
+                                                  blob->data, blob->len);
+            free(temp);         /* an answer the cache refused: built for this query only */
+            counts->served++;
+        } else {
+            /* TOPIC_NOT_EXIST (%RETRY% topics, probes, typos) is written here too */
+            if (status != RT_NOT_FOUND || !rq_not_found_here(&req))
+                break;
+            size = rq_not_found_answer_size(&req, stype);
+            if (cap - *len < size) {
+                *need = size;
+                break;
+            }
+            *len += (size_t)rq_write_not_found_answer(out + *len, cap - *len, &req, stype);
+            counts->not_found++;
+        }
+        pos += 4 + (size_t)length;
+    }
+    rt_rdunlock(t);
+    return pos;
+}
+
+/* ---------------------------------------------------------------- the scaling run */
+
+typedef struct {
+    rt_table *t;
+    int stype;
+    const uint8_t *data;
+    size_t n;
+    double seconds;
+    int single;         /* one frame per call: the read lock per answer */
+    uint64_t answers;
+    int failed;
+} rs_reader;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *rs_reader_main(void *arg)
+{
+    rs_reader *r = arg;
+    size_t cap = 64 * 1024, len, need;
+    char *out = malloc(cap);
+    rs_counts counts = {0, 0};
+    if (!out) {
+        r->failed = 1;
+        return NULL;
+    }
+    double end = now_s() + r->seconds;
+    while (!r->failed && now_s() < end) {
+        for (size_t pos = 0; pos < r->n;) {     /* one read's worth, as a connection's */
+            size_t n = r->n - pos;
+            if (r->single) {
+                int64_t length = rmq_frame_at(r->data + pos, n, SIZE_MAX);
+                n = length < 0 ? n : 4 + (size_t)length;
+            }
+            len = 0;
+            size_t used = rs_serve_routes(r->t, r->stype, r->data + pos, n, SIZE_MAX,
+                                          out, cap, &len, cap, &need, &counts);
+            if (need) {                     /* an answer larger than the buffer */
+                char *bigger = realloc(out, cap = need + cap);
+                if (!bigger) {
+                    r->failed = 1;
+                    break;
+                }
+                out = bigger;
+            } else if (!used) {
+                r->failed = 1;              /* a frame the loop leaves to Python */
+                break;
+            }
+            pos += used;
+        }
+    }
+    r->answers = counts.served + counts.not_found;
+    free(out);
+    return NULL;
+}
+
+int rs_serve_threads(rt_table *t, int stype, const uint8_t *data, size_t n, int nthreads,
+                     double seconds, int single, uint64_t *answers)
+{
+    rs_reader *readers = calloc((size_t)nthreads, sizeof *readers);
+    pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
+    int started = 0, rc = 0;
+    if (!readers || !threads) {
+        free(readers);
+        free(threads);
+        return -1;
+    }
+    for (; started < nthreads; started++) {
+        readers[started] = (rs_reader){t, stype, data, n, seconds, single, 0, 0};
+        if (pthread_create(&threads[started], NULL, rs_reader_main, &readers[started]) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(threads[i], NULL);
+        answers[i] = readers[i].answers;
+        rc |= -readers[i].failed;
+    }
+    free(readers);
+    free(threads);
+    return rc;
+}
