@@ -409,6 +409,16 @@ def run(args):
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"errors {r['errors']}")
 
+        # C1000: many clients, one request each in flight (every producer and consumer
+        # asks its routes every 30 s)
+        log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
+        r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
+                        duration=args.duration, warmup=args.warmup, topics=args.topics,
+                        pin_cpu=pin_client)
+        report["c1000_1"] = r
+        log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+            f"errors {r['errors']}")
+
         # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
         log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
             f"{args.duration:g} s")
@@ -519,6 +529,8 @@ def print_table(rep):
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
              f"route at {rep['args']['during_rate']}/s, during registrations")]
+    if "c1000_1" in rep:
+        rows.insert(2, ("c1000_1", "W1 route, 1000 conns x 1 in flight"))
     if "w1_missing_16" in rep:
         rows.insert(2, ("w1_missing_16", "W1 TOPIC_NOT_EXIST, 4 x 16"))
     if "w1_zone_16" in rep:
