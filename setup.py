@@ -57,7 +57,7 @@ if SANITIZE:
     ldflags += [f"-fsanitize={SANITIZE}"]
 
 CORE = "src/_core"
-C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c", "serve.c"]
+C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c", "serve.c", "engine.c"]
 
 setup(
     ext_modules=[

@@ -13,6 +13,7 @@ include "bodies.pxi"
 include "crc32.pxi"
 include "scan.pxi"
 include "routes.pxi"
+include "engine.pxi"
 include "trace.pxi"
 include "columns.pxi"
 

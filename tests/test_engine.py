@@ -1,0 +1,175 @@
+"""rmq._core.Engine (engine.c): I/O threads that serve route queries from the route
+table without the GIL and hand every other frame to Python, with its connection's
+id; Python's answers go back through the engine. The first cut of issue 30: not yet
+the server's network layer; these tests drive it over real TCP on 127.0.0.1."""
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import rmq
+from rmq import bodies
+from support import load_compiled, route_table
+
+pytestmark = pytest.mark.once
+
+core = load_compiled()
+
+
+def table():
+    rt = route_table(core)()
+    for name, addr in (("broker-a", "10.0.0.1:10911"), ("broker-b", "10.0.0.2:10911")):
+        b = bodies.register_broker_body([bodies.topic_config(t, 4, 4, 6) for t in ("T1", "T2")],
+                                        {"counter": 1, "timestamp": 1})
+        rt.register_broker("C", addr, name, 0, addr, body=b, now_ms=0)
+    return rt
+
+
+class Served:
+    """An Engine on 127.0.0.1 and a Python thread answering what it hands over:
+    every frame gets a response with code 0 and remark "python"; events logged."""
+
+    def __init__(self, rt, **kw):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()
+        self.engine = core.Engine(rt._tt, self.listener, **kw)
+        self.log = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.is_set():
+            for kind, conn, data in self.engine.events(0.05):
+                self.log.append((kind, conn, data))
+                if kind == "frame":
+                    cmd = core.decode_frame(data)
+                    self.engine.send(conn, core.encode_frame(cmd.response(0, "python")))
+        self.engine.stop()
+
+    def close(self):
+        self.done.set()
+        self.thread.join(10)
+        self.listener.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_answers(sock, count, timeout=5.0):
+    sock.settimeout(timeout)
+    decoder = core.FrameDecoder()
+    got = []
+    while len(got) < count:
+        data = sock.recv(1 << 16)
+        if not data:
+            break
+        got += decoder.feed(data)
+    return got
+
+
+def route_query(topic, opaque, **kw):
+    return core.encode_frame(core.RemotingCommand.request(105, {"topic": topic}, opaque=opaque,
+                                                            **kw))
+
+
+def test_routes_in_c_the_rest_in_python_in_order():
+    rt = table()
+    with Served(rt, threads=2) as s, socket.create_connection(s.address) as c:
+        c.sendall(route_query("T1", 1) + route_query("nope", 2)
+                  + core.encode_frame(core.RemotingCommand(106, opaque=3))
+                  + route_query("T2", 4))
+        got = read_answers(c, 4)
+        assert [(a.opaque, a.code) for a in got] == [(1, 0), (2, 17), (3, 0), (4, 0)]
+        assert got[0].body == rt.route_body("T1") and got[3].body == rt.route_body("T2")
+        assert got[1].remark.startswith("No topic route info in name server for the topic: nope")
+        assert got[2].remark == "python"
+        counts = s.engine.counts()
+        assert (counts["served"], counts["not_found"], counts["connections"]) == (2, 1, 1)
+    kinds = [k for k, _, _ in s.log]
+    assert kinds[:2] == ["open", "frame"]
+    assert s.log[0][2].startswith("127.0.0.1:")
+
+
+def test_a_closed_connection_is_told():
+    rt = table()
+    with Served(rt) as s:
+        with socket.create_connection(s.address) as c:
+            c.sendall(route_query("T1", 1))
+            assert read_answers(c, 1)[0].code == 0
+        deadline = time.monotonic() + 5
+        while "closed" not in [k for k, _, _ in s.log] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (opened,) = [conn for k, conn, _ in s.log if k == "open"]
+        assert ("closed", opened, b"") in s.log
+
+
+def test_a_bad_frame_closes_after_the_answers_before_it():
+    rt = table()
+    with Served(rt, max_frame=1024) as s, socket.create_connection(s.address) as c:
+        c.sendall(route_query("T1", 1) + route_query("T2", 2) + struct.pack(">i", 5000))
+        got = read_answers(c, 3)
+        assert [a.opaque for a in got] == [1, 2]
+        assert c.recv(1) == b""             # closed by the engine
+
+
+def test_connections_above_the_limit_are_closed():
+    rt = table()
+    with Served(rt, max_connections=1) as s, socket.create_connection(s.address) as first:
+        first.sendall(route_query("T1", 1))
+        assert read_answers(first, 1)[0].code == 0
+        with socket.create_connection(s.address) as second:
+            second.settimeout(5)
+            assert second.recv(1) == b""
+        first.sendall(route_query("T1", 2))
+        assert read_answers(first, 1)[0].opaque == 2
+
+
+def test_many_connections_and_threads_while_the_table_changes():
+    rt = table()
+    frames = b"".join(route_query(t, i) for i, t in enumerate(["T1", "T2", "nope"] * 50))
+    with Served(rt, threads=2) as s:
+        errors = []
+
+        def client():
+            try:
+                with socket.create_connection(s.address) as c:
+                    for _ in range(20):
+                        c.sendall(frames)
+                        got = read_answers(c, 150)
+                        assert [a.code for a in got] == [0, 0, 17] * 50
+            except Exception as e:      # reported below
+                errors.append(e)
+
+        clients = [threading.Thread(target=client) for _ in range(8)]
+        for t in clients:
+            t.start()
+        for k in range(50):             # registrations take the write lock meanwhile
+            b = bodies.register_broker_body([bodies.topic_config(t, 4, 4, 6) for t in ("T1", "T2")],
+                                            {"counter": 2 + k, "timestamp": 1})
+            rt.register_broker("C", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10911", body=b,
+                               now_ms=0)
+        for t in clients:
+            t.join(30)
+        assert errors == []
+        counts = s.engine.counts()
+        assert counts["served"] == 8 * 20 * 100 and counts["not_found"] == 8 * 20 * 50
+
+
+def test_bad_settings_are_refused():
+    rt = table()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with pytest.raises(ValueError, match="threads"):
+            core.Engine(rt._tt, listener, threads=0)
+        with pytest.raises(ValueError, match="max_frame"):
+            core.Engine(rt._tt, listener, max_frame=4)
+        e = core.Engine(rt._tt, listener)
+        e.stop()
+        with pytest.raises(ValueError, match="stopped"):
+            e.events(0)
