@@ -70,12 +70,14 @@ def test_stub_describes_the_compiled_core(tmp_path):
 
 def test_fallback_has_the_names_and_signatures_of_the_stub(tmp_path):
     """stubtest of rmq.fallback against the stub, less what only the compiled core
-    has (the kernel switch, the scan test hooks, DEBUG_BUILD), with its cdef classes'
-    __new__ as the reference's __init__."""
+    has (the kernel switch, the scan test hooks, DEBUG_BUILD, the I/O engine), with its
+    cdef classes' __new__ as the reference's __init__."""
     stub = (ROOT / "src" / "rmq" / "_core.pyi").read_text()
     stub = re.sub(r"\n(def (_hash|_siphash13|_scan_\w+|_route_answer|crc32_set_kernel|"
                   r"crc32_kernels_available)\(.*?\.\.\.|_ScannedTopic = .*?|DEBUG_BUILD: bool)"
                   r"(?=\n)", "", stub, flags=re.S)
+    # the I/O engine (engine.pxi): threads in C, no pure-Python twin
+    stub = re.sub(r"\n# -+ engine\.pxi \(compiled only\)\n.*\Z", "\n", stub, flags=re.S)
     stub, n = re.subn(r"def __new__\(cls, (.*?)\) -> Self: \.\.\.", r"def __init__(self, \1) -> None: ...",
                       stub, flags=re.S)
     assert n == 4, stub                 # FrameDecoder, FrameSplitter, TraceRows, TraceColumns
