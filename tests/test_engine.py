@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import rmq
 from rmq import bodies
 from support import load_compiled, route_table
 

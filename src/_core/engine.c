@@ -431,6 +431,26 @@ static void *thread_main(void *arg)
 
 /* ---------------------------------------------------------------- start and stop */
 
+static void wake(re_thread *th)
+{
+    uint64_t one = 1;
+    ssize_t w = write(th->wakefd, &one, sizeof one);
+    (void)w;                        /* full counter: the thread is awake anyway */
+}
+
+/* Hand a command to the thread that owns its connection. */
+static void post(re_thread *th, re_cmd *cmd)
+{
+    pthread_mutex_lock(&th->m);
+    if (th->cmds_tail)
+        th->cmds_tail->next = cmd;
+    else
+        th->cmds = cmd;
+    th->cmds_tail = cmd;
+    pthread_mutex_unlock(&th->m);
+    wake(th);
+}
+
 int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resume)
 {
     int index = (int)(conn & 0xFF);
@@ -443,16 +463,7 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
     *cmd = (re_cmd){NULL, conn, resume, 0, len};
     if (len)
         memcpy(cmd->data, data, len);
-    pthread_mutex_lock(&th->m);
-    if (th->cmds_tail)
-        th->cmds_tail->next = cmd;
-    else
-        th->cmds = cmd;
-    th->cmds_tail = cmd;
-    pthread_mutex_unlock(&th->m);
-    uint64_t one = 1;
-    ssize_t w = write(th->wakefd, &one, sizeof one);
-    (void)w;
+    post(th, cmd);
     return 0;
 }
 
@@ -466,16 +477,7 @@ int re_close(rmq_engine *e, uint64_t conn)
     if (!cmd)
         return -1;
     *cmd = (re_cmd){NULL, conn, 0, 1, 0};
-    pthread_mutex_lock(&th->m);
-    if (th->cmds_tail)
-        th->cmds_tail->next = cmd;
-    else
-        th->cmds = cmd;
-    th->cmds_tail = cmd;
-    pthread_mutex_unlock(&th->m);
-    uint64_t one = 1;
-    ssize_t w = write(th->wakefd, &one, sizeof one);
-    (void)w;
+    post(th, cmd);
     return 0;
 }
 
@@ -510,11 +512,8 @@ static void free_thread(re_thread *th)
 void re_stop(rmq_engine *e)
 {
     __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
-    for (int i = 0; i < e->nthreads; i++) {
-        uint64_t one = 1;
-        ssize_t w = write(e->threads[i].wakefd, &one, sizeof one);
-        (void)w;
-    }
+    for (int i = 0; i < e->nthreads; i++)
+        wake(&e->threads[i]);
     pthread_mutex_lock(&e->qm);
     pthread_cond_broadcast(&e->qc);
     pthread_mutex_unlock(&e->qm);
@@ -572,9 +571,7 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
     if (err) {
         __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
         for (int i = 0; i < started; i++) {
-            uint64_t one = 1;
-            ssize_t w = write(e->threads[i].wakefd, &one, sizeof one);
-            (void)w;
+            wake(&e->threads[i]);
             pthread_join(e->threads[i].th, NULL);
         }
         for (int i = 0; i < e->nthreads; i++)
