@@ -44,7 +44,9 @@ def _simulator():
     return broker_sim
 
 
-def _w1_table(zones=0):
+def w1_table(zones=0):
+    """W1's RouteTable (8 brokers x 10,000 topics, registered in-process) and its
+    topics; bench/scaling.py and bench/engine.py start from it too."""
     from rmq.namesrv.routeinfo import RouteTable
     brokersim = _simulator()
     rt = RouteTable()
@@ -59,7 +61,7 @@ def _w1_table(zones=0):
 
 def route(reps, zone=False):
     import rmq
-    rt, topics = _w1_table(2 if zone else 0)
+    rt, topics = w1_table(2 if zone else 0)
     ext = {"__ZONE_MODE": "true", "__ZONE_NAME": "zone-0"} if zone else {}
     for t in topics:        # (a build from before zone mode takes no zone argument)
         rt.route_body(t, False, "zone-0") if zone else rt.route_body(t)
@@ -76,7 +78,7 @@ def route(reps, zone=False):
 
 def register(reps):
     brokersim = _simulator()
-    rt, topics = _w1_table()
+    rt, topics = w1_table()
     series = brokersim.body_series(topics, 2)
     bodies = [next(series) for _ in range(reps)]
     for b in bodies:

@@ -22,20 +22,18 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import instructions  # noqa: E402  (bench/instructions.py: W1's table)
+
 FRAMES = 4096
 
 
 def w1_table():
-    from rmq import brokersim
-    from rmq.namesrv.routeinfo import RouteTable
-    rt = RouteTable()
-    topics = brokersim.topic_names(10_000)
-    body = brokersim.encode_body(topics, 1)
-    for i in range(8):
-        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
-                           0, "ha", body=body, conn=i, now_ms=0)
+    """bench/instructions.py's W1 table, every answer cached (as after W1's first
+    round)."""
+    rt, topics = instructions.w1_table()
     for t in topics:
-        rt.route_body(t)            # every answer cached, as after W1's first round
+        rt.route_body(t)
     return rt, topics
 
 

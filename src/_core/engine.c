@@ -168,16 +168,19 @@ static void set_interest(re_thread *th, re_conn *c)
     }
 }
 
-/* Room for `more` bytes after out_len (written bytes dropped first). */
+/* Room for `more` bytes after out_len: the written bytes dropped, then the buffer
+ * grown, only when the tail lacks it. */
 static int out_room(re_conn *c, size_t more)
 {
+    if (c->out_cap - c->out_len >= more)
+        return 0;                   /* the common case: no bytes moved per split */
     if (c->out_off) {
         memmove(c->out, c->out + c->out_off, pending(c));
         c->out_len -= c->out_off;
         c->out_off = 0;
+        if (c->out_cap - c->out_len >= more)
+            return 0;
     }
-    if (c->out_cap - c->out_len >= more)
-        return 0;
     size_t cap = c->out_cap ? c->out_cap : READ_CHUNK;
     while (cap - c->out_len < more)
         cap *= 2;
