@@ -26,7 +26,7 @@ import pytest
 from hypothesis import settings
 
 import parts
-from nameserver import LOOPS
+from nameserver import DEFAULT_SERVER, LOOPS, SERVERS
 from support import PUREPYTHON, load_compiled, load_fallback, route_table
 
 settings.register_profile("default", max_examples=200, deadline=None)
@@ -137,6 +137,19 @@ def bodies(impl):
         for name in _BODIES_FROM_CORE:
             mp.setattr(rmq.bodies, name, getattr(impl, name))
         yield rmq.bodies
+
+
+@pytest.fixture(params=SERVERS)
+def each_server(request):
+    """Every NameServer the test starts (running_namesrv without ``loop``) runs on
+    this network layer: the asyncio server, then the compiled core's I/O engine.
+    Modules whose tests hold for both use it: ``pytestmark =
+    pytest.mark.usefixtures("each_server")``."""
+    DEFAULT_SERVER["server"] = request.param
+    try:
+        yield request.param
+    finally:
+        DEFAULT_SERVER["server"] = "asyncio"
 
 
 @pytest.fixture(params=LOOPS)

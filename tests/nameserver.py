@@ -13,18 +13,36 @@ import rmq
 from rmq.namesrv.config import NamesrvConfig
 from rmq.namesrv.kvconfig import KVConfig
 from rmq.namesrv import DefaultRequestProcessor
-from rmq.namesrv.server import NameServerApp
+from rmq.namesrv.server import make_app
+
+#: The network layers a NameServer under test runs on: the asyncio server and, on the
+#: compiled core, its I/O engine (serverEngine=c; the pure-Python reference keeps
+#: asyncio). Modules that run on both use the ``each_server`` fixture (conftest.py).
+SERVERS = ["asyncio"] + (["engine"] if rmq.IMPLEMENTATION == "compiled" else [])
+#: What running_namesrv starts when not told (set by ``each_server``)
+DEFAULT_SERVER = {"server": "asyncio"}
 
 
 @contextlib.contextmanager
-def running_namesrv(tmp_path, loop="asyncio", clock=None, trace=None, **config):
+def running_namesrv(tmp_path, loop=None, clock=None, trace=None, **config):
     """Start a NameServer on an ephemeral port; yields the NameServerApp
-    (``.address`` is "127.0.0.1:PORT", ``.processor`` the request processor)."""
+    (``.address`` is "127.0.0.1:PORT", ``.processor`` the request processor).
+    ``loop``: "asyncio", "uvloop", or "engine" (the compiled core's I/O engine,
+    serverEngine=c, beside an asyncio loop); default DEFAULT_SERVER's."""
+    loop = loop or DEFAULT_SERVER["server"]
     config.setdefault("kvConfigPath", str(tmp_path / "kvConfig.json"))
+    if loop == "engine":
+        config.setdefault("serverEngine", "c")
+        config.setdefault("serverIoThreads", 2)
     cfg = NamesrvConfig(**config)
     kwargs = {"clock": clock} if clock else {}
     kv = KVConfig(cfg.kvConfigPath, **cfg.kv_limits())
-    app = NameServerApp(DefaultRequestProcessor(cfg, kv, **kwargs), trace=trace)
+    app = make_app(DefaultRequestProcessor(cfg, kv, **kwargs), trace=trace)
+    if loop == "engine":
+        from rmq.namesrv import dataplane
+        assert (isinstance(app, dataplane.EngineServerApp)
+                or dataplane.unavailable(app.processor, trace) is not None), \
+            "serverEngine=c did not start the engine"
     if loop == "uvloop":
         import uvloop
         ev = uvloop.new_event_loop()
@@ -73,8 +91,49 @@ def call_in_loop(app, func, *args):
     return asyncio.run_coroutine_threadsafe(run(), app.loop).result(10)
 
 
-#: The event loops the end-to-end tests run on (uvloop when installed).
-LOOPS = ["asyncio", "uvloop"]
+def connection_state(app, conn):
+    """``conn`` (one of ``app.connections``) as its network layer holds it, on either
+    server: ``queued_output`` (bytes not yet written), ``decoded`` (requests decoded,
+    waiting their turn), ``buffered`` (bytes read, not yet a frame), ``paused`` (not
+    read because its output backed up); None when it closed meanwhile (engine)."""
+    engine = getattr(app, "engine", None)
+    if engine is not None:
+        st = engine.connection_state(conn.id)
+        if st is None:
+            return None             # closed meanwhile
+        return {"queued_output": st["queued_output"], "decoded": 0,
+                "buffered": st["buffered_input"], "paused": st["paused"]}
+    return call_in_loop(app, lambda: {
+        "queued_output": conn.transport.get_write_buffer_size(), "decoded": len(conn.pending),
+        "buffered": conn.decoder.buffered, "paused": conn.writing_paused})
+
+
+def server_socket(app, conn):
+    """A duplicate of the server's socket of ``conn`` (the caller closes it): the
+    asyncio transport's, or, on the engine, found among this process's descriptors by
+    its two addresses."""
+    engine = getattr(app, "engine", None)
+    if engine is None:
+        return call_in_loop(app, lambda: conn.transport.get_extra_info("socket")).dup()
+    import os
+    host, port = conn.peer.rsplit(":", 1)
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            s = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        try:
+            if (s.family == socket.AF_INET and s.type == socket.SOCK_STREAM
+                    and s.getsockname()[1] == app.port and s.getpeername() == (host, int(port))):
+                return s
+        except OSError:
+            pass
+        s.close()
+    raise LookupError(f"no socket of {conn}")
+
+
+#: The event loops the end-to-end tests run on (uvloop when installed), and the engine.
+LOOPS = ["asyncio", "uvloop"] + SERVERS[1:]
 
 
 class Client:

@@ -24,6 +24,9 @@ from rmq.namesrv.config import ConfigError, ConfigNoPermission, NamesrvConfig
 from rmq.protocol import RequestCode as RC
 from rmq.registrar import BrokerRegistrar, RegistrationError
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 INTEROP = Path(__file__).resolve().parent / "interop"
 _PKG_PARENT = str(Path(rmq.__file__).resolve().parent.parent)
 

@@ -56,7 +56,7 @@ BEYOND_4_9_8 = {
     "maxKvTableBytes", "maxKvRewriteTableBytes", "routeCacheBytes", "warmRestart",
     "routeSnapshotPath", "metricsPort",
     "metricsAddress",
-    "routeSnapshotIntervalSeconds",
+    "routeSnapshotIntervalSeconds", "serverEngine", "serverIoThreads",
     # Java's TLS System properties (TlsSystemConfig), read from the file by rmq; those
     # without a default (the certificate paths, the key's password) are not listed
     "tls.server.mode", "tls.server.need.client.auth", "tls.config.file",

@@ -1,7 +1,8 @@
 """rmq._core.Engine (engine.c): I/O threads that serve route queries from the route
 table without the GIL and hand every other frame to Python, with its connection's
-id; Python's answers go back through the engine. The first cut of issue 30: not yet
-the server's network layer; these tests drive it over real TCP on 127.0.0.1."""
+id; Python's answers go back through the engine. These tests drive it alone over
+real TCP on 127.0.0.1 (the NameServer on it: the end-to-end tests with
+serverEngine=c, tests/nameserver.py's SERVERS)."""
 
 import socket
 import struct
@@ -106,7 +107,11 @@ def test_a_closed_connection_is_told():
         while "closed" not in [k for k, _, _ in s.log] and time.monotonic() < deadline:
             time.sleep(0.01)
         (opened,) = [conn for k, conn, _ in s.log if k == "open"]
-        assert ("closed", opened, b"") in s.log
+        assert ("closed", opened, ("peer", None)) in s.log
+        counts = s.engine.counts()
+        assert counts["accepted"] == 1 and counts["closed"]["peer"] == 1
+        assert counts["bytes_in"] == len(route_query("T1", 1))
+        assert counts["bytes_out"] > 0 and counts["connections"] == 0
 
 
 def test_a_bad_frame_closes_after_the_answers_before_it():
@@ -116,6 +121,19 @@ def test_a_bad_frame_closes_after_the_answers_before_it():
         got = read_answers(c, 3)
         assert [a.opaque for a in got] == [1, 2]
         assert c.recv(1) == b""             # closed by the engine
+    (why,) = [data for k, _, data in s.log if k == "closed"]
+    assert why == ("bad_frame", (False, struct.pack(">i", 5000)))
+
+
+def test_a_bad_first_frame_is_reported_as_the_first():
+    rt = table()
+    hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(20)   # a TLS ClientHello
+    with Served(rt) as s, socket.create_connection(s.address) as c:
+        c.sendall(hello)
+        c.settimeout(5)
+        assert c.recv(1) == b""
+    (why,) = [data for k, _, data in s.log if k == "closed"]
+    assert why == ("bad_frame", (True, hello[:16]))
 
 
 def test_connections_above_the_limit_are_closed():
@@ -128,6 +146,93 @@ def test_connections_above_the_limit_are_closed():
             assert second.recv(1) == b""
         first.sendall(route_query("T1", 2))
         assert read_answers(first, 1)[0].opaque == 2
+        assert s.engine.counts()["refused"] == 1
+        assert s.engine.counts()["accepted"] == 1
+
+
+def test_idle_connections_are_closed_and_busy_ones_kept():
+    rt = table()
+    with Served(rt, idle_seconds=0.3) as s, socket.create_connection(s.address) as idle, \
+            socket.create_connection(s.address) as busy:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            busy.sendall(route_query("T1", 1))
+            assert read_answers(busy, 1)[0].code == 0
+            time.sleep(0.05)
+        idle.settimeout(5)
+        assert idle.recv(1) == b""
+        busy.sendall(route_query("T1", 2))
+        assert read_answers(busy, 1)[0].opaque == 2
+    assert [d for k, _, d in s.log if k == "closed"][0] == ("idle", None)
+
+
+def test_a_close_the_peer_does_not_take_is_aborted_after_the_idle_time():
+    rt = table()
+    frames = route_query("T1", 1) * 20000      # more answers than the socket buffers hold
+    with Served(rt, idle_seconds=0.5, max_output=1 << 30, sndbuf=4096) as s, \
+            socket.create_connection(s.address) as c:
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=1)))
+        (conn,) = [conn for k, conn, _ in wait_log(s, "frame")]
+        c.sendall(frames)                   # read once Python answers
+        s.engine.send(conn, b"")            # resumes: the routes' answers back up
+        time.sleep(0.2)
+        s.engine.close_connection(conn)     # never completes: the client does not read
+        assert wait_log(s, "closed", timeout=5)
+    assert [d for k, _, d in s.log if k == "closed"] == [("unsent", None)]
+
+
+def wait_log(s, kind, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = [e for e in s.log if e[0] == kind]
+        if found:
+            return found
+        time.sleep(0.01)
+    return []
+
+
+def test_the_total_output_bound_aborts_the_largest_stalled_connection():
+    rt = table()
+    frames = route_query("T1", 1) * 20000       # ~8 MB of answers
+    with Served(rt, max_total_output=1 << 20, max_output=1 << 30, sndbuf=4096) as s:
+        stalled = socket.create_connection(s.address)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            stalled.sendall(frames)             # its answers never read
+        except OSError:                         # aborted meanwhile
+            pass
+        assert wait_log(s, "closed", timeout=10)
+        with socket.create_connection(s.address) as fine:
+            fine.sendall(route_query("T2", 2))
+            assert read_answers(fine, 1)[0].opaque == 2
+        stalled.close()
+    closes = [d for k, _, d in s.log if k == "closed"]
+    assert closes[0] == ("output_budget", None)
+    assert s.log[0][0] == "open"
+
+
+def test_route_queries_go_to_python_when_asked_and_accepting_stops():
+    rt = table()
+    with Served(rt) as s, socket.create_connection(s.address) as c:
+        s.engine.route_queries_in_c(False)
+        c.sendall(route_query("T1", 1))
+        (got,) = read_answers(c, 1)
+        assert got.remark == "python"           # Python's answer, not the route
+        s.engine.route_queries_in_c(True)
+        c.sendall(route_query("T1", 2))
+        (got,) = read_answers(c, 1)
+        assert got.code == 0 and got.body == rt.route_body("T1")
+        s.engine.stop_accepting()
+        time.sleep(0.1)
+        with socket.create_connection(s.address, timeout=1) as late:
+            late.sendall(route_query("T1", 3))
+            late.settimeout(0.5)
+            with pytest.raises(socket.timeout):     # in the backlog, never accepted
+                late.recv(1)
+        c.sendall(route_query("T1", 4))             # the open ones are served on
+        assert read_answers(c, 1)[0].opaque == 4
+        assert s.engine.counts()["accepted"] == 1
 
 
 def test_many_connections_and_threads_while_the_table_changes():
@@ -168,6 +273,8 @@ def test_bad_settings_are_refused():
             core.Engine(rt._tt, listener, threads=0)
         with pytest.raises(ValueError, match="max_frame"):
             core.Engine(rt._tt, listener, max_frame=4)
+        with pytest.raises(ValueError, match="idle_seconds"):
+            core.Engine(rt._tt, listener, idle_seconds=-1)
         e = core.Engine(rt._tt, listener)
         e.stop()
         with pytest.raises(ValueError, match="stopped"):

@@ -14,13 +14,17 @@ import msgpack
 import pytest
 
 import rmq
-from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
+from nameserver import (Client, call_in_loop, connection_state, register_broker, running_namesrv,
+                        wait_for)
 from rmq.namesrv.config import NamesrvConfig
 from rmq.errors import BodyError, HeaderError, RmqError
 from rmq.namesrv.kvconfig import KVConfig
 from rmq.namesrv import DefaultRequestProcessor
 from rmq.protocol import MAX_JSON_DEPTH
 from support import load_compiled, load_fallback, route_table
+
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
 
 A0 = "10.0.0.1:10911"
 
@@ -175,7 +179,8 @@ def test_4_a_waiting_connection_is_not_read(tmp_path):
             c.sock.setblocking(True)
             time.sleep(0.3)
             assert sent > 0
-            assert call_in_loop(app, lambda: (len(conn.pending), conn.decoder.buffered)) == (0, 0)
+            state = connection_state(app, conn)
+            assert (state["decoded"], state["buffered"]) == (0, 0)
         finally:
             release.set()
 
@@ -388,8 +393,9 @@ def test_9_total_output_is_bounded(tmp_path):
             stalled.append(s)
         try:
             def settled():
-                sizes = call_in_loop(app, lambda: [c.transport.get_write_buffer_size()
-                                                   for c in app.connections])
+                conns = call_in_loop(app, lambda: list(app.connections))
+                sizes = [(connection_state(app, c) or {"queued_output": 0})["queued_output"]
+                         for c in conns]
                 return len(sizes) < 10 and sum(sizes) <= budget + (1 << 20)
             assert wait_for(settled, 10)
             assert reader.request(206).code == 0

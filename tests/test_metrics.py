@@ -22,6 +22,9 @@ import rmq
 from nameserver import Client, register_broker, running_namesrv, wait_for
 from rmq.namesrv.metrics import REFUSED_REASONS, MetricsServer
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "contrib" / "prometheus" / "rmq-alerts.yml"
 ALERT_TESTS = ROOT / "contrib" / "prometheus" / "rmq-alerts.test.yml"
@@ -71,7 +74,7 @@ def test_a_known_workload_is_counted_exactly(tmp_path):
             for _ in range(3):
                 assert c.request(105, {"topic": "missing"}).code == 17
             # written where found routes are (in C with the compiled core), not by a handler
-            assert app.processor.routes.cache_stats()["not_found"] == 3
+            assert app.network_counts()["not_found"] == 3
             for k in ("a", "b"):
                 assert c.request(100, {"namespace": "ns", "key": k, "value": "v"}).code == 0
             assert c.request(101, {"namespace": "ns", "key": "a"}).code == 0
@@ -83,12 +86,12 @@ def test_a_known_workload_is_counted_exactly(tmp_path):
             # route queries the core answers in a pipelined run, without Python (the
             # pure storage answers only what is cached: t2's answer is, after this)
             assert c.request(105, {"topic": "t2"}).code == 0
-            served = app.processor.routes.cache_stats()["served"]
+            served = app.network_counts()["served"]
             for _ in range(10):
                 c.send(rmq.RemotingCommand.request(105, {"topic": "t2"}))
             for _ in range(10):
                 assert c.receive().code == 0
-            assert app.processor.routes.cache_stats()["served"] > served
+            assert app.network_counts()["served"] > served
             sent, received = c.sent, c.received
             m = scrape(url)
             assert m[("rmq_connections", ())] == 1

@@ -19,6 +19,9 @@ from rmq.namesrv.kvconfig import KVConfig
 from rmq.protocol import CURRENT_VERSION, V5_0_0, RequestCode as RC, ResponseCode as R
 from support import V5
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 #: The rocketmqHome of the 5.0.0 run, as the vectors' paths were rewritten.
 JAVA_HOME = "/home/rocketmq/namesrv-29876"
 

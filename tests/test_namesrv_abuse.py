@@ -11,8 +11,9 @@ import time
 import pytest
 
 import rmq
-from nameserver import Client, call_in_loop, register_broker, running_namesrv
+from nameserver import Client, call_in_loop, connection_state, register_broker, running_namesrv
 from support import binary_header, frame
+
 
 MAX_FRAME = 65536
 MAX_OUTPUT = 65536
@@ -160,10 +161,8 @@ def _flood(address, requests, stall=0.5, limit=64 << 20):
 
 
 def _conn_state(app, exclude):
-    def state():
-        return [(c.transport.get_write_buffer_size(), len(c.pending), c.decoder.buffered,
-                 c.writing_paused) for c in app.connections if c not in exclude]
-    return call_in_loop(app, state)
+    conns = call_in_loop(app, lambda: [c for c in app.connections if c not in exclude])
+    return [tuple(connection_state(app, c).values()) for c in conns]
 
 
 def test_client_that_never_reads_stays_bounded(srv, witness):
@@ -188,7 +187,9 @@ def test_client_that_never_reads_stays_bounded(srv, witness):
             assert out <= MAX_OUTPUT + 65 * answer_len, (out, answer_len)
             # decoded requests waiting: at most one read's worth (uvloop reads 256 KiB)
             assert pending * len(req) <= 256 * 1024 + len(req), pending
-            assert buffered < len(req)
+            # bytes read, not yet decoded: less than a request (asyncio decodes each
+            # read at once), or on the engine, which splits as it answers, one read
+            assert buffered < (64 * 1024 if getattr(srv, "engine", None) else len(req))
             # everybody else is answered promptly, also with large answers
             for _ in range(20):
                 assert answered_promptly(witness)

@@ -8,6 +8,9 @@ import pytest
 
 from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 TIMEOUT_MS = 300        # the broker's heartbeatTimeoutMillis
 SCAN_MS = 100           # scanNotActiveBrokerInterval
 SLACK = 0.6             # scheduling slack on a loaded machine (seconds)

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import rmq
-from nameserver import Client, call_in_loop, register_broker, running_namesrv, wait_for
+from nameserver import (Client, call_in_loop, register_broker, running_namesrv, server_socket,
+                        wait_for)
 from rmq.namesrv.config import SERIALIZE_TYPE_KEY
+
 
 NEW = 476           # above V5_3_1 (475): told to go away
 OLD = 475           # V5_3_1 itself and below: served to the end
@@ -161,9 +163,11 @@ def server_side(app, what):
     return call_in_loop(app, get)
 
 
-def sockopt(opt):
-    return lambda conn: conn.transport.get_extra_info("socket").getsockopt(
-        socket.SOL_SOCKET, opt)
+def sockopt(app, opt):
+    """Socket option ``opt`` of the server's side of its one connection."""
+    (conn,) = call_in_loop(app, lambda: list(app.connections))
+    with server_socket(app, conn) as s:
+        return s.getsockopt(socket.SOL_SOCKET, opt)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux doubles the value")
@@ -173,8 +177,8 @@ def test_socket_buffer_sizes(tmp_path, loop):
         with Client(app.address) as c:
             assert c.request(106).code == 0
             # Linux doubles what setsockopt asks for (room for its bookkeeping)
-            assert server_side(app, sockopt(socket.SO_SNDBUF)) == 2 * 32768
-            assert server_side(app, sockopt(socket.SO_RCVBUF)) == 2 * 49152
+            assert sockopt(app, socket.SO_SNDBUF) == 2 * 32768
+            assert sockopt(app, socket.SO_RCVBUF) == 2 * 49152
             listener = app.sockets[0]
             assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 49152
 
@@ -190,7 +194,7 @@ def test_socket_buffer_sizes_default(tmp_path, loop):
                 default = probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             finally:
                 probe.close()
-            assert server_side(app, sockopt(socket.SO_SNDBUF)) >= default
+            assert sockopt(app, socket.SO_SNDBUF) >= default
 
 
 @pytest.mark.parametrize("high, low, expected", [
@@ -204,7 +208,10 @@ def test_write_water_marks(tmp_path, loop, high, low, expected):
                          writeBufferHighWaterMark=high, writeBufferLowWaterMark=low) as app:
         with Client(app.address) as c:
             assert c.request(106).code == 0
-            limits = server_side(app, lambda conn: conn.transport.get_write_buffer_limits())
+            if loop == "engine":        # the bounds the I/O threads keep
+                limits = (app.engine.config["resume_output"], app.engine.config["max_output"])
+            else:
+                limits = server_side(app, lambda conn: conn.transport.get_write_buffer_limits())
             assert limits == expected
 
 
@@ -250,8 +257,11 @@ pytestmark_posix = pytest.mark.skipif(sys.platform == "win32", reason="POSIX sig
 
 
 @pytestmark_posix
-def test_sigterm_graceful(proc):
-    p = proc("enableShutdownGracefully=true\nshutdownWaitTimeSeconds=1\n")
+@pytest.mark.parametrize("engine", ["asyncio", "c"])
+def test_sigterm_graceful(proc, engine):
+    p = proc(f"enableShutdownGracefully=true\nshutdownWaitTimeSeconds=1\nserverEngine={engine}\n")
+    on_engine = engine == "c" and rmq.IMPLEMENTATION == "compiled"
+    assert ("C engine, " in p.text()) == on_engine, p.text()
     with Client(p.address) as new, Client(p.address) as old:
         assert new.request(106, version=NEW).code == 0
         start = time.monotonic()

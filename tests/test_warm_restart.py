@@ -17,6 +17,9 @@ from nameserver import Client, register_broker, wait_for
 from rmq import bodies
 from rmq.errors import BodyError
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 CLUSTER = "c1"
 _PKG_PARENT = str(Path(__import__("rmq").__file__).resolve().parent.parent)
 

@@ -25,6 +25,9 @@ from rmq._wire import route_zone
 from rmq.javacase import equals_ignore_case
 from rmq.protocol import RequestCode
 
+# every test on the asyncio server and on the C engine (serverEngine=c)
+pytestmark = pytest.mark.usefixtures("each_server")
+
 TOPIC = "ZoneTopic"
 
 

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "scan.h"
 #include "wire.h"
 
 enum {
     READ_CHUNK = 64 * 1024,         /* room made before each read */
     CONN_BUCKETS = 4096,            /* per thread: connection id -> connection */
+    /* Frames for Python go as one event: a frame and the complete ones after it
+     * that are not route queries, up to these (a pipeline of admin requests costs
+     * one round trip through Python, not one per frame) */
+    PY_BATCH_FRAMES = 64,
+    PY_BATCH_BYTES = 1024 * 1024,
 };
 
 typedef struct re_conn {
@@ -34,13 +41,25 @@ typedef struct re_conn {
     size_t out_off, out_len, out_cap;
     int with_python;                /* one of its frames is with Python */
     int closing;                    /* close once out is written */
+    int paused;                     /* unsent bytes reached max_output: not read until
+                                       they are down to resume_output */
+    int fd_closed;                  /* closed: freed after the current epoll batch */
+    int split_any;                  /* a frame was split (for the bad frame's report) */
     uint32_t interest;              /* the epoll events asked for now */
+    size_t counted;                 /* of its unsent bytes, counted in e->out_total */
+    double last_active, closed_at;  /* monotonic seconds: last read or write, close */
+    uint8_t why;                    /* the reason its close reports (engine.h) */
+    uint8_t bad_len;
+    uint8_t bad[RE_BAD_BYTES];      /* the bad frame's first bytes */
+    struct re_conn *dead_next;
 } re_conn;
 
 typedef struct re_cmd {             /* from Python to a connection's thread */
     struct re_cmd *next;
     uint64_t conn;
     int resume, close;
+    re_conn_state *state;           /* re_conn_state_read: filled, then `done` posted */
+    sem_t *done;
     size_t len;
     char data[];
 } re_cmd;
@@ -53,8 +72,13 @@ typedef struct {
     pthread_mutex_t m;              /* guards cmds */
     re_cmd *cmds, *cmds_tail;
     re_conn *conns[CONN_BUCKETS];
+    re_conn *dead;                  /* closed in this epoll batch, freed after it */
     uint64_t next_seq;
-    rs_counts counts;               /* read by re_counts: relaxed atomics */
+    int listening;                  /* the listening socket is in epfd */
+    double now;                     /* monotonic seconds, read after each epoll_wait */
+    double next_scan;               /* of idle connections */
+    rs_counts counts;               /* written by this thread only; read by re_stats_read */
+    re_stats stats;                 /* (its served/not_found unused: counts has them) */
 } re_thread;
 
 struct rmq_engine {
@@ -64,12 +88,20 @@ struct rmq_engine {
     re_config cfg;
     int stop;                       /* atomic */
     int connections;                /* atomic */
+    int routes_in_python;           /* atomic: re_route_queries(e, 0) */
+    int accept_off;                 /* atomic: re_stop_accepting */
+    int64_t out_total;              /* atomic: unsent bytes of all connections */
     pthread_mutex_t qm;             /* guards the event queue */
     pthread_cond_t qc;
     re_event *head, *tail;
     int nthreads;
     re_thread threads[];
 };
+
+/* A thread's own counter, which re_stats_read reads from another thread: one writer,
+ * so a relaxed load and store (no locked add) */
+#define BUMP(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), \
+                                        __ATOMIC_RELAXED)
 
 /* epoll data tags of the listening socket and of a thread's wake-up eventfd */
 static char LISTEN_TAG, WAKE_TAG;
@@ -135,36 +167,134 @@ static re_conn *find_conn(re_thread *th, uint64_t id)
     return c;
 }
 
+static double monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t pending(const re_conn *c) { return c->out_len - c->out_off; }
+
+/* Count in e->out_total what changed of c's unsent bytes since the last call. */
+static void account(re_thread *th, re_conn *c, size_t now)
+{
+    if (now != c->counted) {
+        __atomic_add_fetch(&th->e->out_total, (int64_t)now - (int64_t)c->counted,
+                           __ATOMIC_RELAXED);
+        c->counted = now;
+    }
+}
+
+/* Close now (what is unsent is dropped) and, with tell, report the close with c->why.
+ * c stays allocated until the end of the thread's epoll batch, which may still hold
+ * an event for it (fd_closed tells it is gone). */
 static void conn_close(re_thread *th, re_conn *c, int tell)
 {
+    if (c->fd_closed)
+        return;
     re_conn **pp = &th->conns[(c->id >> 8) % CONN_BUCKETS];
     while (*pp != c)
         pp = &(*pp)->next;
     *pp = c->next;
     epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    c->fd_closed = 1;
+    account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
-    if (tell)
-        push_event(th->e, RE_CLOSED, c->id, NULL, 0);
+    BUMP(th->stats.closed[c->why], 1);
+    if (tell) {
+        uint8_t why[2 + RE_BAD_BYTES] = {c->why, !c->split_any};
+        size_t n = 1;
+        if (c->why == RE_WHY_BAD_FRAME) {
+            memcpy(why + 2, c->bad, c->bad_len);
+            n = 2 + c->bad_len;
+        }
+        push_event(th->e, RE_CLOSED, c->id, why, n);
+    }
     free(c->in);
     free(c->out);
-    free(c);
+    c->in = NULL;
+    c->out = NULL;
+    c->dead_next = th->dead;
+    th->dead = c;
 }
 
-static size_t pending(const re_conn *c) { return c->out_len - c->out_off; }
-
-static int reading(const rmq_engine *e, const re_conn *c)
+static void free_dead(re_thread *th)
 {
-    return !c->with_python && !c->closing && pending(c) < e->cfg.max_output;
+    while (th->dead) {
+        re_conn *next = th->dead->dead_next;
+        free(th->dead);
+        th->dead = next;
+    }
 }
 
+/* The close asked for (c->closing) once what is queued is written. */
+static void start_close(re_thread *th, re_conn *c, int why)
+{
+    if (!c->closing) {
+        c->closing = 1;
+        c->closed_at = th->now;
+        c->why = (uint8_t)why;
+    }
+}
+
+/* Whether c is read and split now: nothing with Python, not closing, and its output
+ * not backed up (paused at max_output, resumed at resume_output: Netty's water marks). */
+static int reading(const rmq_engine *e, re_conn *c)
+{
+    if (c->paused ? pending(c) <= e->cfg.resume_output : pending(c) >= e->cfg.max_output)
+        c->paused = !c->paused;
+    return !c->with_python && !c->closing && !c->paused;
+}
+
+static void enforce_budget(re_thread *th);
+
+/* epoll's interest for what c waits for now; its unsent bytes counted, and the
+ * output budget kept (which may close c: the caller uses it no more). */
 static void set_interest(re_thread *th, re_conn *c)
 {
-    uint32_t want = (reading(th->e, c) ? EPOLLIN : 0) | (pending(c) ? EPOLLOUT : 0);
+    /* RDHUP even when not reading: a peer that closes while its frames are with
+     * Python is gone at once (its work is dropped, as the asyncio server does); not
+     * once closing (level-triggered, it would wake the thread until the output is out) */
+    uint32_t want = (c->closing ? 0 : EPOLLRDHUP) | (reading(th->e, c) ? EPOLLIN : 0) |
+                    (pending(c) ? EPOLLOUT : 0);
     if (want != c->interest) {
         struct epoll_event ev = {.events = want, .data.ptr = c};
         epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev);
         c->interest = want;
+    }
+    size_t before = c->counted;
+    account(th, c, pending(c));
+    rmq_engine *e = th->e;
+    if (e->cfg.max_total_output && pending(c) > before &&
+        __atomic_load_n(&e->out_total, __ATOMIC_RELAXED) > (int64_t)(e->cfg.max_total_output / 4 * 3))
+        enforce_budget(th);
+}
+
+/* Past 3/4 of max_total_output: this thread's connections holding the most unsent
+ * bytes, those that stopped reading first, aborted until the total is under 5/8 (the
+ * other threads do the same with theirs as their output grows). */
+static void enforce_budget(re_thread *th)
+{
+    rmq_engine *e = th->e;
+    int64_t target = (int64_t)(e->cfg.max_total_output / 8 * 5);
+    while (__atomic_load_n(&e->out_total, __ATOMIC_RELAXED) > target) {
+        re_conn *worst = NULL;
+        int worst_stalled = 0;
+        for (int b = 0; b < CONN_BUCKETS; b++)
+            for (re_conn *c = th->conns[b]; c; c = c->next) {
+                int stalled = !reading(e, c);
+                if (pending(c) && (!worst || stalled > worst_stalled ||
+                                   (stalled == worst_stalled && pending(c) > pending(worst)))) {
+                    worst = c;
+                    worst_stalled = stalled;
+                }
+            }
+        if (!worst)
+            return;
+        worst->why = RE_WHY_OUTPUT_BUDGET;
+        conn_close(th, worst, 1);
     }
 }
 
@@ -198,21 +328,28 @@ static int out_room(re_conn *c, size_t more)
 static int split(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
-    while (!c->with_python && !c->closing && pending(c) < e->cfg.max_output) {
+    while (reading(e, c)) {
         const uint8_t *p = c->in + c->in_off;
         size_t n = c->in_len - c->in_off, need = 0;
         int64_t length = rmq_frame_at(p, n, e->cfg.max_frame);
         if (length == RMQ_FRAME_BAD_LENGTH) {
-            c->closing = 1;
+            c->bad_len = (uint8_t)(n < RE_BAD_BYTES ? n : RE_BAD_BYTES);
+            memcpy(c->bad, p, c->bad_len);
+            start_close(th, c, RE_WHY_BAD_FRAME);
             break;
         }
         if (length == RMQ_FRAME_INCOMPLETE)
             break;
-        if (out_room(c, READ_CHUNK) < 0)
-            return -1;
-        size_t used = rs_serve_routes(e->t, e->stype, p, n, e->cfg.max_frame, c->out,
-                                      c->out_cap, &c->out_len, e->cfg.max_output, &need,
-                                      &th->counts);
+        size_t used = 0;
+        if (!__atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED)) {
+            if (out_room(c, READ_CHUNK) < 0)
+                return -1;
+            used = rs_serve_routes(e->t, e->stype, p, n, e->cfg.max_frame, c->out, c->out_cap,
+                                   &c->out_len, c->out_off + e->cfg.max_output, &need,
+                                   &th->counts);
+        }
+        if (used)
+            c->split_any = 1;
         c->in_off += used;
         if (need) {
             if (out_room(c, need) < 0)
@@ -221,14 +358,34 @@ static int split(re_thread *th, re_conn *c)
         }
         if (used || pending(c) >= e->cfg.max_output)
             continue;
-        /* not a route query rs_serve_routes answers: Python's */
-        if (push_event(e, RE_FRAME, c->id, p, 4 + (size_t)length) < 0)
+        /* not a route query rs_serve_routes answers: Python's, with the complete
+         * frames after it that are not route queries either (a route query after
+         * them is answered here once Python's answers are queued: the order holds) */
+        size_t batch = 4 + (size_t)length;
+        int frames = 1, all = __atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED);
+        while (frames < PY_BATCH_FRAMES && batch < PY_BATCH_BYTES) {
+            int64_t next = rmq_frame_at(p + batch, n - batch, e->cfg.max_frame);
+            rq_route req;
+            if (next < 0 || (!all && rq_scan_route(p + batch + 4, (size_t)next, &req)))
+                break;              /* incomplete, bad (closes on the next split), a route */
+            batch += 4 + (size_t)next;
+            frames++;
+        }
+        if (push_event(e, RE_FRAME, c->id, p, batch) < 0)
             return -1;
-        c->in_off += 4 + (size_t)length;
+        c->in_off += batch;
         c->with_python = 1;
+        c->split_any = 1;
     }
-    if (c->in_off == c->in_len)
+    if (c->in_off == c->in_len) {
         c->in_off = c->in_len = 0;
+        if (c->in_cap > 4 * READ_CHUNK) {
+            /* a big frame's buffer is not kept for the connection's life */
+            free(c->in);
+            c->in = NULL;
+            c->in_cap = 0;
+        }
+    }
     return 0;
 }
 
@@ -239,6 +396,8 @@ static int flush(re_thread *th, re_conn *c)
         ssize_t w = send(c->fd, c->out + c->out_off, pending(c), MSG_NOSIGNAL);
         if (w > 0) {
             c->out_off += (size_t)w;
+            c->last_active = th->now;
+            BUMP(th->stats.bytes_out, (uint64_t)w);
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -258,35 +417,78 @@ static int flush(re_thread *th, re_conn *c)
     return 0;
 }
 
+/* How much the next read takes: READ_CHUNK, or the rest of the frame in the buffer
+ * when it is longer (a registration's body, up to max_frame, checked as soon as its
+ * length is in, is read in a few calls). Input is bounded so: what is buffered and
+ * not yet split is at most a frame and a read, whatever the peer sends while its
+ * connection is paused. */
+static size_t read_size(const rmq_engine *e, const re_conn *c)
+{
+    size_t have = c->in_len - c->in_off;
+    if (have < 4)
+        return READ_CHUNK;
+    int64_t length = rmq_frame_at(c->in + c->in_off, have, e->cfg.max_frame);
+    if (length == RMQ_FRAME_INCOMPLETE) {
+        size_t rest = 4 + (size_t)rmq_be32(c->in + c->in_off) - have;
+        return rest > READ_CHUNK ? rest : READ_CHUNK;
+    }
+    return READ_CHUNK;
+}
+
+/* Room for `want` bytes after in_len: the split bytes dropped, then the buffer grown
+ * (by doubling, so that a big frame costs a few reallocations). */
+static int in_room(re_conn *c, size_t want)
+{
+    if (c->in_off) {
+        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+        c->in_len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (c->in_cap - c->in_len >= want)
+        return 0;
+    size_t cap = c->in_cap ? c->in_cap : READ_CHUNK;
+    while (cap - c->in_len < want)
+        cap *= 2;
+    uint8_t *in = realloc(c->in, cap);
+    if (!in)
+        return -1;
+    c->in = in;
+    c->in_cap = cap;
+    return 0;
+}
+
 /* Read while the connection may be read. -1: gone. */
 static int conn_read(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
     while (reading(e, c)) {
-        if (c->in_cap - c->in_len < READ_CHUNK) {
-            if (c->in_off) {
-                memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
-                c->in_len -= c->in_off;
-                c->in_off = 0;
+        if (c->in_len > c->in_off &&
+            rmq_frame_at(c->in + c->in_off, c->in_len - c->in_off, e->cfg.max_frame) !=
+            RMQ_FRAME_INCOMPLETE) {
+            /* frames a split left when the output backed up, and it has drained: they
+             * go first, so that what is buffered stays within a frame and a read */
+            if (split(th, c) < 0) {
+                c->why = RE_WHY_NO_MEMORY;
+                conn_close(th, c, 1);
+                return -1;
             }
-            if (c->in_cap - c->in_len < READ_CHUNK) {
-                /* doubling: a registration's frame (up to maxFrameLength, checked as
-                 * soon as its length is in) is read in a few reallocations */
-                size_t cap = c->in_len + READ_CHUNK > 2 * c->in_cap ? c->in_len + READ_CHUNK
-                                                                     : 2 * c->in_cap;
-                uint8_t *in = realloc(c->in, cap);
-                if (!in) {
-                    conn_close(th, c, 1);
-                    return -1;
-                }
-                c->in = in;
-                c->in_cap = cap;
-            }
+            if (pending(c) && flush(th, c) < 0)
+                return -1;
+            continue;
         }
-        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        size_t want = read_size(e, c);
+        if (c->in_cap - c->in_len < want && in_room(c, want) < 0) {
+            c->why = RE_WHY_NO_MEMORY;
+            conn_close(th, c, 1);
+            return -1;
+        }
+        ssize_t r = recv(c->fd, c->in + c->in_len, want, 0);
         if (r > 0) {
             c->in_len += (size_t)r;
+            c->last_active = th->now;
+            BUMP(th->stats.bytes_in, (uint64_t)r);
             if (split(th, c) < 0) {
+                c->why = RE_WHY_NO_MEMORY;
                 conn_close(th, c, 1);
                 return -1;
             }
@@ -310,7 +512,7 @@ static int conn_read(re_thread *th, re_conn *c)
 static void accept_all(re_thread *th)
 {
     rmq_engine *e = th->e;
-    for (;;) {
+    while (!__atomic_load_n(&e->accept_off, __ATOMIC_RELAXED)) {
         struct sockaddr_storage sa;
         socklen_t salen = sizeof sa;
         int fd = accept4(e->listen_fd, (struct sockaddr *)&sa, &salen,
@@ -323,10 +525,15 @@ static void accept_all(re_thread *th)
         if (__atomic_fetch_add(&e->connections, 1, __ATOMIC_RELAXED) >= e->cfg.max_connections) {
             __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
             close(fd);
+            BUMP(th->stats.refused, 1);
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (e->cfg.sndbuf)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &e->cfg.sndbuf, sizeof e->cfg.sndbuf);
+        if (e->cfg.rcvbuf)
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &e->cfg.rcvbuf, sizeof e->cfg.rcvbuf);
         re_conn *c = calloc(1, sizeof *c);
         if (!c) {
             __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
@@ -335,8 +542,9 @@ static void accept_all(re_thread *th)
         }
         c->fd = fd;
         c->id = (++th->next_seq << 8) | (uint64_t)th->index;
-        c->interest = EPOLLIN;
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        c->interest = EPOLLIN | EPOLLRDHUP;
+        c->last_active = th->now;
+        struct epoll_event ev = {.events = c->interest, .data.ptr = c};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
             close(fd);
@@ -346,6 +554,7 @@ static void accept_all(re_thread *th)
         size_t b = (c->id >> 8) % CONN_BUCKETS;
         c->next = th->conns[b];
         th->conns[b] = c;
+        BUMP(th->stats.accepted, 1);
         char peer[INET6_ADDRSTRLEN + 8] = "";
         char host[INET6_ADDRSTRLEN] = "";
         if (sa.ss_family == AF_INET) {
@@ -361,12 +570,16 @@ static void accept_all(re_thread *th)
     }
 }
 
-/* Python's answers and closes for this thread's connections. */
+/* Python's answers and closes for this thread's connections; re_stop_accepting. */
 static void run_cmds(re_thread *th)
 {
     uint64_t n;
     ssize_t r = read(th->wakefd, &n, sizeof n);
     (void)r;
+    if (th->listening && __atomic_load_n(&th->e->accept_off, __ATOMIC_RELAXED)) {
+        epoll_ctl(th->epfd, EPOLL_CTL_DEL, th->e->listen_fd, NULL);
+        th->listening = 0;
+    }
     pthread_mutex_lock(&th->m);
     re_cmd *cmd = th->cmds;
     th->cmds = th->cmds_tail = NULL;
@@ -374,10 +587,21 @@ static void run_cmds(re_thread *th)
     while (cmd) {
         re_cmd *next = cmd->next;
         re_conn *c = find_conn(th, cmd->conn);
+        if (cmd->state) {
+            if (c)
+                *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off,
+                                              c->with_python, c->paused, c->closing};
+            sem_post(cmd->done);
+            free(cmd);
+            cmd = next;
+            continue;
+        }
         if (c) {
             int gone = 0;
+            c->last_active = th->now;       /* Python answered: not idle */
             if (cmd->len) {
                 if (out_room(c, cmd->len) < 0) {
+                    c->why = RE_WHY_NO_MEMORY;
                     conn_close(th, c, 1);
                     gone = 1;
                 } else {
@@ -387,10 +611,11 @@ static void run_cmds(re_thread *th)
             }
             if (!gone) {
                 if (cmd->close)
-                    c->closing = 1;
+                    start_close(th, c, RE_WHY_CLOSED);
                 if (cmd->resume && c->with_python) {
                     c->with_python = 0;
                     if (split(th, c) < 0) {
+                        c->why = RE_WHY_NO_MEMORY;
                         conn_close(th, c, 1);
                         gone = 1;
                     }
@@ -404,13 +629,44 @@ static void run_cmds(re_thread *th)
     }
 }
 
+/* Every scan period: idle connections closed, closes pending too long aborted. */
+static void scan_idle(re_thread *th)
+{
+    double idle = th->e->cfg.idle_seconds;
+    for (int b = 0; b < CONN_BUCKETS; b++) {
+        re_conn *c = th->conns[b];
+        while (c) {
+            re_conn *next = c->next;
+            if (c->closing) {
+                /* a peer that does not read what is queued must not hold the
+                 * connection (and its output) forever */
+                if (th->now - c->closed_at > idle) {
+                    c->why = RE_WHY_UNSENT;
+                    conn_close(th, c, 1);
+                }
+            } else if (!c->with_python && th->now - c->last_active > idle) {
+                start_close(th, c, RE_WHY_IDLE);
+                if (flush(th, c) == 0)
+                    set_interest(th, c);
+            }
+            c = next;
+        }
+    }
+}
+
 static void *thread_main(void *arg)
 {
     re_thread *th = arg;
     rmq_engine *e = th->e;
     struct epoll_event evs[64];
+    double idle = e->cfg.idle_seconds;
+    /* idle connections are looked for every quarter of the idle time, within bounds */
+    double period = idle <= 0 ? 0 : idle / 4 < 0.05 ? 0.05 : idle / 4 > 5 ? 5 : idle / 4;
+    th->now = monotonic();
+    th->next_scan = th->now + period;
     while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
-        int n = epoll_wait(th->epfd, evs, 64, 1000);
+        int n = epoll_wait(th->epfd, evs, 64, period > 0 ? (int)(period * 1000) + 1 : 1000);
+        th->now = monotonic();
         for (int i = 0; i < n; i++) {
             void *tag = evs[i].data.ptr;
             if (tag == &LISTEN_TAG) {
@@ -419,7 +675,10 @@ static void *thread_main(void *arg)
                 run_cmds(th);
             } else {
                 re_conn *c = tag;
-                if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
+                if (c->fd_closed)
+                    continue;       /* closed by an earlier event of this batch */
+                if ((evs[i].events & (EPOLLERR | EPOLLHUP)) ||
+                    ((evs[i].events & EPOLLRDHUP) && !reading(e, c) && !c->closing)) {
                     conn_close(th, c, 1);
                     continue;
                 }
@@ -428,6 +687,11 @@ static void *thread_main(void *arg)
                 conn_read(th, c);
             }
         }
+        if (period > 0 && th->now >= th->next_scan) {
+            scan_idle(th);
+            th->next_scan = th->now + period;
+        }
+        free_dead(th);
     }
     return NULL;
 }
@@ -463,7 +727,7 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
     re_cmd *cmd = malloc(sizeof *cmd + len);
     if (!cmd)
         return -1;
-    *cmd = (re_cmd){NULL, conn, resume, 0, len};
+    *cmd = (re_cmd){NULL, conn, resume, 0, NULL, NULL, len};
     if (len)
         memcpy(cmd->data, data, len);
     post(th, cmd);
@@ -479,18 +743,62 @@ int re_close(rmq_engine *e, uint64_t conn)
     re_cmd *cmd = malloc(sizeof *cmd);
     if (!cmd)
         return -1;
-    *cmd = (re_cmd){NULL, conn, 0, 1, 0};
+    *cmd = (re_cmd){NULL, conn, 0, 1, NULL, NULL, 0};
     post(th, cmd);
     return 0;
 }
 
-void re_counts(rmq_engine *e, rs_counts *out, int *connections)
+int re_conn_state_read(rmq_engine *e, uint64_t conn, re_conn_state *out)
 {
-    *out = (rs_counts){0, 0};
+    *out = (re_conn_state){0};
+    int index = (int)(conn & 0xFF);
+    if (index >= e->nthreads)
+        return 0;
+    re_cmd *cmd = calloc(1, sizeof *cmd);
+    sem_t done;
+    if (!cmd || sem_init(&done, 0, 0) < 0) {
+        free(cmd);
+        return -1;
+    }
+    cmd->conn = conn;
+    cmd->state = out;
+    cmd->done = &done;
+    post(&e->threads[index], cmd);
+    while (sem_wait(&done) < 0 && errno == EINTR)
+        ;
+    sem_destroy(&done);
+    return 0;
+}
+
+void re_route_queries(rmq_engine *e, int in_c)
+{
+    __atomic_store_n(&e->routes_in_python, !in_c, __ATOMIC_RELAXED);
+}
+
+void re_stop_accepting(rmq_engine *e)
+{
+    __atomic_store_n(&e->accept_off, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < e->nthreads; i++)
+        wake(&e->threads[i]);
+}
+
+void re_stats_read(rmq_engine *e, re_stats *out, int *connections)
+{
+    memset(out, 0, sizeof *out);
+#define SUM(f) out->f += __atomic_load_n(&s->f, __ATOMIC_RELAXED)
     for (int i = 0; i < e->nthreads; i++) {
+        const re_stats *s = &e->threads[i].stats;
         out->served += __atomic_load_n(&e->threads[i].counts.served, __ATOMIC_RELAXED);
         out->not_found += __atomic_load_n(&e->threads[i].counts.not_found, __ATOMIC_RELAXED);
+        SUM(bytes_in);
+        SUM(bytes_out);
+        SUM(accepted);
+        SUM(refused);
+        for (int w = 0; w < RE_WHY_COUNT; w++)
+            SUM(closed[w]);
     }
+#undef SUM
+    out->queued_output = (uint64_t)__atomic_load_n(&e->out_total, __ATOMIC_RELAXED);
     *connections = __atomic_load_n(&e->connections, __ATOMIC_RELAXED);
 }
 
@@ -499,9 +807,12 @@ static void free_thread(re_thread *th)
     for (int b = 0; b < CONN_BUCKETS; b++)
         while (th->conns[b])
             conn_close(th, th->conns[b], 0);
+    free_dead(th);
     re_cmd *cmd = th->cmds;
     while (cmd) {
         re_cmd *next = cmd->next;
+        if (cmd->state)
+            sem_post(cmd->done);    /* not found: the engine stopped */
         free(cmd);
         cmd = next;
     }
@@ -566,6 +877,7 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
             err = errno;
             break;
         }
+        th->listening = 1;
     }
     for (; !err && started < e->nthreads; started++)
         if ((err = pthread_create(&e->threads[started].th, NULL, thread_main,

@@ -1,15 +1,23 @@
-/* The I/O engine (issue 30, first cut): epoll I/O threads that accept, read, split
- * frames, answer route queries from the route table (serve.c) and write, without
- * Python; every other frame goes to Python whole, through a bounded event queue, with
- * its connection's id, and Python's answers come back to the connection's thread.
+/* The I/O engine (issue 30): epoll I/O threads that accept, read, split frames,
+ * answer route queries from the route table (serve.c) and write, without Python;
+ * every other frame goes to Python whole, through a bounded event queue, with its
+ * connection's id, and Python's answers come back to the connection's thread.
  *
  * A connection belongs to the thread that accepted it (each thread waits on the
  * listening socket with EPOLLEXCLUSIVE). While one of its frames is with Python, the
  * connection is neither read nor split further (as the asyncio server does): queued
- * work is one frame per connection, and the queue holds at most an open, a frame and
- * a close per connection. Reading also pauses while a connection's unsent output is
- * above max_output. A bad frame length closes the connection after the answers to the
- * frames before it. */
+ * work is one batch of frames per connection, and the queue holds at most an open, a
+ * batch and a close per connection. Reading also pauses once a connection's unsent
+ * output reaches max_output, until it is down to resume_output. A bad frame length
+ * closes the connection after the answers to the frames before it.
+ *
+ * The limits of an exposed server are kept here, where the bytes are: maxConnections
+ * (closed at accept), idle connections closed (and closes a peer does not let
+ * complete aborted after the same time), the unsent output of all connections
+ * together bounded (past 3/4 of it, each thread aborts its connections holding the
+ * most, those that stopped reading first, until the total is under 5/8: the budget
+ * of rmq.namesrv.server._OutputBudget), and every close reaches Python with its
+ * reason. */
 #ifndef RMQ_ENGINE_H
 #define RMQ_ENGINE_H
 
@@ -25,14 +33,43 @@ typedef struct {
     int threads;                /* I/O threads, 1 to RE_MAX_THREADS */
     size_t max_frame;           /* maxFrameLength: a frame with its prefix above it closes */
     size_t max_output;          /* a connection's unsent bytes at which its reading pauses */
+    size_t resume_output;       /* ... and resumes (at most max_output) */
     int max_connections;        /* more are closed as soon as accepted */
+    double idle_seconds;        /* close connections neither read nor written for
+                                   this long, abort closes pending this long; 0: never */
+    size_t max_total_output;    /* unsent bytes of all connections (see above); 0: none */
+    int sndbuf, rcvbuf;         /* SO_SNDBUF / SO_RCVBUF of accepted sockets; 0: the OS's */
 } re_config;
 
 enum { RE_MAX_THREADS = 256 };
 
 /* Events for Python: a connection opened (data: its peer, "host:port"), one of its
- * frames (data: the frame, length prefix included), or it closed. */
+ * frames (data: the frame, length prefix included, and the complete frames after it
+ * that are not route queries, up to 64 frames or 1 MiB), or it closed (data: one byte,
+ * the reason below; after RE_WHY_BAD_FRAME a byte that is 1 when nothing had come
+ * before the bad frame, and the bad frame's first bytes, up to RE_BAD_BYTES). */
 enum { RE_OPEN = 1, RE_FRAME = 2, RE_CLOSED = 3 };
+
+enum {
+    RE_WHY_PEER = 0,            /* the peer closed, or a socket error */
+    RE_WHY_BAD_FRAME = 1,       /* a length above max_frame (after the answers before it) */
+    RE_WHY_IDLE = 2,            /* idle for idle_seconds */
+    RE_WHY_OUTPUT_BUDGET = 3,   /* aborted by max_total_output */
+    RE_WHY_NO_MEMORY = 4,
+    RE_WHY_CLOSED = 5,          /* re_close, once its output was written */
+    RE_WHY_UNSENT = 6,          /* a close whose output the peer did not take in time */
+    RE_WHY_COUNT = 7,
+    RE_BAD_BYTES = 16,
+};
+
+/* What the threads did, summed over them (each thread counts its own). */
+typedef struct {
+    uint64_t served, not_found;     /* route answers written (serve.c's rs_counts) */
+    uint64_t bytes_in, bytes_out;
+    uint64_t accepted, refused;     /* connections; refused: over max_connections */
+    uint64_t closed[RE_WHY_COUNT];  /* connections closed, by reason */
+    uint64_t queued_output;         /* unsent bytes of all connections now */
+} re_stats;
 
 typedef struct re_event {
     struct re_event *next;
@@ -63,7 +100,25 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
 /* Close a connection after its queued output is sent. */
 int re_close(rmq_engine *e, uint64_t conn);
 
-/* Route answers the threads wrote (found and TOPIC_NOT_EXIST), and connections now. */
-void re_counts(rmq_engine *e, rs_counts *out, int *connections);
+/* A connection as its thread sees it (asked of the thread, which answers between
+ * two epoll batches): for tests and debugging. found 0: no such connection. */
+typedef struct {
+    int found;
+    size_t queued_output;           /* unsent bytes */
+    size_t buffered_input;          /* read, not yet split */
+    int with_python, paused, closing;
+} re_conn_state;
+
+int re_conn_state_read(rmq_engine *e, uint64_t conn, re_conn_state *out);
+
+/* With in_c 0, every route query goes to Python too (needWaitForService, a graceful
+ * shutdown's GO_AWAY, route queries that ACL checks); 1 (the start): answered here. */
+void re_route_queries(rmq_engine *e, int in_c);
+
+/* Accept no more connections (the open ones are served on). */
+void re_stop_accepting(rmq_engine *e);
+
+/* The threads' counts, and the connections open now. */
+void re_stats_read(rmq_engine *e, re_stats *out, int *connections);
 
 #endif

@@ -4,16 +4,36 @@
 from libc.stdint cimport uint64_t
 
 from routetable cimport rt_table
-from serve cimport rs_counts
 
 cdef extern from "engine.h" nogil:
     ctypedef struct re_config:
         int threads
         size_t max_frame
         size_t max_output
+        size_t resume_output
         int max_connections
+        double idle_seconds
+        size_t max_total_output
+        int sndbuf
+        int rcvbuf
     ctypedef struct rmq_engine:
         pass
+    ctypedef struct re_stats:
+        uint64_t served
+        uint64_t not_found
+        uint64_t bytes_in
+        uint64_t bytes_out
+        uint64_t accepted
+        uint64_t refused
+        uint64_t closed[7]          # RE_WHY_COUNT (the C header's size is what counts)
+        uint64_t queued_output
+    ctypedef struct re_conn_state:
+        int found
+        size_t queued_output
+        size_t buffered_input
+        int with_python
+        int paused
+        int closing
     ctypedef struct re_event:
         re_event* next
         int kind
@@ -25,10 +45,21 @@ cdef extern from "engine.h" nogil:
         RE_FRAME
         RE_CLOSED
         RE_MAX_THREADS
+        RE_WHY_PEER
+        RE_WHY_BAD_FRAME
+        RE_WHY_IDLE
+        RE_WHY_OUTPUT_BUDGET
+        RE_WHY_NO_MEMORY
+        RE_WHY_CLOSED
+        RE_WHY_UNSENT
+        RE_WHY_COUNT
     rmq_engine* re_start(rt_table* t, int stype, int listen_fd, const re_config* cfg)
     void re_stop(rmq_engine* e)
     re_event* re_next(rmq_engine* e, double timeout)
     void re_free_events(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
     int re_close(rmq_engine* e, uint64_t conn)
-    void re_counts(rmq_engine* e, rs_counts* out, int* connections)
+    int re_conn_state_read(rmq_engine* e, uint64_t conn, re_conn_state* out)
+    void re_route_queries(rmq_engine* e, int in_c)
+    void re_stop_accepting(rmq_engine* e)
+    void re_stats_read(rmq_engine* e, re_stats* out, int* connections)

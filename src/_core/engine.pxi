@@ -1,6 +1,6 @@
 # The I/O engine (engine.c): route queries served by C threads that never take the
 # GIL; every other frame comes to Python through Engine.events, answered with
-# Engine.send. The first cut of issue 30: not yet the server's.
+# Engine.send. rmq.namesrv.dataplane runs the NameServer on it (serverEngine=c).
 
 import os as _os
 
@@ -9,27 +9,48 @@ from libc.errno cimport errno
 from engine cimport *
 
 _ENGINE_KINDS = {RE_OPEN: "open", RE_FRAME: "frame", RE_CLOSED: "closed"}
+#: Why a connection closed (the first byte of a "closed" event's data)
+ENGINE_CLOSE_REASONS = {RE_WHY_PEER: "peer", RE_WHY_BAD_FRAME: "bad_frame",
+                        RE_WHY_IDLE: "idle", RE_WHY_OUTPUT_BUDGET: "output_budget",
+                        RE_WHY_NO_MEMORY: "no_memory", RE_WHY_CLOSED: "closed",
+                        RE_WHY_UNSENT: "unsent"}
+assert len(ENGINE_CLOSE_REASONS) == RE_WHY_COUNT == 7    # re_stats.closed in engine.pxd
 
 
 cdef class Engine:
     """I/O threads serving a listening socket from ``table`` (a TopicTable): route
     queries (found, TOPIC_NOT_EXIST) are answered in C in the table's answer
     serialize type; ``events`` gives Python the rest: ``("open", conn, peer)``,
-    ``("frame", conn, frame)`` (its length prefix included; the connection waits,
-    unread, until ``send(conn, answer)`` resumes it) and ``("closed", conn, b"")``.
+    ``("frame", conn, frames)`` (a frame, its length prefix included, and the
+    complete frames after it that are not route queries, up to 64 frames or 1 MiB;
+    the connection waits, unread, until ``send(conn, answers)`` resumes it) and ``("closed", conn, why)``:
+    ``why`` is ``(reason, detail)``, reason a value of ``ENGINE_CLOSE_REASONS`` and,
+    for "bad_frame", detail ``(first, head)``: whether nothing came before the bad
+    frame, and its first bytes (else None).
+
+    The limits: ``max_frame`` (a longer frame closes its connection after the
+    answers before it), ``max_output`` (a connection's unsent bytes at which it is
+    not read, until they are down to ``resume_output``; default: max_output),
+    ``max_connections`` (more closed at accept), ``idle_seconds``
+    (connections neither read nor written that long are closed, 0: never),
+    ``max_total_output`` (unsent bytes of all connections: the largest stalled ones
+    aborted past 3/4 of it, 0: no bound); ``sndbuf``/``rcvbuf``: SO_SNDBUF/SO_RCVBUF
+    of accepted sockets (0: the OS's).
 
     ``stop`` from the thread that calls ``events`` (or once no call is running)."""
 
     cdef rmq_engine* e
     cdef TopicTable table
     cdef object sock
+    cdef dict _config
 
     def __cinit__(self):
         self.e = NULL
 
     def __init__(self, TopicTable table, sock, *, int threads=1,
                  Py_ssize_t max_frame=16 * 1024 * 1024, Py_ssize_t max_output=4 * 1024 * 1024,
-                 int max_connections=10_000):
+                 Py_ssize_t resume_output=-1, int max_connections=10_000, double idle_seconds=0,
+                 Py_ssize_t max_total_output=0, int sndbuf=0, int rcvbuf=0):
         cdef re_config cfg
         if not 1 <= threads <= RE_MAX_THREADS:
             raise ValueError(f"threads must be 1 to {RE_MAX_THREADS}, not {threads}")
@@ -37,10 +58,24 @@ cdef class Engine:
             raise ValueError(f"max_frame {max_frame}, max_output {max_output} and "
                              f"max_connections {max_connections} must be positive "
                              "(max_frame at least 8)")
+        if idle_seconds < 0 or max_total_output < 0 or sndbuf < 0 or rcvbuf < 0:
+            raise ValueError(f"idle_seconds {idle_seconds}, max_total_output "
+                             f"{max_total_output}, sndbuf {sndbuf} and rcvbuf {rcvbuf} "
+                             "cannot be negative")
         cfg.threads = threads
         cfg.max_frame = max_frame
         cfg.max_output = max_output
+        cfg.resume_output = max_output if resume_output < 0 else min(resume_output, max_output)
         cfg.max_connections = max_connections
+        cfg.idle_seconds = idle_seconds
+        cfg.max_total_output = max_total_output
+        cfg.sndbuf = sndbuf
+        cfg.rcvbuf = rcvbuf
+        self._config = {"threads": threads, "max_frame": max_frame, "max_output": max_output,
+                        "resume_output": cfg.resume_output,
+                        "max_connections": max_connections, "idle_seconds": idle_seconds,
+                        "max_total_output": max_total_output, "sndbuf": sndbuf,
+                        "rcvbuf": rcvbuf}
         self.table = table
         self.sock = sock            # kept open while the threads use its descriptor
         cdef int fd = sock.fileno()
@@ -67,8 +102,12 @@ cdef class Engine:
             ev = chain
             while ev != NULL:
                 data = PyBytes_FromStringAndSize(ev.data, ev.len)
-                out.append((_ENGINE_KINDS[ev.kind], ev.conn,
-                            data.decode("ascii") if ev.kind == RE_OPEN else data))
+                if ev.kind == RE_OPEN:
+                    data = data.decode("ascii")
+                elif ev.kind == RE_CLOSED:
+                    data = (ENGINE_CLOSE_REASONS[data[0]],
+                            (data[1] == 1, data[2:]) if data[0] == RE_WHY_BAD_FRAME else None)
+                out.append((_ENGINE_KINDS[ev.kind], ev.conn, data))
                 ev = ev.next
         finally:
             re_free_events(chain)
@@ -91,13 +130,53 @@ cdef class Engine:
         if re_close(self._running(), conn) < 0:
             raise MemoryError()
 
+    @property
+    def config(self):
+        """The limits the threads keep (as given; resume_output within max_output)."""
+        self._running()
+        return dict(self._config)
+
+    def connection_state(self, uint64_t conn):
+        """``conn`` as its I/O thread sees it, asked of the thread (for tests and
+        debugging): ``{"queued_output", "buffered_input", "with_python", "paused",
+        "closing"}``, or None when it is not open."""
+        cdef rmq_engine* e = self._running()
+        cdef re_conn_state st
+        cdef int rc
+        with nogil:
+            rc = re_conn_state_read(e, conn, &st)
+        if rc < 0:
+            raise MemoryError()
+        if not st.found:
+            return None
+        return {"queued_output": st.queued_output, "buffered_input": st.buffered_input,
+                "with_python": bool(st.with_python), "paused": bool(st.paused),
+                "closing": bool(st.closing)}
+
+    def route_queries_in_c(self, bint in_c):
+        """False: every route query goes to Python too (needWaitForService, the
+        GO_AWAY period, route queries that ACL checks); True (the start): the
+        threads answer them."""
+        re_route_queries(self._running(), in_c)
+
+    def stop_accepting(self):
+        """Accept no more connections; the open ones are served on."""
+        re_stop_accepting(self._running())
+
     def counts(self):
-        """``{"served": routes written, "not_found": TOPIC_NOT_EXIST answers written,
-        "connections": open now}``."""
-        cdef rs_counts c
+        """What the threads did, summed: ``served`` (routes written),
+        ``not_found`` (TOPIC_NOT_EXIST answers written), ``bytes_in``,
+        ``bytes_out``, ``accepted``, ``refused`` (over max_connections),
+        ``closed`` (by reason, ``ENGINE_CLOSE_REASONS``), ``queued_output`` (unsent
+        bytes of all connections) and ``connections`` (open now)."""
+        cdef re_stats s
         cdef int n
-        re_counts(self._running(), &c, &n)
-        return {"served": c.served, "not_found": c.not_found, "connections": n}
+        re_stats_read(self._running(), &s, &n)
+        return {"served": s.served, "not_found": s.not_found, "bytes_in": s.bytes_in,
+                "bytes_out": s.bytes_out, "accepted": s.accepted, "refused": s.refused,
+                "closed": {name: s.closed[why] for why, name in ENGINE_CLOSE_REASONS.items()},
+                "queued_output": s.queued_output,
+                "connections": n}
 
     def stop(self):
         """Stop the threads and close every connection (no events for them)."""

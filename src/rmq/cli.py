@@ -83,7 +83,7 @@ def _namesrv(args):
     from rmq.namesrv.config import ConfigError, NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig, KVConfigError
     from rmq.namesrv import DefaultRequestProcessor
-    from rmq.namesrv.server import NameServerApp, new_event_loop
+    from rmq.namesrv.server import make_app, new_event_loop
 
     try:
         _setup_logging(args.log_level, args.log_file, args.log_max_bytes, args.log_backups)
@@ -120,9 +120,9 @@ def _namesrv(args):
                  args.trace_segment_mib)
     processor = DefaultRequestProcessor(config, kv)
     try:
-        app = NameServerApp(processor, trace=trace)
-    except ConfigError as e:    # a wrong TLS setting or rocketmq.serialize.type; aclEnable
-        # with a bad plain_acl.yml
+        app = make_app(processor, trace=trace)
+    except ConfigError as e:    # a wrong TLS setting, rocketmq.serialize.type or
+        # serverEngine; aclEnable with a bad plain_acl.yml
         print(f"rmq namesrv: {e}", file=sys.stderr)
         kv.close()
         if trace is not None:

@@ -62,6 +62,9 @@ from rmq.protocol import SERIALIZE_TYPES, parse_java_int
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+#: serverEngine's values: the asyncio network layer, the compiled core's I/O engine
+SERVER_ENGINES = ("asyncio", "c")
+
 __all__ = [
     "ConfigError",
     "ConfigNoPermission",
@@ -408,6 +411,12 @@ FIELDS = (
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
     Field("maxConnections", "int", 10000, "rmq", check=(1, _INT32[1])),
     Field("maxOutputBufferBytes", "long", 64 * 1024 * 1024, "rmq", check=(4096, _INT64[1])),
+    # The network layer: "asyncio" (one event loop thread, uvloop's when installed) or
+    # "c" (the compiled core's I/O threads answer route queries without Python, every
+    # other request goes to the loop; rmq.namesrv.dataplane), with serverIoThreads
+    # I/O threads (0: one per core).
+    Field("serverEngine", "str", "asyncio", "rmq"),
+    Field("serverIoThreads", "int", 0, "rmq", check=(0, 256)),
     # Queued answers of all connections together: past it, the largest connections
     # that stopped reading are closed.
     Field("maxTotalOutputBufferBytes", "long", 256 * 1024 * 1024, "rmq",
@@ -600,6 +609,8 @@ class NamesrvConfig:
     routeSnapshotIntervalSeconds: int
     metricsPort: int
     metricsAddress: str
+    serverEngine: str
+    serverIoThreads: int
     maxTotalOutputBufferBytes: int
     maxKvNamespaceBytes: int
     maxKvKeyBytes: int
@@ -737,6 +748,16 @@ class NamesrvConfig:
             raise ConfigError(f"config {SERIALIZE_TYPE_KEY}={value!r}: not one of "
                               f"{', '.join(SERIALIZE_TYPES)} (case included)",
                               key=SERIALIZE_TYPE_KEY, value=value)
+        return value
+
+    def server_engine(self) -> str:
+        """``serverEngine``: "asyncio" or "c" (any case; blank: asyncio). ConfigError
+        naming the value otherwise."""
+        value = (self.serverEngine or "").strip().lower() or "asyncio"
+        if value not in SERVER_ENGINES:
+            raise ConfigError(f"config serverEngine={self.serverEngine!r}: not one of "
+                              f"{', '.join(SERVER_ENGINES)}", key="serverEngine",
+                              value=self.serverEngine)
         return value
 
     def to_properties_text(self) -> str:

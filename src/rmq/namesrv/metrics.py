@@ -111,8 +111,9 @@ def _families(app):
     c = app.processor.counters
     routes = app.processor.routes
     cache = routes.cache_stats()
-    served = cache["served"]     # route answers the core wrote: code 0, request 105
-    core_not_found = cache["not_found"]     # and its TOPIC_NOT_EXIST answers (17)
+    net = app.network_counts()
+    served = net["served"]      # route answers the core wrote: code 0, request 105
+    core_not_found = net["not_found"]       # and its TOPIC_NOT_EXIST answers (17)
 
     f = GaugeMetricFamily("rmq_info", "The running rmq: version and core", labels=["version", "core"])
     f.add_metric([rmq.__version__, rmq.IMPLEMENTATION], 1)
@@ -169,7 +170,7 @@ def _families(app):
     yield f
     f = CounterMetricFamily("rmq_refused", "Requests and connections refused, by reason",
                             labels=["reason"])
-    for reason, n in sorted(c.refused.items()):
+    for reason, n in sorted(net["refused"].items()):
         f.add_metric([reason], n)
     yield f
 
@@ -182,8 +183,10 @@ def _families(app):
                             value=app.settings.max_connections)
     yield CounterMetricFamily("rmq_connections_accepted", "Client connections accepted",
                               value=c.connections)
-    yield CounterMetricFamily("rmq_received_bytes", "Bytes read from clients", value=c.bytes_in)
-    yield CounterMetricFamily("rmq_sent_bytes", "Bytes written to clients", value=c.bytes_out)
+    yield CounterMetricFamily("rmq_received_bytes", "Bytes read from clients",
+                              value=net["bytes_in"])
+    yield CounterMetricFamily("rmq_sent_bytes", "Bytes written to clients",
+                              value=net["bytes_out"])
 
     f = CounterMetricFamily("rmq_route_cache", "Route answer cache events", labels=["event"])
     for event in ("hits", "misses", "evictions", "refused"):

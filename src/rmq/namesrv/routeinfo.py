@@ -382,6 +382,12 @@ class RouteTable:
                                  builds=build)
 
     @property
+    def topic_table(self):
+        """The storage's topic table (the compiled core's TopicTable is what its I/O
+        engine answers route queries from)."""
+        return self._tt
+
+    @property
     def answer_serialize_type(self):
         """The serialize type ``serve_routes`` answers in: "JSON" (the default) or
         "ROCKETMQ", whatever the request used, as Java 5.x answers in the NameServer's

@@ -268,25 +268,7 @@ class Connection(asyncio.Protocol):
         self.server.output.note(len(data))
 
     def _encode(self, cmd, resp):
-        self.counters.answered(cmd, resp)
-        try:
-            return self._frame(resp)
-        except Exception:
-            # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed in a
-            # remark: answer anyway rather than let the exception escape
-            # data_received, which drops the connection and the answers of the
-            # other requests of this read.
-            log.exception("cannot encode the answer to request %d from %s", cmd.code, self.peer)
-            return self._frame(cmd.response(ResponseCode.SYSTEM_ERROR,
-                                            "the answer cannot be encoded"))
-
-    def _frame(self, resp):
-        # Every answer written in Python passes here (the processor's, the gates',
-        # the ACL's): in the NameServer's own serialize type, whatever the request
-        # used, as Java 5.x answers (its responses keep RemotingCommand's
-        # serializeTypeConfigInThisServer; 4.9 copied the request's).
-        resp.serialize_type = self.server.settings.serialize_type
-        return encode_frame(resp)
+        return encode_answer(self.server, cmd, resp, self.peer)
 
     def _offload(self, cmds):
         self.busy = True
@@ -342,6 +324,27 @@ class Connection(asyncio.Protocol):
             self.close()
         elif not self.writing_paused:
             self.transport.resume_reading()
+
+
+def encode_answer(app, cmd, resp, peer):
+    """The frame of Python's answer ``resp`` to ``cmd``, counted. Every answer written
+    in Python passes here (the processor's, the gates', the ACL's), on either network
+    layer: in the NameServer's own serialize type, whatever the request used, as Java
+    5.x answers (its responses keep RemotingCommand's serializeTypeConfigInThisServer;
+    4.9 copied the request's)."""
+    app.counters.answered(cmd, resp)
+    resp.serialize_type = app.settings.serialize_type
+    try:
+        return encode_frame(resp)
+    except Exception:
+        # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed in a
+        # remark: answer anyway rather than let the exception escape the network
+        # layer, which would drop the connection and the answers of the other
+        # requests of its read.
+        log.exception("cannot encode the answer to request %d from %s", cmd.code, peer)
+        resp = cmd.response(ResponseCode.SYSTEM_ERROR, "the answer cannot be encoded")
+        resp.serialize_type = app.settings.serialize_type
+        return encode_frame(resp)
 
 
 #: Answers (count, bytes) written for one connection before the other connections
@@ -569,6 +572,8 @@ class Settings:
         self.wait_for_service = (max(config.waitSecondsForService, 0)
                                  if config.needWaitForService else 0)
         self.serialize_type = config.answer_serialize_type()    # ConfigError: a bad value
+        self.engine = config.server_engine()                    # ConfigError: a bad value
+        self.io_threads = config.serverIoThreads or os.cpu_count() or 1
 
     def _water_marks(self, config):
         """(high, low) output bounds: Java's water marks when both are set (as
@@ -658,6 +663,7 @@ class NameServerApp:
             self._served_routes = functools.partial(_no_room, self._served_routes)
         self.served_routes = self._served_routes
         self.loop = None
+        self._started = False        # listening (close() undoes what start() did)
         self.going_away = False      # graceful shutdown: GO_AWAY to clients > V5_3_1
         self.go_away_count = 0
         self._ready_at = None        # loop time route queries are answered from
@@ -689,6 +695,26 @@ class NameServerApp:
             # Java counts from the processor's creation, just before it listens.
             self._ready_at = self.loop.time() + self.settings.wait_for_service
             self._use_gate()
+        await self._listen(host, port)
+        self._started = True
+        self._tasks = [self.loop.create_task(self._scan_brokers()), *self._network_tasks()]
+        if self.config.warmRestart:
+            self._tasks.append(self.loop.create_task(self._snapshot_routes()))
+        if self._ready_at is not None:
+            self._tasks.append(self.loop.create_task(self._wait_for_service()))
+        if self.metrics is not None:
+            await self.metrics.start(self.config.metricsAddress or host, self.config.metricsPort)
+        addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self.sockets)
+        log.info("NameServer listening on %s (%s)", addrs, self.describe())
+        self.settings.log()
+        if self.tls is not None:
+            log.info("%s", self.tls.describe())
+        return self
+
+    # ---------------------------------------------------------------- the network layer
+    # (what rmq.namesrv.dataplane's EngineServerApp does its own way)
+
+    async def _listen(self, host, port):
         self._server = await self.loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True,
             backlog=self.config.serverSocketBacklog)
@@ -696,20 +722,26 @@ class NameServerApp:
             # Inherited by the accepted sockets; RCVBUF before listen() also sizes
             # the window scale offered in the handshake.
             self.settings.set_buffers(sock)
-        self._tasks = [self.loop.create_task(self._scan_brokers()),
-                       self.loop.create_task(self._close_idle())]
-        if self.config.warmRestart:
-            self._tasks.append(self.loop.create_task(self._snapshot_routes()))
-        if self._ready_at is not None:
-            self._tasks.append(self.loop.create_task(self._wait_for_service()))
-        if self.metrics is not None:
-            await self.metrics.start(self.config.metricsAddress or host, self.config.metricsPort)
-        addrs = ", ".join("%s:%s" % s.getsockname()[:2] for s in self._server.sockets)
-        log.info("NameServer listening on %s (%s loop)", addrs, type(self.loop).__module__)
-        self.settings.log()
-        if self.tls is not None:
-            log.info("%s", self.tls.describe())
-        return self
+
+    def _network_tasks(self):
+        return [self.loop.create_task(self._close_idle())]
+
+    def describe(self):
+        """The network layer, for the start's log line."""
+        return f"{type(self.loop).__module__} loop"
+
+    def _core_routes(self, on):
+        """Whether the core answers route queries (else the gate, in Python)."""
+        self.served_routes = (self._served_routes if on
+                              else functools.partial(_no_room, self._served_routes))
+
+    def network_counts(self):
+        """What the network layer counted beyond ``counters``: route answers
+        written by the core (``served``, ``not_found``), bytes, refusals."""
+        cache = self._processor.routes.cache_stats()
+        c = self.counters
+        return {"served": cache["served"], "not_found": cache["not_found"],
+                "bytes_in": c.bytes_in, "bytes_out": c.bytes_out, "refused": dict(c.refused)}
 
     # ---------------------------------------------------------------- gate
 
@@ -720,12 +752,12 @@ class NameServerApp:
     def _use_gate(self):
         if self.processor is self._processor:
             self.processor = _Gate(self, self._processor)
-            self.served_routes = functools.partial(_no_room, self._served_routes)
+            self._core_routes(False)
 
     def _drop_gate(self):
         if not self.going_away and self.ready():
             self.processor = self._processor
-            self.served_routes = self._served_routes
+            self._core_routes(True)
 
     async def _wait_for_service(self):
         await asyncio.sleep(max(self._ready_at - self.loop.time(), 0))
@@ -757,7 +789,7 @@ class NameServerApp:
                 # Java's scanNotActiveBroker closes the expired broker's channel too.
                 for b in dropped:
                     conn = b.get("conn")
-                    if isinstance(conn, Connection) and not conn.closing:
+                    if getattr(conn, "server", None) is self and not conn.closing:
                         log.info("closing the connection %s of expired broker %s",
                                  conn.peer, b.get("brokerAddr"))
                         conn.close()
@@ -806,7 +838,7 @@ class NameServerApp:
     async def _close(self):
         loop = self.loop or asyncio.get_running_loop()
         started = loop.time()
-        if self._server is not None and self.settings.graceful_seconds:
+        if self._started and self.settings.graceful_seconds:
             log.info("shutting down gracefully: answering GO_AWAY to clients above "
                      "V5_3_1 for %d s (%d connections)", self.settings.graceful_seconds,
                      len(self.connections))
@@ -820,35 +852,55 @@ class NameServerApp:
             log.info("GO_AWAY period over: %d GO_AWAY answers sent", self.go_away_count)
         for t in self._tasks:
             t.cancel()
-        if self._server is not None and self.config.warmRestart:
+        if self._started and self.config.warmRestart:
             # before the connections close: closing them drops their brokers
             await asyncio.wrap_future(self.in_table_thread(self._save_routes))
-        if self._server is not None:
-            self._server.close()
-            log.info("stopped accepting connections")
-            if self.connections:
-                log.info("closing %d connections", len(self.connections))
-            for conn in list(self.connections):
-                conn.close()
-            # Give the connections a moment to send what is queued, then abort the rest:
-            # a peer that does not read must not hold up the shutdown (from Python 3.12
-            # on, wait_closed() waits for every connection to be closed).
-            for _ in range(100):
-                if not self.connections:
-                    break
-                await asyncio.sleep(0.01)
-            if self.connections:
-                log.warning("aborting %d connections whose peers do not take their "
-                            "answers", len(self.connections))
-            for conn in list(self.connections):
-                conn.transport.abort()
-            await asyncio.sleep(0)      # let connection_lost run for the aborted ones
-            await self._server.wait_closed()
+        if self._started:
+            await self._close_connections()
         # changes under way complete (and persist)
         await loop.run_in_executor(None, self.table_thread.shutdown)
         if self.metrics is not None:    # last: /healthz says "shutting down" until here
             await self.metrics.close()
         log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
+
+    async def _close_connections(self):
+        """No more connections; the open ones closed after sending what is queued
+        (within a second)."""
+        self._server.close()
+        log.info("stopped accepting connections")
+        if self.connections:
+            log.info("closing %d connections", len(self.connections))
+        for conn in list(self.connections):
+            conn.close()
+        # Give the connections a moment to send what is queued, then abort the rest:
+        # a peer that does not read must not hold up the shutdown (from Python 3.12
+        # on, wait_closed() waits for every connection to be closed).
+        for _ in range(100):
+            if not self.connections:
+                break
+            await asyncio.sleep(0.01)
+        if self.connections:
+            log.warning("aborting %d connections whose peers do not take their "
+                        "answers", len(self.connections))
+        for conn in list(self.connections):
+            conn.transport.abort()
+        await asyncio.sleep(0)      # let connection_lost run for the aborted ones
+        await self._server.wait_closed()
+
+
+def make_app(processor, *, trace=None):
+    """The NameServer's network layer for ``processor``'s config: a NameServerApp
+    (asyncio), or with ``serverEngine=c`` an EngineServerApp (the compiled core's I/O
+    threads; rmq.namesrv.dataplane) where it can serve: not on the pure-Python
+    reference, not with TLS or a trace (those stay on asyncio for now; logged)."""
+    settings = Settings(processor.config)          # ConfigError: a bad value
+    if settings.engine == "c":
+        from rmq.namesrv import dataplane
+        why = dataplane.unavailable(processor, trace)
+        if why is None:
+            return dataplane.EngineServerApp(processor, trace=trace)
+        log.warning("serverEngine=c: %s; serving with asyncio", why)
+    return NameServerApp(processor, trace=trace)
 
 
 def new_event_loop():

@@ -1,0 +1,309 @@
+"""The NameServer on the compiled core's I/O engine (``serverEngine=c``): C threads
+serve the port, Python decides the rest.
+
+The engine (``rmq._core.Engine``, src/_core/engine.c) accepts, reads, splits frames,
+answers route queries (GET_ROUTEINFO_BY_TOPIC, found or TOPIC_NOT_EXIST, zone mode,
+both serialize types) from the route table under its read lock and writes, in
+``serverIoThreads`` threads that never take the GIL. Every other frame comes here
+whole, with its connection's id, through the engine's bounded queue (one batch of
+frames per connection at a time: the connection is not read meanwhile); a pump
+thread waits on it with the GIL released and hands the events to the event loop,
+where the requests are answered as on the asyncio server (``processor.quick``, else
+the table thread) and the answers go back with ``Engine.send``, which lets the
+connection go on.
+
+What stays where:
+- In C, where the bytes are: maxFrameLength (close after the answers before the bad
+  frame), maxConnections, the per-connection output bound (Java's water marks or
+  maxOutputBufferBytes) pausing reads, maxTotalOutputBufferBytes, idle close (and
+  aborting closes the peer does not let complete), SO_SNDBUF/SO_RCVBUF.
+- In Python, as on asyncio (rmq.namesrv.server.NameServerApp, whose behaviour this
+  class inherits): the requests of the control plane, decode errors (closing their
+  connection after the answers before), the liveness scan's closes, brokers dropped
+  when their connection closes, needWaitForService and the graceful shutdown's
+  GO_AWAY (route queries go to Python while they hold), ACL (route queries go to
+  Python when the ACL checks them), metrics (the engine's counts summed at scrape).
+- Not on the engine yet: TLS and trace recording (``make_app`` serves those
+  configurations on asyncio, and says so in the log).
+"""
+
+import asyncio
+import logging
+import socket
+import threading
+
+import rmq
+from rmq.codec import decode_frame
+from rmq.errors import RmqError
+from rmq.namesrv.handlers import NEEDS_TABLE
+from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer
+from rmq.namesrv.tlsconn import ServerTls
+
+log = logging.getLogger(__name__)
+
+#: How long the pump waits for the engine's events per call (seconds): bounds how long
+#: a shutdown waits for the pump to notice.
+PUMP_WAIT = 0.05
+
+
+def unavailable(processor, trace):
+    """Why ``processor`` cannot be served by the engine, or None when it can."""
+    if rmq.IMPLEMENTATION != "compiled":
+        return "the pure-Python reference has no I/O engine"
+    from rmq import _core
+    if not isinstance(processor.routes.topic_table, _core.TopicTable):
+        return "the route table is not the compiled core's"
+    if trace is not None:
+        return "trace recording (--trace-dir) is done by the asyncio server only"
+    if ServerTls.from_config(processor.config) is not None:
+        return "TLS is served by the asyncio server only"
+    return None
+
+
+class EngineConnection:
+    """A client connection of the engine, as the request processor sees it
+    (hashable: the route table keys brokers by it)."""
+
+    __slots__ = ("server", "id", "peer", "closing", "busy")
+
+    def __init__(self, server, conn_id, peer):
+        self.server = server
+        self.id = conn_id
+        self.peer = peer
+        self.closing = False
+        self.busy = False           # its frames are with Python
+
+    def __repr__(self):
+        return f"<conn {self.id} {self.peer}>"
+
+    def close(self):
+        """Close after sending what is queued (the engine aborts it when that does
+        not happen within serverChannelMaxIdleTimeSeconds)."""
+        if not self.closing:
+            self.closing = True
+            engine = self.server.engine
+            if engine is not None:
+                engine.close_connection(self.id)
+
+
+class EngineServerApp(NameServerApp):
+    """A NameServerApp whose connections the compiled core's I/O engine serves."""
+
+    def __init__(self, processor, *, trace=None):
+        if trace is not None:
+            raise ValueError("the engine records no trace (see unavailable())")
+        super().__init__(processor, trace=None)
+        self.engine = None
+        self._sock = None
+        self._by_id = {}            # connection id -> EngineConnection
+        self._pump = None
+        self._pump_stop = False
+        # route queries signed for the ACL: every one goes to the gate in Python
+        self._acl_routes = bool(self.config.aclEnable and self.processor.checker.checks_routes)
+        self._routes_in_c = True    # until needWaitForService or GO_AWAY says otherwise
+
+    # ---------------------------------------------------------------- listening
+
+    @property
+    def sockets(self):
+        return (self._sock,) if self._sock is not None else ()
+
+    async def _listen(self, host, port):
+        s = self.settings
+        family, kind, proto, _, addr = (await self.loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # before listen(): RCVBUF also sizes the window scale of the handshake
+            s.set_buffers(sock)
+            sock.bind(addr)
+            sock.listen(self.config.serverSocketBacklog)
+            self.engine = rmq._core.Engine(
+                self._processor.routes.topic_table, sock, threads=s.io_threads,
+                max_frame=s.max_frame_length, max_output=s.write_high,
+                resume_output=s.write_low,
+                max_connections=s.max_connections, idle_seconds=max(s.idle_seconds, 0),
+                max_total_output=self.config.maxTotalOutputBufferBytes,
+                sndbuf=s.sndbuf, rcvbuf=s.rcvbuf)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._apply_routes()
+        self._pump = threading.Thread(target=self._pump_events, name="rmq-engine-events",
+                                      daemon=True)
+        self._pump.start()
+
+    def _network_tasks(self):
+        return []                   # idle connections: the engine closes them
+
+    def describe(self):
+        return (f"C engine, {self.settings.io_threads} I/O threads; "
+                f"{type(self.loop).__module__} loop for the other requests")
+
+    def _core_routes(self, on):
+        self._routes_in_c = on
+        self._apply_routes()
+
+    def _apply_routes(self):
+        if self.engine is not None:
+            self.engine.route_queries_in_c(self._routes_in_c and not self._acl_routes)
+
+    def network_counts(self):
+        counts = super().network_counts()
+        if self.engine is not None:
+            e = self.engine.counts()
+            counts["served"] += e["served"]
+            counts["not_found"] += e["not_found"]
+            counts["bytes_in"] += e["bytes_in"]
+            counts["bytes_out"] += e["bytes_out"]
+            if e["refused"]:
+                counts["refused"]["connection_limit"] = (
+                    counts["refused"].get("connection_limit", 0) + e["refused"])
+        return counts
+
+    # ---------------------------------------------------------------- events
+
+    def _pump_events(self):
+        """The pump thread: the engine's events to the loop, in order."""
+        engine, loop = self.engine, self.loop
+        while not self._pump_stop:
+            events = engine.events(PUMP_WAIT)
+            if events:
+                loop.call_soon_threadsafe(self._dispatch, events)
+
+    def _dispatch(self, events):
+        for kind, conn_id, data in events:
+            if kind == "frame":
+                self._frames(conn_id, data)
+            elif kind == "open":
+                conn = EngineConnection(self, conn_id, data)
+                self._by_id[conn_id] = conn
+                self.connections.add(conn)
+                self.counters.connections += 1
+            else:
+                self._closed(conn_id, *data)
+
+    def _frames(self, conn_id, data):
+        """A connection's frames for Python (a batch: engine.c), answered in order."""
+        conn = self._by_id.get(conn_id)
+        if conn is None or conn.closing:
+            return                  # closed meanwhile: nothing to answer
+        conn.busy = True
+        cmds, error = [], None
+        view = memoryview(data)
+        off = 0
+        try:
+            while off < len(view):
+                end = off + 4 + int.from_bytes(view[off:off + 4], "big")
+                cmds.append(decode_frame(view[off:end], self.settings.max_frame_length))
+                off = end
+        except RmqError as e:       # answered up to it, then closed (_send)
+            error = e
+        self.counters.received(cmds)
+        self._answer(conn, cmds, [], error)
+
+    def _answer(self, conn, cmds, out, error):
+        """Answer ``cmds`` here, in order; from the first that needs the table on, in
+        the table thread (after the work queued before it), while the connection
+        waits unread and the others do not."""
+        for i, cmd in enumerate(cmds):
+            if cmd.is_response:     # a NameServer sends no requests: nothing to match
+                continue
+            resp = self.processor.quick(cmd, conn)
+            if resp is NEEDS_TABLE:
+                rest = cmds[i:]
+                fut = self.table_thread.submit(self._in_table_thread, conn, rest)
+                loop = self.loop
+                fut.add_done_callback(lambda f: loop.call_soon_threadsafe(
+                    self._answered, conn, rest, out, error, f))
+                return
+            if resp is not None:
+                out.append(encode_answer(self, cmd, resp, conn.peer))
+        self._send(conn, out, error)
+
+    def _in_table_thread(self, conn, cmds):
+        if conn.closing:
+            return ()               # closed while it waited: nobody to answer
+        handle = self.processor.handle
+        return [None if cmd.is_response else handle(cmd, conn) for cmd in cmds]
+
+    def _answered(self, conn, cmds, out, error, fut):
+        # (handle() answers every exception itself; were one to escape, the
+        # connection still goes on, unanswered, rather than wait forever)
+        resps = () if fut.exception() is not None else fut.result()
+        for cmd, resp in zip(cmds, resps):
+            if resp is not None:
+                out.append(encode_answer(self, cmd, resp, conn.peer))
+        self._send(conn, out, error)
+
+    def _send(self, conn, out, error):
+        """Python's answers to ``conn``, which goes on with its frames, or after a
+        frame that did not decode, closes once they are sent."""
+        conn.busy = False
+        if conn.closing or self.engine is None:
+            return
+        self.engine.send(conn.id, b"".join(out))
+        if error is not None:
+            self.counters.refused["bad_frame"] += 1
+            log.warning("closing %s: %s", conn.peer, error)
+            conn.close()
+
+    def _closed(self, conn_id, reason, detail):
+        conn = self._by_id.pop(conn_id, None)
+        if conn is None:
+            return
+        conn.closing = True
+        self.connections.discard(conn)
+        if reason == "bad_frame":
+            self.counters.refused["bad_frame"] += 1
+            first, head = detail
+            other = _foreign_protocol(head, self.settings.max_frame_length) if first else None
+            if other is not None:
+                self.counters.refused["foreign_protocol"] += 1
+                log.warning("closing %s: %s on the RocketMQ port (it speaks plain "
+                            "remoting frames)", conn.peer, other)
+            else:
+                log.warning("closing %s: frame length %d above maxFrameLength %d", conn.peer,
+                            int.from_bytes(head[:4], "big", signed=True),
+                            self.settings.max_frame_length)
+        elif reason == "output_budget":
+            self.counters.refused["output_budget"] += 1
+            log.warning("output of all connections > maxTotalOutputBufferBytes %d: "
+                        "aborted %s", self.config.maxTotalOutputBufferBytes, conn.peer)
+        elif reason == "idle":
+            log.info("closed idle connection %s (%ss)", conn.peer, self.settings.idle_seconds)
+        elif reason == "unsent":
+            log.info("aborted connection %s: not closed after %ss", conn.peer,
+                     self.settings.idle_seconds)
+        elif reason == "no_memory":
+            log.error("closed %s: out of memory for its buffers", conn.peer)
+        self.in_table_thread(self.processor.connection_closed, conn)
+
+    # ---------------------------------------------------------------- shutdown
+
+    async def _close_connections(self):
+        engine = self.engine
+        engine.stop_accepting()
+        log.info("stopped accepting connections")
+        if self.connections:
+            log.info("closing %d connections", len(self.connections))
+        for conn in list(self.connections):
+            conn.close()
+        # A moment to send what is queued; the engine's stop closes the rest.
+        for _ in range(100):
+            if not self.connections:
+                break
+            await asyncio.sleep(0.01)
+        if self.connections:
+            log.warning("aborting %d connections whose peers do not take their "
+                        "answers", len(self.connections))
+        self._pump_stop = True
+        await self.loop.run_in_executor(None, self._pump.join)
+        await asyncio.sleep(0)      # the pump's last events
+        self.engine = None
+        await self.loop.run_in_executor(None, engine.stop)
+        self._sock.close()
+        for conn in list(self.connections):     # stopped without a close event
+            self._closed(conn.id, "closed", None)

@@ -1,0 +1,156 @@
+"""The NameServer on the compiled core's I/O engine (serverEngine=c,
+rmq.namesrv.dataplane): what differs from the asyncio server. The behaviours both
+servers share run on both in the end-to-end, hardening, shutdown, metrics, ACL,
+zone-mode and vector-replay modules (``each_server`` / ``loop`` fixtures)."""
+
+import logging
+import threading
+
+import pytest
+
+import rmq
+from nameserver import Client, register_broker, running_namesrv, wait_for
+from rmq.namesrv import DefaultRequestProcessor
+from rmq.namesrv.config import ConfigError, NamesrvConfig
+from rmq.namesrv.kvconfig import KVConfig
+from rmq.namesrv.server import NameServerApp, make_app
+
+COMPILED = rmq.IMPLEMENTATION == "compiled"
+
+
+def _app(tmp_path, trace=None, **config):
+    cfg = NamesrvConfig(kvConfigPath=str(tmp_path / "kv.json"), **config)
+    kv = KVConfig(cfg.kvConfigPath)
+    try:
+        app = make_app(DefaultRequestProcessor(cfg, kv), trace=trace)
+        app.table_thread.shutdown()
+        return app
+    finally:
+        kv.close()
+
+
+@pytest.mark.parametrize("value, engine", [("asyncio", False), ("c", True), ("C", True),
+                                           (" ", False)])
+def test_server_engine_picks_the_network_layer(tmp_path, value, engine):
+    from rmq.namesrv import dataplane
+    app = _app(tmp_path, serverEngine=value)
+    # the pure-Python reference keeps asyncio whatever is asked (make_app logs why)
+    assert isinstance(app, dataplane.EngineServerApp) == (engine and COMPILED)
+    assert isinstance(app, NameServerApp)
+
+
+def test_a_bad_server_engine_stops_the_start(tmp_path):
+    with pytest.raises(ConfigError, match="serverEngine='uring'"):
+        _app(tmp_path, serverEngine="uring")
+
+
+@pytest.mark.once
+def test_a_trace_keeps_asyncio_and_says_why(tmp_path, caplog):
+    from rmq.trace.segments import TraceRecorder
+    recorder = TraceRecorder(tmp_path / "trace")
+    try:
+        with caplog.at_level(logging.WARNING, "rmq.namesrv.server"):
+            app = _app(tmp_path, trace=recorder, serverEngine="c")
+        assert type(app) is NameServerApp
+        assert "serverEngine=c: trace recording" in caplog.text
+    finally:
+        recorder.close()
+
+
+pytestmark_engine = pytest.mark.skipif(not COMPILED, reason="the engine is the compiled core's")
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_route_queries_never_reach_python(tmp_path):
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as c:
+        assert register_broker(c, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        for _ in range(50):
+            assert c.request(105, {"topic": "T1"}).code == 0
+            assert c.request(105, {"topic": "nope"}).code == 17
+        assert app.counters.requests[105] == 0          # none decoded in Python
+        counts = app.engine.counts()
+        assert (counts["served"], counts["not_found"]) == (50, 50)
+        assert app.network_counts()["served"] == 50
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_a_pipeline_of_mixed_requests_is_answered_in_order(tmp_path):
+    """KV puts and gets (Python, in batches), route queries (C) and a registration
+    (the table thread), pipelined in one write: every answer, in order."""
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as c:
+        assert register_broker(c, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        reqs = []
+        for i in range(200):
+            reqs.append(rmq.RemotingCommand.request(100, {"namespace": "n", "key": f"k{i}",
+                                                          "value": str(i)}))
+            reqs.append(rmq.RemotingCommand.request(101, {"namespace": "n", "key": f"k{i}"}))
+            reqs.append(rmq.RemotingCommand.request(105, {"topic": "T1" if i % 2 else "x"}))
+        c.send_raw(b"".join(rmq.encode_frame(r) for r in reqs))
+        got = [c.receive() for _ in reqs]
+        assert [g.opaque for g in got] == [r.opaque for r in reqs]
+        for i in range(200):
+            put, get, route = got[3 * i:3 * i + 3]
+            assert put.code == 0 and get.code == 0
+            assert get.ext_fields["value"] == str(i)
+            assert route.code == (0 if i % 2 else 17)
+        # the KV requests went to Python in batches, the route queries stayed in C
+        assert app.counters.requests[100] == 200 and app.counters.requests[105] == 0
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_registrations_of_10000_topics_through_the_engine(tmp_path):
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as c, \
+            Client(app.address) as asker:
+        topics = [f"Topic-{i:05d}" for i in range(10_000)]
+        for counter in range(1, 4):
+            assert register_broker(c, "b", "10.0.0.1:10911", topics=topics,
+                                   counter=counter).code == 0
+        for t in ("Topic-00000", "Topic-09999"):
+            r = asker.request(105, {"topic": t})
+            assert r.code == 0 and b"10.0.0.1:10911" in r.body
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_brokers_are_dropped_when_their_connection_closes(tmp_path):
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as asker:
+        broker = Client(app.address)
+        assert register_broker(broker, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        assert asker.request(105, {"topic": "T1"}).code == 0
+        broker.close()
+        assert wait_for(lambda: asker.request(105, {"topic": "T1"}).code == 17, 5)
+        assert app.counters.connection_dropped == 1
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_many_clients_on_two_io_threads(tmp_path):
+    """Route queries from 16 connections on two I/O threads while a broker
+    re-registers: every answer a route."""
+    with running_namesrv(tmp_path, loop="engine", serverIoThreads=2) as app, \
+            Client(app.address) as broker:
+        assert register_broker(broker, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        errors = []
+
+        def ask():
+            try:
+                with Client(app.address) as c:
+                    for i in range(300):
+                        assert c.request(105, {"topic": "T1" if i % 2 else "T2"}).code == 0
+            except Exception as e:       # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for counter in range(2, 12):
+            assert register_broker(broker, "b", "10.0.0.1:10911", topics=["T1", "T2"],
+                                   counter=counter).code == 0
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert app.engine.counts()["served"] == 16 * 300
+        assert app.engine.config["threads"] == 2
