@@ -13,7 +13,7 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # build of the packages) are made once.
 XDIST  ?= -n 4 --dist loadscope
 
-.PHONY: run test parts test-fast test-debug spark-cluster-test nox wheel-test wheel-test-py314 aarch64-test bench load scale hardening fuzz install clean
+.PHONY: run test parts test-fast test-debug spark-cluster-test nox wheel-test wheel-test-py314 aarch64-test bench load scale soak hardening fuzz install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -159,6 +159,13 @@ load: install bench/loadgen
 # 1,000 of 10,000 brokers expiring under route load: ~2 min; SCALE_ARGS=--quick ~30 s.
 scale: install bench/loadgen
 	$(BIN)/python bench/scale.py $(SCALE_ARGS)
+
+# The soak (issue 30): mixed load for SOAK_MINUTES on the I/O engine (routes at 4 x 16
+# and 1,000 x 1, registrations of 8 brokers x 10,000 topics every 30 s, churn, KV puts,
+# 206s, faults), RSS and latency per minute; fails on a lost answer. CI runs 5 minutes.
+SOAK_MINUTES ?= 60
+soak: install bench/loadgen
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # Hostile load (issue 12): route latency while one client floods 206, while KV puts
 # run on a 100 MiB table, while 100,000-topic registrations run; RSS of bombs and of

@@ -14,7 +14,7 @@ latency of route queries sent every millisecond on a connection of their own (th
 - stalled: RSS peak with 8 clients that pipeline 206 and never read.
 - bigbroker: RSS of a compressed registration of 1,000,000 topics, and once dropped.
 
-    PYTHONPATH=src .venv/bin/python bench/hardening.py [--only flood206,bomb]
+    PYTHONPATH=src .venv/bin/python bench/hardening.py [--only flood206,bomb] [--engine]
 """
 
 import argparse
@@ -287,6 +287,9 @@ def main(argv=None):
     p.add_argument("--regs", type=int, default=10, help="registrations in 'registrations'")
     p.add_argument("--kv-mib", type=int, default=100)
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--engine", action="store_true",
+                   help="serve with the compiled core's I/O engine (serverEngine=c)")
+    p.add_argument("--threads", type=int, default=0, help="its I/O threads (0: one per core)")
     p.add_argument("--keep-log", help="copy the server log here")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(SCENARIOS)
@@ -295,7 +298,9 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as d:
             if name == "kvputs":
                 write_kv_file(Path(d) / "kvConfig.json", args.kv_mib << 20)
-            server = load.Server(d, log_level=args.log_level).start(timeout=120)
+            props = ({"serverEngine": "c", "serverIoThreads": str(args.threads)}
+                     if args.engine or args.threads else {})
+            server = load.Server(d, log_level=args.log_level, properties=props).start(timeout=120)
             try:
                 report[name] = SCENARIOS[name](server, args)
             finally:

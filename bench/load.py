@@ -112,6 +112,45 @@ def build_loadgen(force=False, tls=False):
     return target
 
 
+LIMITSRV_SRC = BENCH / "limitsrv.c"
+LIMITSRV = BENCH / "limitsrv"
+
+
+def build_limitsrv(force=False):
+    """cc -O2 -o bench/limitsrv bench/limitsrv.c, when missing or older."""
+    if (not force and LIMITSRV.exists()
+            and LIMITSRV.stat().st_mtime >= LIMITSRV_SRC.stat().st_mtime):
+        return LIMITSRV
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    cmd = [cc, "-O2", "-o", str(LIMITSRV), str(LIMITSRV_SRC)]
+    log("building the limit server:", " ".join(cmd))
+    subprocess.run(cmd, check=True, timeout=120)
+    return LIMITSRV
+
+
+class LimitServer:
+    """bench/limitsrv: one epoll thread answering every frame with ``body`` (the
+    ceiling rmq is compared with), pinned like the NameServer."""
+
+    def __init__(self, workdir, body, pin_cpu=None):
+        path = Path(workdir) / "limit-route.json"
+        path.write_bytes(body)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        cmd = [str(build_limitsrv()), str(self.port), str(path)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        if pin_cpu is not None:
+            os.sched_setaffinity(self.proc.pid, {pin_cpu})
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening"):
+            raise BenchError(f"the limit server did not start: {line!r}")
+        self.pid = self.proc.pid
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(10)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -240,6 +279,16 @@ class Server:
         self._log.close()
 
 
+def route_raw(address, topic):
+    """The body of topic's route answer, as the NameServer writes it."""
+    b = brokersim.SimBroker(address, 998, timeout=30)
+    try:
+        return b.call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic}, version=V4_9_8)).body
+    finally:
+        b.close()
+
+
 def query_route(address, topic):
     """One GET_ROUTEINFO_BY_TOPIC with the Python client (a sanity check)."""
     b = brokersim.SimBroker(address, 999, timeout=30)
@@ -356,7 +405,11 @@ def run(args):
             "built rmq._core): build it (make install, or an in-place build) to measure it")
     topics = brokersim.topic_names(args.topics)
     workdir = tempfile.mkdtemp(prefix="rmq-load-")
-    server = Server(workdir, args.server_log_level, pin_server, trace=args.trace)
+    properties = {}
+    if args.engine or args.threads:
+        properties = {"serverEngine": "c", "serverIoThreads": str(args.threads or 0)}
+    server = Server(workdir, args.server_log_level, pin_server, trace=args.trace,
+                    properties=properties)
     brokers = []
     try:
         server.start()
@@ -432,6 +485,23 @@ def run(args):
         report["w1_missing_16"] = r
         log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
             f"p99 {r['p99_us']} us")
+
+        if args.limit:
+            # the same loads against the limit server, in this run
+            limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
+                                pin_server)
+            try:
+                for key, conns, inflight in (("w1_16", args.conns, 16), ("w1_1", args.conns, 1),
+                                             ("c1000_1", 1000, 1)):
+                    log(f"the limit server: {conns} connections x {inflight} in flight")
+                    r = run_loadgen(limit, label="limit_" + key, conns=conns,
+                                    inflight=inflight, duration=args.duration,
+                                    warmup=args.warmup, topics=args.topics, pin_cpu=pin_client)
+                    report["limit_" + key] = r
+                    log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us;"
+                        f" rmq / limit {routes_per_s(report[key]) / routes_per_s(r):.2f}")
+            finally:
+                limit.stop()
 
         # 3. memory
         report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
@@ -535,6 +605,10 @@ def print_table(rep):
         rows.insert(2, ("w1_missing_16", "W1 TOPIC_NOT_EXIST, 4 x 16"))
     if "w1_zone_16" in rep:
         rows.insert(2, ("w1_zone_16", "W1 zone-mode route, 4 x 16"))
+    for key, name in (("limit_c1000_1", "the limit: 1000 x 1"), ("limit_w1_1", "the limit: 4 x 1"),
+                      ("limit_w1_16", "the limit: 4 x 16")):
+        if key in rep:
+            rows.insert(0, (key, name))
     for key, name in rows:
         r = rep[key]
         missing = key == "w1_missing_16" or (key.startswith("routes_")
@@ -604,6 +678,12 @@ def main(argv=None):
     p.add_argument("--during-rate", type=int, default=5000,
                    help="route requests/s during the registration run (5000)")
     p.add_argument("--during-duration", type=float, help="seconds of that run (5; quick 2)")
+    p.add_argument("--engine", action="store_true",
+                   help="serve with the compiled core's I/O engine (serverEngine=c)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="its I/O threads (serverIoThreads; implies --engine; 0: one per core)")
+    p.add_argument("--limit", action="store_true",
+                   help="run the route loads against the limit server too (bench/limitsrv.c)")
     p.add_argument("--pin", action="store_true",
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],
