@@ -441,7 +441,7 @@ def run(args):
         # 2. W1 queries
         prof_seconds = args.duration if args.profile_phase == "w1_16" else args.during_duration
         prof = make_profiler(args.profile, server, prof_seconds, args.profile_out)
-        for key, inflight in (("w1_16", 16), ("w1_1", 1)):
+        for key, inflight in (("w1_16", 16), ("w1_64", 64), ("w1_1", 1)):
             log(f"W1 queries: {args.conns} connections x {inflight} in flight, "
                 f"{args.duration:g} s (+{args.warmup:g} s warmup)")
             r = run_loadgen(server, label=key, conns=args.conns, inflight=inflight,
@@ -491,8 +491,8 @@ def run(args):
             limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
                                 pin_server)
             try:
-                for key, conns, inflight in (("w1_16", args.conns, 16), ("w1_1", args.conns, 1),
-                                             ("c1000_1", 1000, 1)):
+                for key, conns, inflight in (("w1_16", args.conns, 16), ("w1_64", args.conns, 64),
+                                             ("w1_1", args.conns, 1), ("c1000_1", 1000, 1)):
                     log(f"the limit server: {conns} connections x {inflight} in flight")
                     r = run_loadgen(limit, label="limit_" + key, conns=conns,
                                     inflight=inflight, duration=args.duration,
@@ -595,6 +595,7 @@ def print_table(rep):
     print(hdr)
     print("-" * len(hdr))
     rows = [("w1_16", "W1 route, 4 conns x 16 in flight"),
+            ("w1_64", "W1 route, 4 conns x 64 in flight"),
             ("w1_1", "W1 route, 4 conns x 1 in flight"),
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
@@ -606,7 +607,7 @@ def print_table(rep):
     if "w1_zone_16" in rep:
         rows.insert(2, ("w1_zone_16", "W1 zone-mode route, 4 x 16"))
     for key, name in (("limit_c1000_1", "the limit: 1000 x 1"), ("limit_w1_1", "the limit: 4 x 1"),
-                      ("limit_w1_16", "the limit: 4 x 16")):
+                      ("limit_w1_64", "the limit: 4 x 64"), ("limit_w1_16", "the limit: 4 x 16")):
         if key in rep:
             rows.insert(0, (key, name))
     for key, name in rows:

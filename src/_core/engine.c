@@ -61,8 +61,14 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
     re_conn_state *state;           /* re_conn_state_read: filled, then `done` posted */
     sem_t *done;
     size_t len;
-    char data[];
+    char *data;                     /* malloc'd: the command owns it */
 } re_cmd;
+
+static void free_cmd(re_cmd *cmd)
+{
+    free(cmd->data);
+    free(cmd);
+}
 
 typedef struct {
     rmq_engine *e;
@@ -592,14 +598,22 @@ static void run_cmds(re_thread *th)
                 *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off,
                                               c->with_python, c->paused, c->closing};
             sem_post(cmd->done);
-            free(cmd);
+            free_cmd(cmd);
             cmd = next;
             continue;
         }
         if (c) {
             int gone = 0;
             c->last_active = th->now;       /* Python answered: not idle */
-            if (cmd->len) {
+            if (cmd->len && !pending(c) && cmd->len >= READ_CHUNK) {
+                /* a big answer (a batch of 206s): its buffer becomes the output,
+                 * not copied again */
+                free(c->out);
+                c->out = cmd->data;
+                c->out_off = 0;
+                c->out_len = c->out_cap = cmd->len;
+                cmd->data = NULL;
+            } else if (cmd->len) {
                 if (out_room(c, cmd->len) < 0) {
                     c->why = RE_WHY_NO_MEMORY;
                     conn_close(th, c, 1);
@@ -624,7 +638,7 @@ static void run_cmds(re_thread *th)
             if (!gone && flush(th, c) == 0)
                 conn_read(th, c);   /* what came meanwhile, then epoll's interest */
         }
-        free(cmd);
+        free_cmd(cmd);
         cmd = next;
     }
 }
@@ -718,20 +732,27 @@ static void post(re_thread *th, re_cmd *cmd)
     wake(th);
 }
 
-int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resume)
+int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume)
 {
     int index = (int)(conn & 0xFF);
-    if (index >= e->nthreads)
-        return 0;
-    re_thread *th = &e->threads[index];
-    re_cmd *cmd = malloc(sizeof *cmd + len);
-    if (!cmd)
-        return -1;
-    *cmd = (re_cmd){NULL, conn, resume, 0, NULL, NULL, len};
-    if (len)
-        memcpy(cmd->data, data, len);
-    post(th, cmd);
+    re_cmd *cmd = index < e->nthreads ? malloc(sizeof *cmd) : NULL;
+    if (!cmd) {
+        free(data);
+        return index < e->nthreads ? -1 : 0;
+    }
+    *cmd = (re_cmd){NULL, conn, resume, 0, NULL, NULL, len, data};
+    post(&e->threads[index], cmd);
     return 0;
+}
+
+int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resume)
+{
+    char *copy = NULL;
+    if (len && !(copy = malloc(len)))
+        return -1;
+    if (len)
+        memcpy(copy, data, len);
+    return re_send_owned(e, conn, copy, len, resume);
 }
 
 int re_close(rmq_engine *e, uint64_t conn)
@@ -743,7 +764,7 @@ int re_close(rmq_engine *e, uint64_t conn)
     re_cmd *cmd = malloc(sizeof *cmd);
     if (!cmd)
         return -1;
-    *cmd = (re_cmd){NULL, conn, 0, 1, NULL, NULL, 0};
+    *cmd = (re_cmd){NULL, conn, 0, 1, NULL, NULL, 0, NULL};
     post(th, cmd);
     return 0;
 }
@@ -813,7 +834,7 @@ static void free_thread(re_thread *th)
         re_cmd *next = cmd->next;
         if (cmd->state)
             sem_post(cmd->done);    /* not found: the engine stopped */
-        free(cmd);
+        free_cmd(cmd);
         cmd = next;
     }
     if (th->epfd >= 0)

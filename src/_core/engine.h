@@ -97,6 +97,10 @@ void re_free_events(re_event *ev);
  * ignored. 0, or -1 out of memory. */
 int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resume);
 
+/* re_send of a malloc'd buffer the engine takes over (freed by it in every case):
+ * a big answer is then written from it, not copied again. */
+int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume);
+
 /* Close a connection after its queued output is sent. */
 int re_close(rmq_engine *e, uint64_t conn);
 

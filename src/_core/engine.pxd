@@ -58,6 +58,7 @@ cdef extern from "engine.h" nogil:
     re_event* re_next(rmq_engine* e, double timeout)
     void re_free_events(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
+    int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume)
     int re_close(rmq_engine* e, uint64_t conn)
     int re_conn_state_read(rmq_engine* e, uint64_t conn, re_conn_state* out)
     void re_route_queries(rmq_engine* e, int in_c)

@@ -114,14 +114,34 @@ cdef class Engine:
         return out
 
     def send(self, uint64_t conn, data, bint resume=True):
-        """Queue ``data`` (bytes) for connection ``conn`` and, with ``resume``, let it
-        go on with its next frames. A connection gone meanwhile is ignored."""
+        """Queue ``data`` (bytes, or a list or tuple of bytes, written one after the
+        other) for connection ``conn`` and, with ``resume``, let it go on with its next
+        frames. A connection gone meanwhile is ignored."""
         cdef rmq_engine* e = self._running()
-        cdef const uint8_t[::1] view = data
+        cdef const uint8_t[::1] view
+        cdef size_t total = 0, off = 0, n
+        cdef char* buf = NULL
         cdef int rc
-        cdef size_t n = view.shape[0]
+        parts = data if isinstance(data, (list, tuple)) else (data,)
+        for part in parts:
+            total += len(part)
+        if total:
+            # one copy, into the buffer the engine writes from (no join in Python)
+            buf = <char*>malloc(total)
+            if buf == NULL:
+                raise MemoryError()
+            try:
+                for part in parts:
+                    view = part
+                    n = view.shape[0]
+                    if n:
+                        memcpy(buf + off, &view[0], n)
+                        off += n
+            except BaseException:
+                free(buf)
+                raise
         with nogil:
-            rc = re_send(e, conn, <const char*>(&view[0] if n else NULL), n, resume)
+            rc = re_send_owned(e, conn, buf, total, resume)
         if rc < 0:
             raise MemoryError()
 

@@ -244,7 +244,7 @@ class EngineServerApp(NameServerApp):
         conn.busy = False
         if conn.closing or self.engine is None:
             return
-        self.engine.send(conn.id, b"".join(out))
+        self.engine.send(conn.id, out)      # (copied once, into the engine's buffer)
         if error is not None:
             self.counters.refused["bad_frame"] += 1
             log.warning("closing %s: %s", conn.peer, error)
