@@ -279,6 +279,29 @@ class Server:
         self._log.close()
 
 
+class Keepalive(threading.Thread):
+    """BROKER_HEARTBEAT (904) from every broker every ``period`` s, as a broker's
+    30 s registrations keep it live: a run longer than the heartbeat timeout or
+    serverChannelMaxIdleTimeSeconds (120 s) would otherwise lose its brokers, and
+    every answer after that would be TOPIC_NOT_EXIST. Stopped before the brokers'
+    connections are used for anything else (one request at a time per connection)."""
+
+    def __init__(self, brokers, period=20.0):
+        super().__init__(daemon=True)
+        self.brokers, self.period = brokers, period
+        self.stop_ = threading.Event()
+
+    def run(self):
+        while not self.stop_.wait(self.period):
+            for b in self.brokers:
+                b.call(RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, b._identity(),
+                                               version=V4_9_8))
+
+    def stop(self):
+        self.stop_.set()
+        self.join(60)
+
+
 def route_raw(address, topic):
     """The body of topic's route answer, as the NameServer writes it."""
     b = brokersim.SimBroker(address, 998, timeout=30)
@@ -411,6 +434,7 @@ def run(args):
     server = Server(workdir, args.server_log_level, pin_server, trace=args.trace,
                     properties=properties)
     brokers = []
+    keepalive = None
     try:
         server.start()
         report["server"] = {"address": server.address, "pid": server.pid,
@@ -428,6 +452,8 @@ def run(args):
                                   brokers=args.brokers, topics=args.topics,
                                   body_bytes=len(body), compressed=args.compressed,
                                   seconds=round(setup_s, 3))
+        keepalive = Keepalive(brokers)
+        keepalive.start()
         route, route_len = query_route(server.address, topics[len(topics) // 2])
         if len(route["brokerDatas"]) != args.brokers:
             raise BenchError(f"route has {len(route['brokerDatas'])} brokers, "
@@ -507,6 +533,8 @@ def run(args):
         report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_after_w1_mib": proc_status(server.pid)["VmHWM"]})
 
+        keepalive.stop()
+
         # 4. registration time, no other load
         reg = brokers[0]
         series = brokersim.body_series(topics, 2, queues=args.queues,
@@ -564,6 +592,8 @@ def run(args):
         if not server.alive():
             raise BenchError("the NameServer died:\n" + server.log_tail())
     finally:
+        if keepalive is not None:
+            keepalive.stop()
         brokersim.close_all(brokers)
         server.stop()
         report.setdefault("server", {})["log"] = server.log_tail(5)

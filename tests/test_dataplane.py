@@ -44,20 +44,43 @@ def test_a_bad_server_engine_stops_the_start(tmp_path):
         _app(tmp_path, serverEngine="uring")
 
 
-@pytest.mark.once
-def test_a_trace_keeps_asyncio_and_says_why(tmp_path, caplog):
-    from rmq.trace.segments import TraceRecorder
-    recorder = TraceRecorder(tmp_path / "trace")
-    try:
-        with caplog.at_level(logging.WARNING, "rmq.namesrv.server"):
-            app = _app(tmp_path, trace=recorder, serverEngine="c")
-        assert type(app) is NameServerApp
-        assert "serverEngine=c: trace recording" in caplog.text
-    finally:
-        recorder.close()
-
-
 pytestmark_engine = pytest.mark.skipif(not COMPILED, reason="the engine is the compiled core's")
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_the_trace_of_two_io_threads_in_time_order(tmp_path):
+    """Route queries (answered in C) and KV requests (in Python) on 6 connections over
+    two I/O threads: every frame in and out is recorded, merged in time order."""
+    from rmq.trace.segments import IN, OUT, TraceRecorder, read_records, segment_files
+    recorder = TraceRecorder(tmp_path / "trace")
+    sent = []
+    with running_namesrv(tmp_path, loop="engine", trace=recorder, serverIoThreads=2) as app:
+        with Client(app.address) as b:
+            assert register_broker(b, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+            sent.append(b.last_sent)
+        clients = [Client(app.address) for _ in range(5)]
+        for i in range(40):
+            for c in clients:
+                cmd = rmq.RemotingCommand.request(105, {"topic": "T1" if i % 2 else "nope"})
+                sent.append(cmd)
+                c.call(cmd)
+                cmd = rmq.RemotingCommand.request(101, {"namespace": "n", "key": "k"})
+                sent.append(cmd)
+                c.call(cmd)
+        for c in clients:
+            c.close()
+        assert wait_for(lambda: not app.connections, 5)
+    recorder.close()
+    records = [r for path in segment_files([tmp_path / "trace"]) for r in read_records(path)]
+    ins = [r[4] for r in records if r[3] == IN]
+    outs = [rmq.decode_frame(r[4]) for r in records if r[3] == OUT]
+    assert sorted(ins) == sorted(rmq.encode_frame(c) for c in sent)
+    assert sorted(a.opaque for a in outs) == sorted(c.opaque for c in sent)
+    times = [r[0] for r in records]
+    assert times == sorted(times)
+    assert all(r[2].startswith("127.0.0.1:") for r in records)
+    assert recorder.dropped == 0 and app.trace_dropped() == 0
 
 
 @pytestmark_engine

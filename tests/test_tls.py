@@ -511,3 +511,16 @@ def test_a_forged_record_after_the_handshake_closes_that_connection_only(
             assert other.call(route_query()).code == 17
         assert logged(caplog, "TLS error")
         assert app.counters.refused["tls_handshake"] == 1
+
+
+def test_tls_is_served_by_asyncio_when_the_engine_is_asked(tmp_path, certs, caplog):
+    """serverEngine=c with TLS configured: the asyncio server serves (TLS is not on
+    the I/O engine yet), and the log says why."""
+    from rmq.namesrv.server import NameServerApp
+    with caplog.at_level(logging.WARNING, "rmq.namesrv.server"):
+        with tls_server(tmp_path, certs, "permissive", serverEngine="c") as app, \
+                Client(app.address) as plain:
+            assert type(app) is NameServerApp
+            assert plain.request(106).code == 0
+    if rmq.IMPLEMENTATION == "compiled":
+        assert "serverEngine=c: TLS is served by the asyncio server only" in caplog.text

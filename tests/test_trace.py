@@ -51,6 +51,7 @@ def session(address):
     return sent
 
 
+@pytest.mark.usefixtures("each_server")     # the asyncio server's and the I/O engine's
 def test_recorded_session_holds_every_frame_in_and_out(tmp_path):
     rec, sent = recorded_traffic(tmp_path, session)
     assert rec.dropped == 0

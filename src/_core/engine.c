@@ -83,6 +83,9 @@ typedef struct {
     int listening;                  /* the listening socket is in epfd */
     double now;                     /* monotonic seconds, read after each epoll_wait */
     double next_scan;               /* of idle connections */
+    uint8_t *ring;                  /* the trace ring (engine.h), ring_cap bytes, or NULL */
+    size_t ring_cap;
+    uint64_t ring_head, ring_tail;  /* written by the thread / by re_trace_take */
     rs_counts counts;               /* written by this thread only; read by re_stats_read */
     re_stats stats;                 /* (its served/not_found unused: counts has them) */
 } re_thread;
@@ -163,6 +166,77 @@ void re_free_events(re_event *ev)
     }
 }
 
+/* ---------------------------------------------------------------- trace ring */
+
+static void ring_copy(re_thread *th, uint64_t pos, const void *data, size_t n)
+{
+    size_t at = (size_t)(pos % th->ring_cap), first = th->ring_cap - at;
+    if (first >= n) {
+        memcpy(th->ring + at, data, n);
+    } else {
+        memcpy(th->ring + at, data, first);
+        memcpy(th->ring, (const uint8_t *)data + first, n - first);
+    }
+}
+
+/* Append a record, or count it dropped when the ring lacks room. */
+static void trace_put(re_thread *th, uint32_t kind, uint64_t conn, const void *data, size_t n)
+{
+    if (!th->ring)
+        return;
+    uint64_t head = th->ring_head;
+    uint64_t tail = __atomic_load_n(&th->ring_tail, __ATOMIC_ACQUIRE);
+    if (n > UINT32_MAX || th->ring_cap - (size_t)(head - tail) < sizeof(re_trace_head) + n) {
+        BUMP(th->stats.trace_dropped, 1);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    re_trace_head h = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, conn,
+                       (uint32_t)n, kind};
+    ring_copy(th, head, &h, sizeof h);
+    if (n)
+        ring_copy(th, head + sizeof h, data, n);
+    __atomic_store_n(&th->ring_head, head + sizeof h + n, __ATOMIC_RELEASE);
+}
+
+size_t re_trace_take(rmq_engine *e, int thread, uint8_t *out, size_t cap)
+{
+    if (thread < 0 || thread >= e->nthreads)
+        return 0;
+    re_thread *th = &e->threads[thread];
+    if (!th->ring)
+        return 0;
+    uint64_t tail = th->ring_tail;
+    uint64_t head = __atomic_load_n(&th->ring_head, __ATOMIC_ACQUIRE);
+    size_t used = 0;
+    while (tail < head) {
+        re_trace_head h;
+        size_t at = (size_t)(tail % th->ring_cap), first = th->ring_cap - at;
+        if (first >= sizeof h) {
+            memcpy(&h, th->ring + at, sizeof h);
+        } else {
+            memcpy(&h, th->ring + at, first);
+            memcpy((uint8_t *)&h + first, th->ring, sizeof h - first);
+        }
+        size_t n = sizeof h + h.len;
+        if (cap - used < n)
+            break;
+        at = (size_t)(tail % th->ring_cap);
+        first = th->ring_cap - at;
+        if (first >= n) {
+            memcpy(out + used, th->ring + at, n);
+        } else {
+            memcpy(out + used, th->ring + at, first);
+            memcpy(out + used + first, th->ring, n - first);
+        }
+        used += n;
+        tail += n;
+    }
+    __atomic_store_n(&th->ring_tail, tail, __ATOMIC_RELEASE);
+    return used;
+}
+
 /* ---------------------------------------------------------------- connections */
 
 static re_conn *find_conn(re_thread *th, uint64_t id)
@@ -209,6 +283,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
     BUMP(th->stats.closed[c->why], 1);
+    trace_put(th, RE_TRACE_CLOSE, c->id, NULL, 0);
     if (tell) {
         uint8_t why[2 + RE_BAD_BYTES] = {c->why, !c->split_any};
         size_t n = 1;
@@ -350,9 +425,14 @@ static int split(re_thread *th, re_conn *c)
         if (!__atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED)) {
             if (out_room(c, READ_CHUNK) < 0)
                 return -1;
+            size_t before = c->out_len;
             used = rs_serve_routes(e->t, e->stype, p, n, e->cfg.max_frame, c->out, c->out_cap,
                                    &c->out_len, c->out_off + e->cfg.max_output, &need,
                                    &th->counts);
+            if (used && th->ring) {
+                trace_put(th, RE_TRACE_IN, c->id, p, used);
+                trace_put(th, RE_TRACE_OUT, c->id, c->out + before, c->out_len - before);
+            }
         }
         if (used)
             c->split_any = 1;
@@ -379,6 +459,7 @@ static int split(re_thread *th, re_conn *c)
         }
         if (push_event(e, RE_FRAME, c->id, p, batch) < 0)
             return -1;
+        trace_put(th, RE_TRACE_IN, c->id, p, batch);
         c->in_off += batch;
         c->with_python = 1;
         c->split_any = 1;
@@ -573,6 +654,7 @@ static void accept_all(re_thread *th)
             snprintf(peer, sizeof peer, "[%s]:%u", host, ntohs(in6->sin6_port));
         }
         push_event(e, RE_OPEN, c->id, peer, strlen(peer));
+        trace_put(th, RE_TRACE_OPEN, c->id, peer, strlen(peer));
     }
 }
 
@@ -605,6 +687,8 @@ static void run_cmds(re_thread *th)
         if (c) {
             int gone = 0;
             c->last_active = th->now;       /* Python answered: not idle */
+            if (cmd->len)
+                trace_put(th, RE_TRACE_OUT, c->id, cmd->data, cmd->len);
             if (cmd->len && !pending(c) && cmd->len >= READ_CHUNK) {
                 /* a big answer (a batch of 206s): its buffer becomes the output,
                  * not copied again */
@@ -820,6 +904,8 @@ void re_stats_read(rmq_engine *e, re_stats *out, int *connections)
     }
 #undef SUM
     out->queued_output = (uint64_t)__atomic_load_n(&e->out_total, __ATOMIC_RELAXED);
+    for (int i = 0; i < e->nthreads; i++)
+        out->trace_dropped += __atomic_load_n(&e->threads[i].stats.trace_dropped, __ATOMIC_RELAXED);
     *connections = __atomic_load_n(&e->connections, __ATOMIC_RELAXED);
 }
 
@@ -837,6 +923,7 @@ static void free_thread(re_thread *th)
         free_cmd(cmd);
         cmd = next;
     }
+    free(th->ring);
     if (th->epfd >= 0)
         close(th->epfd);
     if (th->wakefd >= 0)
@@ -884,11 +971,15 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
         th->e = e;
         th->index = i;
         pthread_mutex_init(&th->m, NULL);
+        if (cfg->trace_bytes) {
+            th->ring_cap = cfg->trace_bytes;
+            th->ring = malloc(th->ring_cap);
+        }
         th->epfd = epoll_create1(EPOLL_CLOEXEC);
         th->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         e->nthreads = i + 1;
-        if (th->epfd < 0 || th->wakefd < 0) {
-            err = errno;
+        if (th->epfd < 0 || th->wakefd < 0 || (cfg->trace_bytes && !th->ring)) {
+            err = th->epfd < 0 || th->wakefd < 0 ? errno : ENOMEM;
             break;
         }
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &LISTEN_TAG};

@@ -39,6 +39,7 @@ typedef struct {
                                    this long, abort closes pending this long; 0: never */
     size_t max_total_output;    /* unsent bytes of all connections (see above); 0: none */
     int sndbuf, rcvbuf;         /* SO_SNDBUF / SO_RCVBUF of accepted sockets; 0: the OS's */
+    size_t trace_bytes;         /* per thread: the trace ring (below); 0: no trace */
 } re_config;
 
 enum { RE_MAX_THREADS = 256 };
@@ -69,6 +70,7 @@ typedef struct {
     uint64_t accepted, refused;     /* connections; refused: over max_connections */
     uint64_t closed[RE_WHY_COUNT];  /* connections closed, by reason */
     uint64_t queued_output;         /* unsent bytes of all connections now */
+    uint64_t trace_dropped;         /* trace records dropped (the ring was full) */
 } re_stats;
 
 typedef struct re_event {
@@ -121,6 +123,25 @@ void re_route_queries(rmq_engine *e, int in_c);
 
 /* Accept no more connections (the open ones are served on). */
 void re_stop_accepting(rmq_engine *e);
+
+/* Trace recording: each thread appends what it reads and writes to a ring of its own
+ * (one writer, the thread; one reader, re_trace_take's caller: no lock), as records
+ * of a re_trace_head and its bytes: RE_TRACE_IN / RE_TRACE_OUT carry whole frames
+ * (those of one split, or of one answer batch), RE_TRACE_OPEN the peer ("host:port"),
+ * RE_TRACE_CLOSE nothing. A record that does not fit is dropped and counted
+ * (re_stats.trace_dropped): recording never makes a thread wait. */
+enum { RE_TRACE_IN = 0, RE_TRACE_OUT = 1, RE_TRACE_OPEN = 2, RE_TRACE_CLOSE = 3 };
+
+typedef struct {
+    uint64_t time_ns;               /* CLOCK_REALTIME */
+    uint64_t conn;
+    uint32_t len;                   /* of the bytes after this head */
+    uint32_t kind;
+} re_trace_head;
+
+/* Move whole records of thread `thread`'s ring to out (up to cap bytes; cap at least
+ * cfg.trace_bytes takes them all); the bytes written. */
+size_t re_trace_take(rmq_engine *e, int thread, uint8_t *out, size_t cap);
 
 /* The threads' counts, and the connections open now. */
 void re_stats_read(rmq_engine *e, re_stats *out, int *connections);

@@ -1,7 +1,7 @@
 # Declarations of engine.h, for the .pxi files of rmq._core (cimported: each C header is
 # declared once, here). The I/O engine.
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from routetable cimport rt_table
 
@@ -16,6 +16,7 @@ cdef extern from "engine.h" nogil:
         size_t max_total_output
         int sndbuf
         int rcvbuf
+        size_t trace_bytes
     ctypedef struct rmq_engine:
         pass
     ctypedef struct re_stats:
@@ -27,6 +28,7 @@ cdef extern from "engine.h" nogil:
         uint64_t refused
         uint64_t closed[7]          # RE_WHY_COUNT (the C header's size is what counts)
         uint64_t queued_output
+        uint64_t trace_dropped
     ctypedef struct re_conn_state:
         int found
         size_t queued_output
@@ -60,6 +62,17 @@ cdef extern from "engine.h" nogil:
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
     int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume)
     int re_close(rmq_engine* e, uint64_t conn)
+    ctypedef struct re_trace_head:
+        uint64_t time_ns
+        uint64_t conn
+        uint32_t len
+        uint32_t kind
+    enum:
+        RE_TRACE_IN
+        RE_TRACE_OUT
+        RE_TRACE_OPEN
+        RE_TRACE_CLOSE
+    size_t re_trace_take(rmq_engine* e, int thread, uint8_t* out, size_t cap)
     int re_conn_state_read(rmq_engine* e, uint64_t conn, re_conn_state* out)
     void re_route_queries(rmq_engine* e, int in_c)
     void re_stop_accepting(rmq_engine* e)

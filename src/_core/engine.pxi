@@ -9,6 +9,8 @@ from libc.errno cimport errno
 from engine cimport *
 
 _ENGINE_KINDS = {RE_OPEN: "open", RE_FRAME: "frame", RE_CLOSED: "closed"}
+_TRACE_KINDS = {RE_TRACE_IN: "in", RE_TRACE_OUT: "out", RE_TRACE_OPEN: "open",
+                RE_TRACE_CLOSE: "close"}
 #: Why a connection closed (the first byte of a "closed" event's data)
 ENGINE_CLOSE_REASONS = {RE_WHY_PEER: "peer", RE_WHY_BAD_FRAME: "bad_frame",
                         RE_WHY_IDLE: "idle", RE_WHY_OUTPUT_BUDGET: "output_budget",
@@ -35,7 +37,8 @@ cdef class Engine:
     (connections neither read nor written that long are closed, 0: never),
     ``max_total_output`` (unsent bytes of all connections: the largest stalled ones
     aborted past 3/4 of it, 0: no bound); ``sndbuf``/``rcvbuf``: SO_SNDBUF/SO_RCVBUF
-    of accepted sockets (0: the OS's).
+    of accepted sockets (0: the OS's); ``trace_bytes``: each thread records what it
+    reads and writes in a ring of that size for ``trace_take`` (0: no trace).
 
     ``stop`` from the thread that calls ``events`` (or once no call is running)."""
 
@@ -50,7 +53,8 @@ cdef class Engine:
     def __init__(self, TopicTable table, sock, *, int threads=1,
                  Py_ssize_t max_frame=16 * 1024 * 1024, Py_ssize_t max_output=4 * 1024 * 1024,
                  Py_ssize_t resume_output=-1, int max_connections=10_000, double idle_seconds=0,
-                 Py_ssize_t max_total_output=0, int sndbuf=0, int rcvbuf=0):
+                 Py_ssize_t max_total_output=0, int sndbuf=0, int rcvbuf=0,
+                 Py_ssize_t trace_bytes=0):
         cdef re_config cfg
         if not 1 <= threads <= RE_MAX_THREADS:
             raise ValueError(f"threads must be 1 to {RE_MAX_THREADS}, not {threads}")
@@ -58,6 +62,8 @@ cdef class Engine:
             raise ValueError(f"max_frame {max_frame}, max_output {max_output} and "
                              f"max_connections {max_connections} must be positive "
                              "(max_frame at least 8)")
+        if trace_bytes and trace_bytes < 4096:
+            raise ValueError(f"trace_bytes {trace_bytes}: 0 (no trace) or at least 4096")
         if idle_seconds < 0 or max_total_output < 0 or sndbuf < 0 or rcvbuf < 0:
             raise ValueError(f"idle_seconds {idle_seconds}, max_total_output "
                              f"{max_total_output}, sndbuf {sndbuf} and rcvbuf {rcvbuf} "
@@ -71,11 +77,12 @@ cdef class Engine:
         cfg.max_total_output = max_total_output
         cfg.sndbuf = sndbuf
         cfg.rcvbuf = rcvbuf
+        cfg.trace_bytes = trace_bytes
         self._config = {"threads": threads, "max_frame": max_frame, "max_output": max_output,
                         "resume_output": cfg.resume_output,
                         "max_connections": max_connections, "idle_seconds": idle_seconds,
                         "max_total_output": max_total_output, "sndbuf": sndbuf,
-                        "rcvbuf": rcvbuf}
+                        "rcvbuf": rcvbuf, "trace_bytes": trace_bytes}
         self.table = table
         self.sock = sock            # kept open while the threads use its descriptor
         cdef int fd = sock.fileno()
@@ -173,6 +180,37 @@ cdef class Engine:
                 "with_python": bool(st.with_python), "paused": bool(st.paused),
                 "closing": bool(st.closing)}
 
+    def trace_take(self):
+        """The trace records the threads made since the last call, each thread's in
+        order: ``[(time_ns, conn, kind, data)]``, kind "in" or "out" (data: whole
+        frames), "open" (data: the peer) or "close". Call from one thread at a time."""
+        cdef rmq_engine* e = self._running()
+        cdef size_t cap = self._config["trace_bytes"], n, off
+        cdef uint8_t* buf
+        cdef re_trace_head h
+        cdef int i, threads = self._config["threads"]
+        out = []
+        if not cap:
+            return out
+        buf = <uint8_t*>malloc(cap)
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(threads):
+                with nogil:
+                    n = re_trace_take(e, i, buf, cap)
+                off = 0
+                while off < n:
+                    memcpy(&h, buf + off, sizeof(h))
+                    off += sizeof(h)
+                    data = PyBytes_FromStringAndSize(<char*>buf + off, h.len)
+                    off += h.len
+                    out.append((h.time_ns, h.conn, _TRACE_KINDS[h.kind],
+                                data.decode("ascii") if h.kind == RE_TRACE_OPEN else data))
+        finally:
+            free(buf)
+        return out
+
     def route_queries_in_c(self, bint in_c):
         """False: every route query goes to Python too (needWaitForService, the
         GO_AWAY period, route queries that ACL checks); True (the start): the
@@ -195,7 +233,7 @@ cdef class Engine:
         return {"served": s.served, "not_found": s.not_found, "bytes_in": s.bytes_in,
                 "bytes_out": s.bytes_out, "accepted": s.accepted, "refused": s.refused,
                 "closed": {name: s.closed[why] for why, name in ENGINE_CLOSE_REASONS.items()},
-                "queued_output": s.queued_output,
+                "queued_output": s.queued_output, "trace_dropped": s.trace_dropped,
                 "connections": n}
 
     def stop(self):

@@ -23,14 +23,19 @@ What stays where:
   when their connection closes, needWaitForService and the graceful shutdown's
   GO_AWAY (route queries go to Python while they hold), ACL (route queries go to
   Python when the ACL checks them), metrics (the engine's counts summed at scrape).
-- Not on the engine yet: TLS and trace recording (``make_app`` serves those
-  configurations on asyncio, and says so in the log).
+- Trace recording (``--trace-dir``): each I/O thread appends the frames it reads and
+  writes to a ring of its own, never waiting (a full ring drops and counts); a
+  drainer thread takes them every TRACE_DRAIN seconds, in time order, to the
+  TraceRecorder.
+- Not on the engine yet: TLS (``make_app`` serves such a configuration on asyncio,
+  and says so in the log).
 """
 
 import asyncio
 import logging
 import socket
 import threading
+import time
 
 import rmq
 from rmq.codec import decode_frame
@@ -38,12 +43,16 @@ from rmq.errors import RmqError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer
 from rmq.namesrv.tlsconn import ServerTls
+from rmq.protocol import IN, OUT
 
 log = logging.getLogger(__name__)
 
 #: How long the pump waits for the engine's events per call (seconds): bounds how long
 #: a shutdown waits for the pump to notice.
 PUMP_WAIT = 0.05
+#: Trace recording: each I/O thread's ring (bytes), drained this often (seconds).
+TRACE_RING_BYTES = 16 * 1024 * 1024
+TRACE_DRAIN = 0.05
 
 
 def unavailable(processor, trace):
@@ -53,8 +62,6 @@ def unavailable(processor, trace):
     from rmq import _core
     if not isinstance(processor.routes.topic_table, _core.TopicTable):
         return "the route table is not the compiled core's"
-    if trace is not None:
-        return "trace recording (--trace-dir) is done by the asyncio server only"
     if ServerTls.from_config(processor.config) is not None:
         return "TLS is served by the asyncio server only"
     return None
@@ -90,14 +97,13 @@ class EngineServerApp(NameServerApp):
     """A NameServerApp whose connections the compiled core's I/O engine serves."""
 
     def __init__(self, processor, *, trace=None):
-        if trace is not None:
-            raise ValueError("the engine records no trace (see unavailable())")
-        super().__init__(processor, trace=None)
+        super().__init__(processor, trace=trace)
         self.engine = None
         self._sock = None
         self._by_id = {}            # connection id -> EngineConnection
         self._pump = None
         self._pump_stop = False
+        self._drainer = None
         # route queries signed for the ACL: every one goes to the gate in Python
         self._acl_routes = bool(self.config.aclEnable and self.processor.checker.checks_routes)
         self._routes_in_c = True    # until needWaitForService or GO_AWAY says otherwise
@@ -125,7 +131,8 @@ class EngineServerApp(NameServerApp):
                 resume_output=s.write_low,
                 max_connections=s.max_connections, idle_seconds=max(s.idle_seconds, 0),
                 max_total_output=self.config.maxTotalOutputBufferBytes,
-                sndbuf=s.sndbuf, rcvbuf=s.rcvbuf)
+                sndbuf=s.sndbuf, rcvbuf=s.rcvbuf,
+                trace_bytes=TRACE_RING_BYTES if self.trace is not None else 0)
         except BaseException:
             sock.close()
             raise
@@ -134,6 +141,10 @@ class EngineServerApp(NameServerApp):
         self._pump = threading.Thread(target=self._pump_events, name="rmq-engine-events",
                                       daemon=True)
         self._pump.start()
+        if self.trace is not None:
+            self._drainer = threading.Thread(target=self._drain_trace, name="rmq-engine-trace",
+                                             daemon=True)
+            self._drainer.start()
 
     def _network_tasks(self):
         return []                   # idle connections: the engine closes them
@@ -150,6 +161,12 @@ class EngineServerApp(NameServerApp):
         if self.engine is not None:
             self.engine.route_queries_in_c(self._routes_in_c and not self._acl_routes)
 
+    def trace_dropped(self):
+        dropped = super().trace_dropped()
+        if self.engine is not None:
+            dropped += self.engine.counts()["trace_dropped"]
+        return dropped
+
     def network_counts(self):
         counts = super().network_counts()
         if self.engine is not None:
@@ -162,6 +179,31 @@ class EngineServerApp(NameServerApp):
                 counts["refused"]["connection_limit"] = (
                     counts["refused"].get("connection_limit", 0) + e["refused"])
         return counts
+
+    # ---------------------------------------------------------------- trace
+
+    def _drain_trace(self):
+        """The drainer thread: the threads' trace records to the recorder, frame by
+        frame, in time order (each thread's ring is; together they are merged)."""
+        engine, record = self.engine, self.trace.record
+        peers = {}
+        while True:
+            stopping = self._pump_stop
+            for t, conn, kind, data in sorted(engine.trace_take(), key=lambda r: r[0]):
+                if kind == "open":
+                    peers[conn] = data
+                elif kind == "close":
+                    peers.pop(conn, None)
+                else:
+                    peer, direction = peers.get(conn, ""), IN if kind == "in" else OUT
+                    view, off = memoryview(data), 0
+                    while off < len(view):
+                        end = off + 4 + int.from_bytes(view[off:off + 4], "big")
+                        record(conn, peer, direction, bytes(view[off:end]), t)
+                        off = end
+            if stopping:
+                return
+            time.sleep(TRACE_DRAIN)
 
     # ---------------------------------------------------------------- events
 
@@ -301,6 +343,8 @@ class EngineServerApp(NameServerApp):
                         "answers", len(self.connections))
         self._pump_stop = True
         await self.loop.run_in_executor(None, self._pump.join)
+        if self._drainer is not None:       # (its last pass takes what is left)
+            await self.loop.run_in_executor(None, self._drainer.join)
         await asyncio.sleep(0)      # the pump's last events
         self.engine = None
         await self.loop.run_in_executor(None, engine.stop)

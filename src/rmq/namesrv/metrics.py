@@ -197,9 +197,10 @@ def _families(app):
     if cache["budget"] is not None:
         yield GaugeMetricFamily("rmq_route_cache_budget_bytes", "routeCacheBytes",
                                 value=cache["budget"])
-    yield CounterMetricFamily("rmq_trace_frames_dropped", "Traced frames dropped (the "
+    yield CounterMetricFamily("rmq_trace_frames_dropped", "Traced frames dropped (on the "
+                              "I/O engine: records of one or more frames; the "
                               "trace writer fell behind or failed; 0 when not tracing)",
-                              value=0 if app.trace is None else app.trace.dropped)
+                              value=app.trace_dropped())
 
 
 class _Collector:

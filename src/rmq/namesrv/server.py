@@ -735,6 +735,10 @@ class NameServerApp:
         self.served_routes = (self._served_routes if on
                               else functools.partial(_no_room, self._served_routes))
 
+    def trace_dropped(self):
+        """Traced frames dropped (0 when not tracing)."""
+        return 0 if self.trace is None else self.trace.dropped
+
     def network_counts(self):
         """What the network layer counted beyond ``counters``: route answers
         written by the core (``served``, ``not_found``), bytes, refusals."""
@@ -892,7 +896,7 @@ def make_app(processor, *, trace=None):
     """The NameServer's network layer for ``processor``'s config: a NameServerApp
     (asyncio), or with ``serverEngine=c`` an EngineServerApp (the compiled core's I/O
     threads; rmq.namesrv.dataplane) where it can serve: not on the pure-Python
-    reference, not with TLS or a trace (those stay on asyncio for now; logged)."""
+    reference, not with TLS (that stays on asyncio for now; logged)."""
     settings = Settings(processor.config)          # ConfigError: a bad value
     if settings.engine == "c":
         from rmq.namesrv import dataplane
