@@ -177,3 +177,49 @@ def test_many_clients_on_two_io_threads(tmp_path):
         assert errors == []
         assert app.engine.counts()["served"] == 16 * 300
         assert app.engine.config["threads"] == 2
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_a_batch_of_big_answers_is_answered_a_turn_at_a_time(tmp_path):
+    """A client pipelines 64 GET_ALL_TOPIC_LIST (206, ~100 KB answers each) and does
+    not read: Python hands the engine TURN_BYTES of answers, then waits for the
+    connection's output to drain before building the rest; read at last, every
+    answer comes, in order."""
+    import socket
+    from rmq.namesrv import dataplane
+    from nameserver import connection_state
+    with running_namesrv(tmp_path, loop="engine", maxOutputBufferBytes=1 << 20,
+                         serverSocketSndBufSize=16384) as app, Client(app.address) as b:
+        topics = [f"A-Long-Topic-Name-{i:06d}" for i in range(4000)]
+        assert register_broker(b, "b", "10.0.0.1:10911", topics=topics).code == 0
+        answer_len = len(rmq.encode_frame(b.request(206)))
+        assert answer_len > 90_000
+        reqs = [rmq.RemotingCommand.request(206) for _ in range(64)]
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", app.port))
+        try:
+            s.sendall(b"".join(rmq.encode_frame(r) for r in reqs))
+            conn = None
+
+            def waiting():
+                nonlocal conn
+                conn = next((c for c in list(app.connections) if c.waiting is not None), None)
+                return conn is not None
+            assert wait_for(waiting, 5)
+            state = connection_state(app, conn)
+            low = app.engine.config["resume_output"]
+            assert state["queued_output"] <= low + dataplane.TURN_BYTES + 2 * answer_len, state
+            assert len(conn.waiting[0]) < 64            # the rest of the batch waits
+            s.settimeout(10)
+            decoder = rmq.FrameDecoder()
+            got = []
+            while len(got) < len(reqs):
+                data = s.recv(1 << 20)
+                assert data
+                got += decoder.feed(data)
+            assert [g.opaque for g in got] == [r.opaque for r in reqs]
+            assert all(g.code == 0 for g in got)
+        finally:
+            s.close()

@@ -43,6 +43,7 @@ typedef struct re_conn {
     int closing;                    /* close once out is written */
     int paused;                     /* unsent bytes reached max_output: not read until
                                        they are down to resume_output */
+    int notify_drain;               /* RE_DRAINED when unsent bytes are down to that */
     int fd_closed;                  /* closed: freed after the current epoll batch */
     int split_any;                  /* a frame was split (for the bad frame's report) */
     uint32_t interest;              /* the epoll events asked for now */
@@ -57,7 +58,7 @@ typedef struct re_conn {
 typedef struct re_cmd {             /* from Python to a connection's thread */
     struct re_cmd *next;
     uint64_t conn;
-    int resume, close;
+    int resume, close, notify;
     re_conn_state *state;           /* re_conn_state_read: filled, then `done` posted */
     sem_t *done;
     size_t len;
@@ -344,6 +345,10 @@ static void set_interest(re_thread *th, re_conn *c)
         struct epoll_event ev = {.events = want, .data.ptr = c};
         epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev);
         c->interest = want;
+    }
+    if (c->notify_drain && pending(c) <= th->e->cfg.resume_output) {
+        c->notify_drain = 0;
+        push_event(th->e, RE_DRAINED, c->id, NULL, 0);
     }
     size_t before = c->counted;
     account(th, c, pending(c));
@@ -708,6 +713,8 @@ static void run_cmds(re_thread *th)
                 }
             }
             if (!gone) {
+                if (cmd->notify)
+                    c->notify_drain = 1;
                 if (cmd->close)
                     start_close(th, c, RE_WHY_CLOSED);
                 if (cmd->resume && c->with_python) {
@@ -816,7 +823,8 @@ static void post(re_thread *th, re_cmd *cmd)
     wake(th);
 }
 
-int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume)
+int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume,
+                  int notify)
 {
     int index = (int)(conn & 0xFF);
     re_cmd *cmd = index < e->nthreads ? malloc(sizeof *cmd) : NULL;
@@ -824,7 +832,7 @@ int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resu
         free(data);
         return index < e->nthreads ? -1 : 0;
     }
-    *cmd = (re_cmd){NULL, conn, resume, 0, NULL, NULL, len, data};
+    *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, len, data};
     post(&e->threads[index], cmd);
     return 0;
 }
@@ -836,7 +844,7 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
         return -1;
     if (len)
         memcpy(copy, data, len);
-    return re_send_owned(e, conn, copy, len, resume);
+    return re_send_owned(e, conn, copy, len, resume, 0);
 }
 
 int re_close(rmq_engine *e, uint64_t conn)
@@ -848,7 +856,7 @@ int re_close(rmq_engine *e, uint64_t conn)
     re_cmd *cmd = malloc(sizeof *cmd);
     if (!cmd)
         return -1;
-    *cmd = (re_cmd){NULL, conn, 0, 1, NULL, NULL, 0, NULL};
+    *cmd = (re_cmd){NULL, conn, 0, 1, 0, NULL, NULL, 0, NULL};
     post(th, cmd);
     return 0;
 }

@@ -48,8 +48,10 @@ enum { RE_MAX_THREADS = 256 };
  * frames (data: the frame, length prefix included, and the complete frames after it
  * that are not route queries, up to 64 frames or 1 MiB), or it closed (data: one byte,
  * the reason below; after RE_WHY_BAD_FRAME a byte that is 1 when nothing had come
- * before the bad frame, and the bad frame's first bytes, up to RE_BAD_BYTES). */
-enum { RE_OPEN = 1, RE_FRAME = 2, RE_CLOSED = 3 };
+ * before the bad frame, and the bad frame's first bytes, up to RE_BAD_BYTES), or its
+ * unsent output is down to resume_output after a send that asked (re_send_owned's
+ * notify: Python answers a big batch a turn at a time). */
+enum { RE_OPEN = 1, RE_FRAME = 2, RE_CLOSED = 3, RE_DRAINED = 4 };
 
 enum {
     RE_WHY_PEER = 0,            /* the peer closed, or a socket error */
@@ -101,7 +103,8 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
 
 /* re_send of a malloc'd buffer the engine takes over (freed by it in every case):
  * a big answer is then written from it, not copied again. */
-int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume);
+int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume,
+                  int notify);
 
 /* Close a connection after its queued output is sent. */
 int re_close(rmq_engine *e, uint64_t conn);

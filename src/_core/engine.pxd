@@ -46,6 +46,7 @@ cdef extern from "engine.h" nogil:
         RE_OPEN
         RE_FRAME
         RE_CLOSED
+        RE_DRAINED
         RE_MAX_THREADS
         RE_WHY_PEER
         RE_WHY_BAD_FRAME
@@ -60,7 +61,8 @@ cdef extern from "engine.h" nogil:
     re_event* re_next(rmq_engine* e, double timeout)
     void re_free_events(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
-    int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume)
+    int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume,
+                      int notify)
     int re_close(rmq_engine* e, uint64_t conn)
     ctypedef struct re_trace_head:
         uint64_t time_ns

@@ -8,7 +8,8 @@ from libc.errno cimport errno
 
 from engine cimport *
 
-_ENGINE_KINDS = {RE_OPEN: "open", RE_FRAME: "frame", RE_CLOSED: "closed"}
+_ENGINE_KINDS = {RE_OPEN: "open", RE_FRAME: "frame", RE_CLOSED: "closed",
+                 RE_DRAINED: "drained"}
 _TRACE_KINDS = {RE_TRACE_IN: "in", RE_TRACE_OUT: "out", RE_TRACE_OPEN: "open",
                 RE_TRACE_CLOSE: "close"}
 #: Why a connection closed (the first byte of a "closed" event's data)
@@ -114,16 +115,20 @@ cdef class Engine:
                 elif ev.kind == RE_CLOSED:
                     data = (ENGINE_CLOSE_REASONS[data[0]],
                             (data[1] == 1, data[2:]) if data[0] == RE_WHY_BAD_FRAME else None)
+                elif ev.kind == RE_DRAINED:
+                    data = None
                 out.append((_ENGINE_KINDS[ev.kind], ev.conn, data))
                 ev = ev.next
         finally:
             re_free_events(chain)
         return out
 
-    def send(self, uint64_t conn, data, bint resume=True):
+    def send(self, uint64_t conn, data, bint resume=True, bint notify=False):
         """Queue ``data`` (bytes, or a list or tuple of bytes, written one after the
         other) for connection ``conn`` and, with ``resume``, let it go on with its next
-        frames. A connection gone meanwhile is ignored."""
+        frames; with ``notify``, a ``("drained", conn, None)`` event comes once its
+        unsent output is down to ``resume_output``. A connection gone meanwhile is
+        ignored."""
         cdef rmq_engine* e = self._running()
         cdef const uint8_t[::1] view
         cdef size_t total = 0, off = 0, n
@@ -148,7 +153,7 @@ cdef class Engine:
                 free(buf)
                 raise
         with nogil:
-            rc = re_send_owned(e, conn, buf, total, resume)
+            rc = re_send_owned(e, conn, buf, total, resume, notify)
         if rc < 0:
             raise MemoryError()
 

@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 #: How long the pump waits for the engine's events per call (seconds): bounds how long
 #: a shutdown waits for the pump to notice.
 PUMP_WAIT = 0.05
+#: Answers (bytes) Python hands the engine for one connection at a time: past them, the
+#: rest of its batch waits until the engine says the connection's output drained (a
+#: batch of 64 big answers, e.g. 206s to a client that does not read, is not built
+#: whole while its output is backed up).
+TURN_BYTES = 1024 * 1024
 #: Trace recording: each I/O thread's ring (bytes), drained this often (seconds).
 TRACE_RING_BYTES = 16 * 1024 * 1024
 TRACE_DRAIN = 0.05
@@ -71,7 +76,7 @@ class EngineConnection:
     """A client connection of the engine, as the request processor sees it
     (hashable: the route table keys brokers by it)."""
 
-    __slots__ = ("server", "id", "peer", "closing", "busy")
+    __slots__ = ("server", "id", "peer", "closing", "busy", "waiting")
 
     def __init__(self, server, conn_id, peer):
         self.server = server
@@ -79,6 +84,7 @@ class EngineConnection:
         self.peer = peer
         self.closing = False
         self.busy = False           # its frames are with Python
+        self.waiting = None         # (requests, decode error) until its output drains
 
     def __repr__(self):
         return f"<conn {self.id} {self.peer}>"
@@ -219,6 +225,12 @@ class EngineServerApp(NameServerApp):
         for kind, conn_id, data in events:
             if kind == "frame":
                 self._frames(conn_id, data)
+            elif kind == "drained":
+                conn = self._by_id.get(conn_id)
+                if conn is not None and conn.waiting is not None and not conn.closing:
+                    cmds, error = conn.waiting
+                    conn.waiting = None
+                    self._answer(conn, cmds, [], error)
             elif kind == "open":
                 conn = EngineConnection(self, conn_id, data)
                 self._by_id[conn_id] = conn
@@ -250,7 +262,15 @@ class EngineServerApp(NameServerApp):
         """Answer ``cmds`` here, in order; from the first that needs the table on, in
         the table thread (after the work queued before it), while the connection
         waits unread and the others do not."""
+        size = 0
         for i, cmd in enumerate(cmds):
+            if size >= TURN_BYTES:
+                # the rest once the engine has written this turn's answers
+                if conn.closing or self.engine is None:
+                    return
+                conn.waiting = (cmds[i:], error)
+                self.engine.send(conn.id, out, resume=False, notify=True)
+                return
             if cmd.is_response:     # a NameServer sends no requests: nothing to match
                 continue
             resp = self.processor.quick(cmd, conn)
@@ -263,6 +283,7 @@ class EngineServerApp(NameServerApp):
                 return
             if resp is not None:
                 out.append(encode_answer(self, cmd, resp, conn.peer))
+                size += len(out[-1])
         self._send(conn, out, error)
 
     def _in_table_thread(self, conn, cmds):
