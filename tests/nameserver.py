@@ -34,6 +34,8 @@ def running_namesrv(tmp_path, loop=None, clock=None, trace=None, **config):
     if loop == "engine":
         config.setdefault("serverEngine", "c")
         config.setdefault("serverIoThreads", 2)
+    else:
+        config.setdefault("serverEngine", "asyncio")
     cfg = NamesrvConfig(**config)
     kwargs = {"clock": clock} if clock else {}
     kv = KVConfig(cfg.kvConfigPath, **cfg.kv_limits())

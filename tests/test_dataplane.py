@@ -30,10 +30,10 @@ def _app(tmp_path, trace=None, **config):
 
 
 @pytest.mark.parametrize("value, engine", [("asyncio", False), ("c", True), ("C", True),
-                                           (" ", False)])
+                                           (" ", True), (None, True)])
 def test_server_engine_picks_the_network_layer(tmp_path, value, engine):
     from rmq.namesrv import dataplane
-    app = _app(tmp_path, serverEngine=value)
+    app = _app(tmp_path, **({} if value is None else {"serverEngine": value}))
     # the pure-Python reference keeps asyncio whatever is asked (make_app logs why)
     assert isinstance(app, dataplane.EngineServerApp) == (engine and COMPILED)
     assert isinstance(app, NameServerApp)

@@ -30,7 +30,7 @@ import parts
 import rmq
 from rmq.bodies import encode_register_broker_body, register_broker_body, topic_config
 
-from nameserver import Client, running_namesrv
+from nameserver import SERVERS, Client, running_namesrv
 
 # Real third-party clients: slow, run once (on the compiled core).
 pytestmark = [pytest.mark.slow, pytest.mark.once]
@@ -204,9 +204,10 @@ def node():
     return shutil.which("node")
 
 
-@pytest.fixture
-def namesrv(tmp_path):
-    with running_namesrv(tmp_path) as app:
+@pytest.fixture(params=SERVERS)
+def namesrv(tmp_path, request):
+    """The NameServer the clients talk to: the asyncio server, then the I/O engine."""
+    with running_namesrv(tmp_path, loop=request.param) as app:
         yield app
 
 

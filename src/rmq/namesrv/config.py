@@ -411,11 +411,12 @@ FIELDS = (
     Field("maxFrameLength", "int", 16 * 1024 * 1024, "rmq", check=(4096, _INT32[1])),
     Field("maxConnections", "int", 10000, "rmq", check=(1, _INT32[1])),
     Field("maxOutputBufferBytes", "long", 64 * 1024 * 1024, "rmq", check=(4096, _INT64[1])),
-    # The network layer: "asyncio" (one event loop thread, uvloop's when installed) or
-    # "c" (the compiled core's I/O threads answer route queries without Python, every
-    # other request goes to the loop; rmq.namesrv.dataplane), with serverIoThreads
-    # I/O threads (0: one per core).
-    Field("serverEngine", "str", "asyncio", "rmq"),
+    # The network layer: "c" (the compiled core's I/O threads answer route queries
+    # without Python, every other request goes to the loop; rmq.namesrv.dataplane),
+    # with serverIoThreads I/O threads (0: one per core), or "asyncio" (one event loop
+    # thread, uvloop's when installed). Where the engine cannot serve (TLS, the
+    # pure-Python reference), asyncio serves.
+    Field("serverEngine", "str", "c", "rmq"),
     Field("serverIoThreads", "int", 0, "rmq", check=(0, 256)),
     # Queued answers of all connections together: past it, the largest connections
     # that stopped reading are closed.
@@ -751,9 +752,9 @@ class NamesrvConfig:
         return value
 
     def server_engine(self) -> str:
-        """``serverEngine``: "asyncio" or "c" (any case; blank: asyncio). ConfigError
-        naming the value otherwise."""
-        value = (self.serverEngine or "").strip().lower() or "asyncio"
+        """``serverEngine``: "c" or "asyncio" (any case; blank: c). ConfigError naming
+        the value otherwise."""
+        value = (self.serverEngine or "").strip().lower() or "c"
         if value not in SERVER_ENGINES:
             raise ConfigError(f"config serverEngine={self.serverEngine!r}: not one of "
                               f"{', '.join(SERVER_ENGINES)}", key="serverEngine",

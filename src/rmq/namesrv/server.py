@@ -69,6 +69,7 @@ import socket
 import sys
 import threading
 
+import rmq
 from rmq.codec import FrameDecoder, encode_frame
 from rmq.namesrv import acl, snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
@@ -903,7 +904,9 @@ def make_app(processor, *, trace=None):
         why = dataplane.unavailable(processor, trace)
         if why is None:
             return dataplane.EngineServerApp(processor, trace=trace)
-        log.warning("serverEngine=c: %s; serving with asyncio", why)
+        # (the pure-Python reference never has it: no warning for what cannot be)
+        log.log(logging.INFO if rmq.IMPLEMENTATION != "compiled" else logging.WARNING,
+                "serverEngine=c: %s; serving with asyncio", why)
     return NameServerApp(processor, trace=trace)
 
 
