@@ -288,7 +288,9 @@ def main(argv=None):
     p.add_argument("--kv-mib", type=int, default=100)
     p.add_argument("--log-level", default="warning")
     p.add_argument("--engine", action="store_true",
-                   help="serve with the compiled core's I/O engine (serverEngine=c)")
+                   help="serve with the compiled core's I/O engine (serverEngine=c, the default)")
+    p.add_argument("--asyncio", action="store_true",
+                   help="serve with the asyncio server (serverEngine=asyncio)")
     p.add_argument("--threads", type=int, default=0, help="its I/O threads (0: one per core)")
     p.add_argument("--keep-log", help="copy the server log here")
     args = p.parse_args(argv)
@@ -299,7 +301,8 @@ def main(argv=None):
             if name == "kvputs":
                 write_kv_file(Path(d) / "kvConfig.json", args.kv_mib << 20)
             props = ({"serverEngine": "c", "serverIoThreads": str(args.threads)}
-                     if args.engine or args.threads else {})
+                     if args.engine or args.threads else
+                     {"serverEngine": "asyncio"} if args.asyncio else {})
             server = load.Server(d, log_level=args.log_level, properties=props).start(timeout=120)
             try:
                 report[name] = SCENARIOS[name](server, args)

@@ -428,7 +428,7 @@ def run(args):
             "built rmq._core): build it (make install, or an in-place build) to measure it")
     topics = brokersim.topic_names(args.topics)
     workdir = tempfile.mkdtemp(prefix="rmq-load-")
-    properties = {}
+    properties = {"serverEngine": "asyncio"} if args.asyncio else {}
     if args.engine or args.threads:
         properties = {"serverEngine": "c", "serverIoThreads": str(args.threads or 0)}
     server = Server(workdir, args.server_log_level, pin_server, trace=args.trace,
@@ -710,7 +710,9 @@ def main(argv=None):
                    help="route requests/s during the registration run (5000)")
     p.add_argument("--during-duration", type=float, help="seconds of that run (5; quick 2)")
     p.add_argument("--engine", action="store_true",
-                   help="serve with the compiled core's I/O engine (serverEngine=c)")
+                   help="serve with the compiled core's I/O engine (serverEngine=c, the default)")
+    p.add_argument("--asyncio", action="store_true",
+                   help="serve with the asyncio server (serverEngine=asyncio)")
     p.add_argument("--threads", type=int, default=0,
                    help="its I/O threads (serverIoThreads; implies --engine; 0: one per core)")
     p.add_argument("--limit", action="store_true",

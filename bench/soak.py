@@ -110,7 +110,7 @@ def main(argv=None):
     p.add_argument("--json-out")
     args = p.parse_args(argv)
     load.build_loadgen()
-    props = {"maxConnections": "5000"}
+    props = {"maxConnections": "5000", "serverEngine": "asyncio"}
     if args.server == "engine":
         props.update(serverEngine="c", serverIoThreads=str(args.threads))
     report = {"args": vars(args), "minutes": []}

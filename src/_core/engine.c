@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -957,12 +958,31 @@ void re_stop(rmq_engine *e)
     free(e);
 }
 
+/* Big buffers (a registration's frame, a turn of 206 answers, a connection's grown
+ * input) are mapped and unmapped, not carved from the threads' arenas: glibc's
+ * default raises its mapping threshold to the size of each mapped block freed (up to
+ * 32 MiB), after which such buffers come from the arenas, which keep what they
+ * held (a soak's RSS grew a few MiB a minute so). A fixed threshold also stops
+ * that adjustment. Once per process, at the first engine's start. */
+enum { BIG_BUFFER = 256 * 1024 };
+
+static void map_big_buffers(void)
+{
+    static int done;
+    if (!__atomic_exchange_n(&done, 1, __ATOMIC_RELAXED)) {
+#ifdef M_MMAP_THRESHOLD
+        mallopt(M_MMAP_THRESHOLD, BIG_BUFFER);
+#endif
+    }
+}
+
 rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg)
 {
     if (cfg->threads < 1 || cfg->threads > RE_MAX_THREADS || cfg->max_frame < 8) {
         errno = EINVAL;
         return NULL;
     }
+    map_big_buffers();
     rmq_engine *e = calloc(1, sizeof *e + (size_t)cfg->threads * sizeof(re_thread));
     if (!e)
         return NULL;
