@@ -23,6 +23,13 @@ Targets:
   (JSON, zlib-compressed with 5.x topicQueueMappingInfoMap, mutated zlib streams)
   and rmq.bodies' decoders (TopicRouteData, ClusterInfo, KVTable, TopicList,
   DataVersion, BrokerMemberGroup) running on each core.
+- ``engine`` (inside ``frames``): the same streams sent in the same chunks over TCP
+  to rmq._core.Engine (two I/O threads) on the compiled table, every frame it hands
+  to Python answered as one frame at a time is (_answer: the core's serve path from
+  what the table holds, else an echo; the connection closed at a frame that does not
+  decode): the bytes that come back must be, exactly, what a frame-by-frame walk of
+  the stream gives (the end at a bad length or a frame that does not decode, where
+  the engine must close).
 - ``handle``: a command sequence as one byte stream, served the way
   rmq.server serves a connection (RouteTable.serve_routes, then
   DefaultRequestProcessor.handle for the rest, answers encoded), by a NameServer on the compiled
@@ -665,7 +672,118 @@ def gen_frames(rng):
     inps.append(("stream", {"data": data, "cuts": cuts(rng, len(data)), "max": max_len}))
     inps.append(("serve_routes", {"data": data, "cuts": cuts(rng, len(data)), "max": max_len,
                                   "limit": rng.choice([-1, -1, -1, 0, 100, 400])}))
+    inps.append(("engine", {"data": data, "cuts": cuts(rng, len(data)), "max": max_len}))
     return inps
+
+
+# ====================================================================== the engine
+
+_ENGINES = {}
+
+
+def _answer(frame, max_len):
+    """A frame's answer (bytes, b"" for none) served alone: the route the core's
+    serve path writes from the table (as the engine's threads, or Python's serve path
+    for what they leave), else an echo response; RmqError when it does not decode."""
+    answers, _, _ = _route_tables()["c"].route_server(build=False)(
+        C.FrameDecoder(max_len), frame, -1)
+    if answers:
+        return answers
+    cmd = C.decode_frame(frame, max_len)
+    return b"" if cmd.is_response or cmd.is_oneway else C.encode_frame(cmd.response(0, "echo"))
+
+
+def _engine(max_len):
+    """An Engine (max_frame ``max_len``) on the compiled fuzz table, with a thread
+    answering what it hands over by _echo; one per max_len, kept for the run."""
+    if max_len not in _ENGINES:
+        import socket
+        import threading
+        listener = socket.create_server(("127.0.0.1", 0))
+        engine = C.Engine(_route_tables()["c"].topic_table, listener, threads=2,
+                          max_frame=max_len, max_output=1 << 30)
+
+        def respond():
+            while True:
+                for kind, conn, data in engine.events(1.0):
+                    if kind != "frame":
+                        continue
+                    out, off, bad = [], 0, False
+                    while off < len(data):
+                        end = off + 4 + int.from_bytes(data[off:off + 4], "big")
+                        try:
+                            out.append(_answer(data[off:end], max_len))
+                        except RmqError:
+                            bad = True
+                            break
+                        off = end
+                    engine.send(conn, out, resume=not bad)
+                    if bad:
+                        engine.close_connection(conn)
+        threading.Thread(target=respond, daemon=True).start()
+        _ENGINES[max_len] = (engine, listener)
+    return _ENGINES[max_len]
+
+
+def _engine_expected(data, max_len):
+    """(bytes, closed): what the engine must write for the stream ``data``, frame
+    by frame, and whether it must close the connection."""
+    out, off = [], 0
+    while len(data) - off >= 4:
+        length = int.from_bytes(data[off:off + 4], "big", signed=True)
+        if length < 0 or length + 4 > max_len:
+            return b"".join(out), True              # a bad length closes
+        if len(data) - off - 4 < length:
+            break                                   # incomplete: waits
+        frame = data[off:off + 4 + length]
+        off += 4 + length
+        try:
+            out.append(_answer(frame, max_len))
+        except RmqError:
+            return b"".join(out), True              # Python closes at it
+    return b"".join(out), False
+
+
+def check_engine(inp):
+    """The stream, in its chunks, through the engine: exactly the expected bytes,
+    and a close where one is due."""
+    import socket
+    data, bounds, max_len = inp["data"], inp["cuts"], inp.get("max", 16 * 1024 * 1024)
+    if max_len < 8:
+        return []
+    expected, closes = _engine_expected(data, max_len)
+    engine, listener = _engine(max_len)
+    got, closed = bytearray(), False
+    with socket.create_connection(listener.getsockname()) as s:
+        try:
+            for piece in chunks_of(data, bounds):
+                s.sendall(piece)
+        except OSError:             # closed by the engine before all was sent
+            pass
+        s.settimeout(2.0)
+        try:
+            while len(got) < len(expected):
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    closed = True
+                    break
+                got += chunk
+            if not closed:
+                # nothing more may come; a close, when one is due
+                s.settimeout(0.5 if closes else 0.01)
+                chunk = s.recv(1 << 16)
+                closed = not chunk
+                got += chunk
+        except socket.timeout:
+            pass
+        except OSError:             # reset: closed
+            closed = True
+    if bytes(got) != expected or closed != closes:
+        return [(("engine", "disagree"),
+                 {"expected": _short(repr(expected), 300), "got": _short(repr(bytes(got)), 300),
+                  "closes": closes, "closed": closed})]
+    return []
+
 
 
 def gen_headers(rng):
@@ -1264,7 +1382,8 @@ def gen_handle(rng):
 
 
 CHECKS = {"decode_frame": check_decode_frame, "stream": check_stream,
-          "serve_routes": check_serve_routes, "body": check_body, "session": check_session}
+          "serve_routes": check_serve_routes, "body": check_body, "session": check_session,
+          "engine": check_engine}
 GENERATORS = {"frames": gen_frames, "headers": gen_headers, "bodies": gen_bodies,
               "handle": gen_handle}
 

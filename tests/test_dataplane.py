@@ -223,3 +223,23 @@ def test_a_batch_of_big_answers_is_answered_a_turn_at_a_time(tmp_path):
             assert all(g.code == 0 for g in got)
         finally:
             s.close()
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_frames_after_one_that_does_not_decode_are_never_answered(tmp_path):
+    """A KV request, a frame whose header does not decode and a route query, in one
+    write: the first is answered, then the connection closes; the route query after
+    the bad frame is not answered (found by tests/fuzz.py's engine target)."""
+    import struct
+    bad = b'{"code":106,"extFields":5,"flag":0,"opaque":1}'
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as c:
+        assert register_broker(c, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        first = rmq.RemotingCommand.request(101, {"namespace": "n", "key": "k"})
+        after = rmq.RemotingCommand.request(105, {"topic": "T1"})
+        c.send_raw(rmq.encode_frame(first) + struct.pack(">ii", 4 + len(bad), len(bad)) + bad
+                   + rmq.encode_frame(after))
+        assert c.receive().opaque == first.opaque
+        with pytest.raises(ConnectionError):
+            c.receive(timeout=5)
+        assert app.counters.refused["bad_frame"] == 1

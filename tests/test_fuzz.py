@@ -70,6 +70,8 @@ def request(code, ext, body=b"", opaque=1):
     return frame(header, 0, body)
 
 
+UNDECODABLE_THEN_ROUTE = (frame(b'{"code":106,"extFields":5,"flag":0,"opaque":1}')
+                          + request(105, {"topic": "TopicTest"}, opaque=2))
 BROKER_A = {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911",
             "brokerName": "broker-a", "brokerId": "0", "haServerAddr": "127.0.0.1:10912"}
 COMPRESSED_A = {**BROKER_A, "compressed": "true"}
@@ -160,6 +162,11 @@ REPRODUCERS = {
         "body", {"fn": "decode_register_broker_body", "data": compressed_mapping(b'["T"]')}),
     "compressed-mapping-topic-object": (
         "body", {"fn": "decode_register_broker_body", "data": compressed_mapping(b"{}")}),
+    # the engine: a batch whose frame does not decode, then a route query: Python
+    # closed the connection but let it go on, and the route query was answered
+    "engine-route-query-after-an-undecodable-frame": (
+        "engine", {"data": UNDECODABLE_THEN_ROUTE, "cuts": [0, len(UNDECODABLE_THEN_ROUTE)],
+                   "max": 300}),
     # rmq.bodies: TypeError instead of BodyError
     "topic-route-data-broker-datas-number": (
         "body", {"fn": "decode_topic_route_data", "data": b'{"brokerDatas":327}'}),

@@ -307,7 +307,9 @@ class EngineServerApp(NameServerApp):
         conn.busy = False
         if conn.closing or self.engine is None:
             return
-        self.engine.send(conn.id, out)      # (copied once, into the engine's buffer)
+        # (copied once, into the engine's buffer); after a frame that did not decode,
+        # the connection does not go on: the frames after it are never answered
+        self.engine.send(conn.id, out, resume=error is None)
         if error is not None:
             self.counters.refused["bad_frame"] += 1
             log.warning("closing %s: %s", conn.peer, error)
