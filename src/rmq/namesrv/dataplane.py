@@ -110,6 +110,7 @@ class EngineServerApp(NameServerApp):
         self._pump = None
         self._pump_stop = False
         self._drainer = None
+        self._last_counts = None    # the engine's, as it stopped (scrapes never go back)
         # route queries signed for the ACL: every one goes to the gate in Python
         self._acl_routes = bool(self.config.aclEnable and self.processor.checker.checks_routes)
         self._routes_in_c = True    # until needWaitForService or GO_AWAY says otherwise
@@ -167,16 +168,19 @@ class EngineServerApp(NameServerApp):
         if self.engine is not None:
             self.engine.route_queries_in_c(self._routes_in_c and not self._acl_routes)
 
+    def _engine_counts(self):
+        engine = self.engine
+        return engine.counts() if engine is not None else self._last_counts
+
     def trace_dropped(self):
         dropped = super().trace_dropped()
-        if self.engine is not None:
-            dropped += self.engine.counts()["trace_dropped"]
-        return dropped
+        e = self._engine_counts()
+        return dropped + (e["trace_dropped"] if e else 0)
 
     def network_counts(self):
         counts = super().network_counts()
-        if self.engine is not None:
-            e = self.engine.counts()
+        e = self._engine_counts()
+        if e is not None:
             counts["served"] += e["served"]
             counts["not_found"] += e["not_found"]
             counts["bytes_in"] += e["bytes_in"]
@@ -369,6 +373,7 @@ class EngineServerApp(NameServerApp):
         if self._drainer is not None:       # (its last pass takes what is left)
             await self.loop.run_in_executor(None, self._drainer.join)
         await asyncio.sleep(0)      # the pump's last events
+        self._last_counts = engine.counts()
         self.engine = None
         await self.loop.run_in_executor(None, engine.stop)
         self._sock.close()
