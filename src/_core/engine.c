@@ -415,7 +415,7 @@ static int out_room(re_conn *c, size_t more)
 static int split(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
-    while (reading(e, c)) {
+    while (c->in_len > c->in_off && reading(e, c)) {
         const uint8_t *p = c->in + c->in_off;
         size_t n = c->in_len - c->in_off, need = 0;
         int64_t length = rmq_frame_at(p, n, e->cfg.max_frame);
@@ -471,13 +471,11 @@ static int split(re_thread *th, re_conn *c)
         c->split_any = 1;
     }
     if (c->in_off == c->in_len) {
-        c->in_off = c->in_len = 0;
-        if (c->in_cap > 4 * READ_CHUNK) {
-            /* a big frame's buffer is not kept for the connection's life */
-            free(c->in);
-            c->in = NULL;
-            c->in_cap = 0;
-        }
+        /* nothing left to split: the buffer goes back (an idle connection holds
+         * none; a busy one takes one from the allocator per read) */
+        free(c->in);
+        c->in = NULL;
+        c->in_off = c->in_len = c->in_cap = 0;
     }
     return 0;
 }
@@ -501,7 +499,10 @@ static int flush(re_thread *th, re_conn *c)
         }
     }
     if (!pending(c)) {
-        c->out_off = c->out_len = 0;
+        /* all written: the buffer goes back, as the input's does */
+        free(c->out);
+        c->out = NULL;
+        c->out_off = c->out_len = c->out_cap = 0;
         if (c->closing) {
             conn_close(th, c, 1);
             return -1;
