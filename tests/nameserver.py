@@ -79,7 +79,8 @@ def running_namesrv(tmp_path, loop=None, clock=None, trace=None, **config):
     try:
         yield app
     finally:
-        asyncio.run_coroutine_threadsafe(app.close(), ev).result(10)
+        # (generous: a broker of 100,000 topics dropped at the close, on a loaded machine)
+        asyncio.run_coroutine_threadsafe(app.close(), ev).result(30)
         ev.call_soon_threadsafe(ev.stop)
         t.join(10)
         ev.close()

@@ -76,7 +76,7 @@ class EngineConnection:
     """A client connection of the engine, as the request processor sees it
     (hashable: the route table keys brokers by it)."""
 
-    __slots__ = ("server", "id", "peer", "closing", "busy", "waiting")
+    __slots__ = ("server", "id", "peer", "closing", "busy", "waiting", "tabled")
 
     def __init__(self, server, conn_id, peer):
         self.server = server
@@ -85,6 +85,7 @@ class EngineConnection:
         self.closing = False
         self.busy = False           # its frames are with Python
         self.waiting = None         # (requests, decode error) until its output drains
+        self.tabled = False         # requests of it went to the table thread (server.py)
 
     def __repr__(self):
         return f"<conn {self.id} {self.peer}>"
@@ -279,6 +280,7 @@ class EngineServerApp(NameServerApp):
                 continue
             resp = self.processor.quick(cmd, conn)
             if resp is NEEDS_TABLE:
+                conn.tabled = True
                 rest = cmds[i:]
                 fut = self.table_thread.submit(self._in_table_thread, conn, rest)
                 loop = self.loop
@@ -348,7 +350,8 @@ class EngineServerApp(NameServerApp):
                      self.settings.idle_seconds)
         elif reason == "no_memory":
             log.error("closed %s: out of memory for its buffers", conn.peer)
-        self.in_table_thread(self.processor.connection_closed, conn)
+        if conn.tabled:         # (as the asyncio server's connection_lost)
+            self.in_table_thread(self.processor.connection_closed, conn)
 
     # ---------------------------------------------------------------- shutdown
 

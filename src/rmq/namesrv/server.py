@@ -116,6 +116,10 @@ class Connection(asyncio.Protocol):
         self.last_active = 0.0
         self.first_bytes = True              # nothing received yet
         self.trace = None                    # a ConnectionTrace when recording
+        # Requests of it went to the table thread: only then may brokers be registered
+        # over it, and its close need the table thread's connection_closed (a client
+        # that opens and closes connections costs the table thread nothing).
+        self.tabled = False
 
     def __repr__(self):
         return f"<conn {self.id} {self.peer}>"
@@ -212,7 +216,8 @@ class Connection(asyncio.Protocol):
         self.lost = True
         self.pending.clear()
         self.server.connections.discard(self)
-        self.server.in_table_thread(self.server.processor.connection_closed, self)
+        if self.tabled:     # only the table thread registers brokers over a connection
+            self.server.in_table_thread(self.server.processor.connection_closed, self)
 
     # ---------------------------------------------------------------- answering
 
@@ -273,6 +278,7 @@ class Connection(asyncio.Protocol):
 
     def _offload(self, cmds):
         self.busy = True
+        self.tabled = True
         self.transport.pause_reading()
         fut = self.server.loop.run_in_executor(self.server.writer, self._in_table_thread, cmds)
         fut.add_done_callback(functools.partial(self._offloaded, cmds))
