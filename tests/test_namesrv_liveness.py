@@ -156,3 +156,21 @@ def test_connection_limit(tmp_path, loop):
         finally:
             for c in clients:
                 c.close()
+
+
+def test_only_connections_that_used_the_table_cost_a_close_there(tmp_path):
+    """Clients that only ask routes open and close connections without queueing
+    work for the table thread; a broker's connection closing drops its brokers."""
+    with running_namesrv(tmp_path) as app, Client(app.address) as broker:
+        calls = []
+        closed = app.processor.connection_closed
+        app.processor.connection_closed = lambda conn: calls.append(conn) or closed(conn)
+        assert register_broker(broker, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        for _ in range(50):
+            with Client(app.address) as c:
+                assert c.request(105, {"topic": "T1"}).code == 0
+        assert wait_for(lambda: len(app.connections) == 1, 5)
+        broker.close()
+        assert wait_for(lambda: len(calls) == 1, 5)
+        time.sleep(0.2)
+        assert len(calls) == 1 and app.counters.connection_dropped == 1
