@@ -36,7 +36,7 @@ typedef struct re_conn {
     struct re_conn *next;           /* hash chain */
     uint64_t id;
     int fd;
-    uint8_t *in;                    /* read, not yet split: in[in_off..in_len) */
+    char *in;                       /* read, not yet split: in[in_off..in_len) */
     size_t in_off, in_len, in_cap;
     char *out;                      /* not yet written: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
@@ -385,28 +385,35 @@ static void enforce_budget(re_thread *th)
     }
 }
 
-/* Room for `more` bytes after out_len: the written bytes dropped, then the buffer
- * grown, only when the tail lacks it. */
-static int out_room(re_conn *c, size_t more)
+/* Room for `more` bytes after *len in a buffer whose bytes [*off, *len) are kept
+ * (the input not yet split, the output not yet written): the bytes before *off
+ * dropped, then the buffer grown by doubling (a big frame costs a few
+ * reallocations), only when the tail lacks it (the common case moves nothing). */
+static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t more)
 {
-    if (c->out_cap - c->out_len >= more)
-        return 0;                   /* the common case: no bytes moved per split */
-    if (c->out_off) {
-        memmove(c->out, c->out + c->out_off, pending(c));
-        c->out_len -= c->out_off;
-        c->out_off = 0;
-        if (c->out_cap - c->out_len >= more)
+    if (*cap - *len >= more)
+        return 0;
+    if (*off) {
+        memmove(*buf, *buf + *off, *len - *off);
+        *len -= *off;
+        *off = 0;
+        if (*cap - *len >= more)
             return 0;
     }
-    size_t cap = c->out_cap ? c->out_cap : READ_CHUNK;
-    while (cap - c->out_len < more)
-        cap *= 2;
-    char *out = realloc(c->out, cap);
-    if (!out)
+    size_t grown = *cap ? *cap : READ_CHUNK;
+    while (grown - *len < more)
+        grown *= 2;
+    char *p = realloc(*buf, grown);
+    if (!p)
         return -1;
-    c->out = out;
-    c->out_cap = cap;
+    *buf = p;
+    *cap = grown;
     return 0;
+}
+
+static int out_room(re_conn *c, size_t more)
+{
+    return make_room(&c->out, &c->out_off, &c->out_len, &c->out_cap, more);
 }
 
 /* Split what was read: route queries answered here, the first other frame to
@@ -416,7 +423,7 @@ static int split(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
     while (c->in_len > c->in_off && reading(e, c)) {
-        const uint8_t *p = c->in + c->in_off;
+        const uint8_t *p = (const uint8_t *)c->in + c->in_off;
         size_t n = c->in_len - c->in_off, need = 0;
         int64_t length = rmq_frame_at(p, n, e->cfg.max_frame);
         if (length == RMQ_FRAME_BAD_LENGTH) {
@@ -521,34 +528,13 @@ static size_t read_size(const rmq_engine *e, const re_conn *c)
     size_t have = c->in_len - c->in_off;
     if (have < 4)
         return READ_CHUNK;
-    int64_t length = rmq_frame_at(c->in + c->in_off, have, e->cfg.max_frame);
+    const uint8_t *p = (const uint8_t *)c->in + c->in_off;
+    int64_t length = rmq_frame_at(p, have, e->cfg.max_frame);
     if (length == RMQ_FRAME_INCOMPLETE) {
-        size_t rest = 4 + (size_t)rmq_be32(c->in + c->in_off) - have;
+        size_t rest = 4 + (size_t)rmq_be32(p) - have;
         return rest > READ_CHUNK ? rest : READ_CHUNK;
     }
     return READ_CHUNK;
-}
-
-/* Room for `want` bytes after in_len: the split bytes dropped, then the buffer grown
- * (by doubling, so that a big frame costs a few reallocations). */
-static int in_room(re_conn *c, size_t want)
-{
-    if (c->in_off) {
-        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
-        c->in_len -= c->in_off;
-        c->in_off = 0;
-    }
-    if (c->in_cap - c->in_len >= want)
-        return 0;
-    size_t cap = c->in_cap ? c->in_cap : READ_CHUNK;
-    while (cap - c->in_len < want)
-        cap *= 2;
-    uint8_t *in = realloc(c->in, cap);
-    if (!in)
-        return -1;
-    c->in = in;
-    c->in_cap = cap;
-    return 0;
 }
 
 /* Read while the connection may be read. -1: gone. */
@@ -557,7 +543,8 @@ static int conn_read(re_thread *th, re_conn *c)
     rmq_engine *e = th->e;
     while (reading(e, c)) {
         if (c->in_len > c->in_off &&
-            rmq_frame_at(c->in + c->in_off, c->in_len - c->in_off, e->cfg.max_frame) !=
+            rmq_frame_at((const uint8_t *)c->in + c->in_off, c->in_len - c->in_off,
+                         e->cfg.max_frame) !=
             RMQ_FRAME_INCOMPLETE) {
             /* frames a split left when the output backed up, and it has drained: they
              * go first, so that what is buffered stays within a frame and a read */
@@ -571,7 +558,7 @@ static int conn_read(re_thread *th, re_conn *c)
             continue;
         }
         size_t want = read_size(e, c);
-        if (c->in_cap - c->in_len < want && in_room(c, want) < 0) {
+        if (make_room(&c->in, &c->in_off, &c->in_len, &c->in_cap, want) < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
             return -1;

@@ -359,18 +359,7 @@ class EngineServerApp(NameServerApp):
         engine = self.engine
         engine.stop_accepting()
         log.info("stopped accepting connections")
-        if self.connections:
-            log.info("closing %d connections", len(self.connections))
-        for conn in list(self.connections):
-            conn.close()
-        # A moment to send what is queued; the engine's stop closes the rest.
-        for _ in range(100):
-            if not self.connections:
-                break
-            await asyncio.sleep(0.01)
-        if self.connections:
-            log.warning("aborting %d connections whose peers do not take their "
-                        "answers", len(self.connections))
+        await self._close_each_connection()     # the engine's stop closes the rest
         self._pump_stop = True
         await self.loop.run_in_executor(None, self._pump.join)
         if self._drainer is not None:       # (its last pass takes what is left)

@@ -874,18 +874,14 @@ class NameServerApp:
             await self.metrics.close()
         log.info("NameServer stopped (shutdown took %.0f ms)", (loop.time() - started) * 1000)
 
-    async def _close_connections(self):
-        """No more connections; the open ones closed after sending what is queued
-        (within a second)."""
-        self._server.close()
-        log.info("stopped accepting connections")
+    async def _close_each_connection(self):
+        """Close every connection after sending what is queued, waiting up to a
+        second: a peer that does not read must not hold up the shutdown (the caller
+        aborts what is left)."""
         if self.connections:
             log.info("closing %d connections", len(self.connections))
         for conn in list(self.connections):
             conn.close()
-        # Give the connections a moment to send what is queued, then abort the rest:
-        # a peer that does not read must not hold up the shutdown (from Python 3.12
-        # on, wait_closed() waits for every connection to be closed).
         for _ in range(100):
             if not self.connections:
                 break
@@ -893,6 +889,14 @@ class NameServerApp:
         if self.connections:
             log.warning("aborting %d connections whose peers do not take their "
                         "answers", len(self.connections))
+
+    async def _close_connections(self):
+        """No more connections; the open ones closed after sending what is queued
+        (within a second)."""
+        self._server.close()
+        log.info("stopped accepting connections")
+        # (from Python 3.12 on, wait_closed() waits for every connection to be closed)
+        await self._close_each_connection()
         for conn in list(self.connections):
             conn.transport.abort()
         await asyncio.sleep(0)      # let connection_lost run for the aborted ones
