@@ -7,6 +7,7 @@ writes Cython's HTML annotation next to the sources.
 
 import glob
 import os
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -57,7 +58,7 @@ if SANITIZE:
     ldflags += [f"-fsanitize={SANITIZE}"]
 
 CORE = "src/_core"
-C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c", "serve.c", "engine.c"]
+C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c", "serve.c", "engine.c", "tls.c"]
 
 setup(
     ext_modules=[
@@ -71,6 +72,8 @@ setup(
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             define_macros=[("RMQ_DEBUG", "1" if DEBUG else "0")],
+            # dlopen (tls.c), in libc itself only from glibc 2.34
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
         )
     ],
     cmdclass={"build_ext": BuildExt},

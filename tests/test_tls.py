@@ -2,7 +2,11 @@
 ``tls.server.mode`` with Python's ssl client and ``openssl s_client``, mutual TLS,
 permissive mode's plain and TLS clients on one port, BrokerRegistrar and ``rmq admin
 --tls`` against an enforcing server, ``tls.config.file``, and a stalled handshake.
-The certificates are made by the real ``openssl`` command."""
+The certificates are made by the real ``openssl`` command.
+
+Every server test runs on both network layers (``each_server``; the ``loop`` tests on
+asyncio, uvloop and the engine): asyncio's TLS is rmq.namesrv.tlsconn over Python's
+ssl, the I/O engine's is OpenSSL on its threads (src/_core/tls.c, issue 30)."""
 
 import asyncio
 import logging
@@ -13,7 +17,7 @@ import subprocess
 import pytest
 
 import rmq
-from nameserver import Client, running_namesrv, wait_for
+from nameserver import Client, connection_state, running_namesrv, wait_for
 from rmq import bodies
 from rmq.client import RemotingClient
 from rmq.errors import RemotingConnectError
@@ -28,8 +32,10 @@ pytestmark = pytest.mark.requires("openssl")
 TOPIC = "TlsTopic"
 BROKER = dict(cluster="DefaultCluster", broker_name="broker-tls",
               broker_addr="10.0.0.9:10911", ha_server_addr="10.0.0.9:10912")
-#: The loggers of the server and of its TLS connections.
-SERVER_LOGS = ("rmq.namesrv.server", "rmq.namesrv.tlsconn")
+#: The loggers of the servers and of their TLS connections.
+SERVER_LOGS = ("rmq.namesrv.server", "rmq.namesrv.tlsconn", "rmq.namesrv.dataplane")
+#: The tests that start servers run on both network layers.
+both = pytest.mark.usefixtures("each_server")
 
 
 def _openssl(*args, cwd):
@@ -66,7 +72,7 @@ def server_conf(certs, mode, **more):
     return conf
 
 
-def tls_server(tmp_path, certs, mode, loop="asyncio", **more):
+def tls_server(tmp_path, certs, mode, loop=None, **more):
     return running_namesrv(tmp_path, loop=loop, **server_conf(certs, mode, **more))
 
 
@@ -129,6 +135,7 @@ def logged(caplog, text):
 
 # ---------------------------------------------------------------- the three modes
 
+@both
 def test_disabled_serves_plain_and_closes_a_tls_client_with_a_clear_line(tmp_path, certs, caplog):
     caplog.set_level(logging.INFO)
     with tls_server(tmp_path, certs, "disabled") as app:
@@ -205,6 +212,7 @@ def s_client_answers(address, cmds, *extra):
 
 
 @pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+@both
 def test_openssl_s_client_gets_route_answers(tmp_path, certs, mode):
     with tls_server(tmp_path, certs, mode) as app:
         def check():
@@ -217,6 +225,7 @@ def test_openssl_s_client_gets_route_answers(tmp_path, certs, mode):
         with_broker(app, check, client_ctx(certs))
 
 
+@both
 def test_openssl_s_client_on_a_disabled_port_fails_cleanly(tmp_path, certs, caplog):
     with tls_server(tmp_path, certs, "disabled") as app:
         out, err = s_client(app.address, rmq.encode_frame(route_query()),
@@ -227,6 +236,7 @@ def test_openssl_s_client_on_a_disabled_port_fails_cleanly(tmp_path, certs, capl
 
 # ---------------------------------------------------------------- mutual TLS
 
+@both
 def test_mutual_tls_requires_a_client_certificate_signed_by_the_trusted_ca(
         tmp_path, certs, caplog):
     more = {"tls.server.need.client.auth": "require",
@@ -247,6 +257,7 @@ def test_mutual_tls_requires_a_client_certificate_signed_by_the_trusted_ca(
         assert app.counters.refused["tls_handshake"] == 1
 
 
+@both
 def test_optional_client_auth_serves_clients_without_a_certificate(tmp_path, certs):
     more = {"tls.server.need.client.auth": "optional",
             "tls.server.trustCertPath": str(certs / "ca.crt")}
@@ -257,6 +268,7 @@ def test_optional_client_auth_serves_clients_without_a_certificate(tmp_path, cer
             assert c.call(route_query()).code == 17
 
 
+@both
 def test_a_client_verifies_the_server_and_refuses_an_unknown_ca(tmp_path, certs):
     with tls_server(tmp_path, certs, "enforcing") as app:
         async def main():
@@ -271,6 +283,7 @@ def test_a_client_verifies_the_server_and_refuses_an_unknown_ca(tmp_path, certs)
 
 # ---------------------------------------------------------------- clients
 
+@both
 def test_broker_registrar_and_rmq_admin_over_tls(tmp_path, certs):
     conf = tmp_path / "tls.properties"
     conf.write_text(f"tls.client.trustCertPath={certs / 'ca.crt'}\n")
@@ -294,6 +307,7 @@ def test_broker_registrar_and_rmq_admin_over_tls(tmp_path, certs):
         with_broker(app, check, client_ctx(certs))
 
 
+@both
 def test_signed_admin_operations_over_tls(tmp_path, certs):
     # items 2 and 3 together: rmq admin with TLS and an admin account's keys
     acl = tmp_path / "plain_acl.yml"
@@ -318,6 +332,7 @@ def test_signed_admin_operations_over_tls(tmp_path, certs):
 
 # ---------------------------------------------------------------- configuration
 
+@both
 def test_tls_config_file_indirection(tmp_path, certs, caplog):
     tls_file = tmp_path / "tls.properties"
     tls_file.write_text(f"tls.server.certPath={certs / 'server.crt'}\n"
@@ -334,6 +349,7 @@ def test_tls_config_file_indirection(tmp_path, certs, caplog):
     assert "s3cret-pw" not in caplog.text
 
 
+@both
 def test_a_missing_tls_config_file_is_skipped_as_in_java(tmp_path, certs):
     with tls_server(tmp_path, certs, "enforcing",
                     **{"tls.config.file": str(tmp_path / "none.properties")}) as app:
@@ -368,6 +384,7 @@ def test_wrong_tls_settings_are_refused_at_start_naming_the_key(conf, key, certs
     assert r.returncode == 2 and key in r.stderr and "wrong-pw" not in r.stderr
 
 
+@both
 def test_permissive_without_a_certificate_is_plain_only(tmp_path, certs, caplog):
     with running_namesrv(tmp_path) as app:          # the defaults: `make run`
         assert app.config.tlsMode == "permissive" and app.tls is None
@@ -377,6 +394,7 @@ def test_permissive_without_a_certificate_is_plain_only(tmp_path, certs, caplog)
         assert logged(caplog, "a TLS handshake on the RocketMQ port")
 
 
+@both
 def test_tls_keys_cannot_be_changed_remotely(tmp_path, certs):
     with tls_server(tmp_path, certs, "enforcing") as app:
         before = app.config.to_properties_text()
@@ -395,6 +413,7 @@ def test_tls_keys_cannot_be_changed_remotely(tmp_path, certs):
 
 # ---------------------------------------------------------------- bounds
 
+@both
 def test_a_stalled_handshake_does_not_stall_others_and_is_closed_when_idle(
         tmp_path, certs, caplog):
     caplog.set_level(logging.INFO)
@@ -410,9 +429,10 @@ def test_a_stalled_handshake_does_not_stall_others_and_is_closed_when_idle(
             sock.settimeout(10)
             assert sock.recv(100) == b""        # closed by the idle check
             sock.close()
-    assert any("closing idle connection" in r.getMessage() for r in caplog.records)
+    assert any("idle connection" in r.getMessage() for r in caplog.records)
 
 
+@both
 def test_garbage_after_the_tls_record_byte_is_one_clean_failure(tmp_path, certs, caplog):
     with tls_server(tmp_path, certs, "permissive") as app:
         with socket.create_connection(("127.0.0.1", app.port)) as s:
@@ -428,6 +448,7 @@ def test_garbage_after_the_tls_record_byte_is_one_clean_failure(tmp_path, certs,
             assert c.call(route_query()).code == 17
 
 
+@both
 def test_a_trace_records_the_plaintext_of_a_tls_connection(tmp_path, certs):
     from rmq.trace.segments import IN, OUT, read_records, segment_files, TraceRecorder
     rec = TraceRecorder(tmp_path / "trace")
@@ -447,6 +468,7 @@ def test_a_trace_records_the_plaintext_of_a_tls_connection(tmp_path, certs):
     b"\x16\x03\x01\xff\xff" + bytes(0xffff),                      # a record past 16 KiB + 2 KiB
     b"\x16\x03\x01\x40\x00\x01\xff\xff\xff" + bytes(0x4000 - 4),  # a 16 MiB ClientHello
 ], ids=["record", "message"])
+@both
 def test_an_oversized_client_hello_is_refused_by_openssl_s_own_limits(
         tmp_path, certs, caplog, hello):
     with tls_server(tmp_path, certs, "permissive") as app:
@@ -467,24 +489,26 @@ def test_an_oversized_client_hello_is_refused_by_openssl_s_own_limits(
                                              "RECORD_LAYER_FAILURE")), reasons
 
 
+@both
 def test_a_tls_client_that_stops_reading_stops_being_read(tmp_path, certs):
     """Flow control through TLS: the answers back up (ciphertext in the socket's
-    transport), the connection stops reading, and every answer comes once the client
-    reads."""
+    transport; plaintext in the engine's buffer), the connection stops reading, and
+    every answer comes once the client reads."""
     with tls_server(tmp_path, certs, "permissive", maxOutputBufferBytes=65536,
                     serverSocketSndBufSize=8192) as app:
         with TlsClient(app.address, client_ctx(certs)) as c:
             c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)   # no autotuning
             cmds = [route_query() for _ in range(3000)]
             c.send_raw(b"".join(rmq.encode_frame(cmd) for cmd in cmds))
+            assert wait_for(lambda: app.connections, 5)     # (the engine's open event)
             [conn] = list(app.connections)
-            assert wait_for(lambda: conn.writing_paused, 10)
-            assert conn.transport.get_write_buffer_size() < 2 * 65536 + (1 << 20)
+            assert wait_for(lambda: connection_state(app, conn)["paused"], 10)
+            assert connection_state(app, conn)["queued_output"] < 2 * 65536 + (1 << 20)
             c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
             for cmd in cmds:
                 resp = c.receive()
                 assert (resp.opaque, resp.code) == (cmd.opaque, 17)
-            assert wait_for(lambda: not conn.writing_paused)
+            assert wait_for(lambda: not connection_state(app, conn)["paused"])
 
 
 def test_mode_names_are_read_case_aside(certs):
@@ -496,6 +520,7 @@ def test_mode_names_are_read_case_aside(certs):
     assert tls.describe() == "tls.server.mode=enforcing: TLS only, client certificates none"
 
 
+@both
 def test_a_forged_record_after_the_handshake_closes_that_connection_only(
         tmp_path, certs, caplog):
     import os
@@ -513,14 +538,49 @@ def test_a_forged_record_after_the_handshake_closes_that_connection_only(
         assert app.counters.refused["tls_handshake"] == 1
 
 
-def test_tls_is_served_by_asyncio_when_the_engine_is_asked(tmp_path, certs, caplog):
-    """serverEngine=c with TLS configured: the asyncio server serves (TLS is not on
-    the I/O engine yet), and the log says why."""
+def test_tls_is_served_by_the_engine_s_threads(tmp_path, certs):
+    """serverEngine=c with TLS: the I/O threads serve TLS and plain connections of
+    one port, route queries answered in C (counted by the engine) on both."""
+    if rmq.IMPLEMENTATION != "compiled":
+        pytest.skip("the pure-Python reference has no I/O engine (asyncio serves TLS)")
+    from rmq.namesrv.dataplane import EngineServerApp
+    with tls_server(tmp_path, certs, "permissive", loop="engine") as app:
+        assert type(app) is EngineServerApp
+        def check():
+            with TlsClient(app.address, client_ctx(certs)) as tls, Client(app.address) as plain:
+                for _ in range(10):
+                    assert_route(tls.call(route_query()))
+                    assert_route(plain.call(route_query()))
+                # (their "open" events reach Python on their own time)
+                assert wait_for(lambda: len(app.connections) == 3, 5)   # and the broker's
+                tls_flags = [app.engine.connection_state(conn.id)["tls"]
+                             for conn in list(app.connections)]
+                assert sorted(tls_flags) == [False, False, True]
+            return app.engine.counts()["served"]
+        assert with_broker(app, check) >= 20
+
+
+def test_tls_falls_back_to_asyncio_where_the_engine_cannot_serve_it(
+        tmp_path, certs, caplog, monkeypatch):
+    """Where OpenSSL of Python's ssl cannot be used from C (``_core.engine_tls`` says
+    why), serverEngine=c with TLS is served by asyncio, and the log says why."""
+    if rmq.IMPLEMENTATION != "compiled":
+        pytest.skip("the pure-Python reference has no I/O engine")
+    from rmq import _core
     from rmq.namesrv.server import NameServerApp
+    # the reasons engine_tls gives for real contexts it refuses
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    assert _core.engine_tls(ctx) is None
+    ctx.sni_callback = lambda *a: None
+    assert "Python callbacks" in _core.engine_tls(ctx)
+    assert "must be an ssl.SSLContext" in _core.engine_tls(object())
+    monkeypatch.setattr(_core, "engine_tls", lambda context: "OpenSSL linked statically")
     with caplog.at_level(logging.WARNING, "rmq.namesrv.server"):
-        with tls_server(tmp_path, certs, "permissive", serverEngine="c") as app, \
-                Client(app.address) as plain:
+        with tls_server(tmp_path, certs, "permissive", serverEngine="c",
+                        serverIoThreads=1) as app, Client(app.address) as plain:
             assert type(app) is NameServerApp
             assert plain.request(106).code == 0
-    if rmq.IMPLEMENTATION == "compiled":
-        assert "serverEngine=c: TLS is served by the asyncio server only" in caplog.text
+            with TlsClient(app.address, client_ctx(certs)) as tls:
+                assert tls.call(route_query()).code == 17
+    assert ("serverEngine=c: TLS cannot be served by the I/O threads (OpenSSL linked "
+            "statically)") in caplog.text

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "scan.h"
+#include "tls.h"
 #include "wire.h"
 
 enum {
@@ -30,7 +31,16 @@ enum {
      * one round trip through Python, not one per frame) */
     PY_BATCH_FRAMES = 64,
     PY_BATCH_BYTES = 1024 * 1024,
+    TLS_HANDSHAKE_RECORD = 0x16,    /* the first byte of a TLS client's first record */
+    SEAL_BYTES = 64 * 1024,         /* TLS: output encrypted at a time */
+    /* seconds: a TLS connection quiet this long gives its record buffers back (a busy
+     * one keeps them: OpenSSL's SSL_MODE_RELEASE_BUFFERS, which frees them after every
+     * read, costs a fifth of the TLS route rate) */
+    TLS_TRIM = 5,
 };
+
+/* What a read or a write did, besides a count of bytes (> 0) */
+enum { IO_AGAIN = -1, IO_GONE = -2, IO_TLS_ERROR = -3 };
 
 typedef struct re_conn {
     struct re_conn *next;           /* hash chain */
@@ -40,6 +50,8 @@ typedef struct re_conn {
     size_t in_off, in_len, in_cap;
     char *out;                      /* not yet written: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
+    char *sealed;                   /* TLS: records not yet written, [sealed_off..sealed_len) */
+    size_t sealed_off, sealed_len, sealed_cap;
     int with_python;                /* one of its frames is with Python */
     int closing;                    /* close once out is written */
     int paused;                     /* unsent bytes reached max_output: not read until
@@ -47,6 +59,11 @@ typedef struct re_conn {
     int notify_drain;               /* RE_DRAINED when unsent bytes are down to that */
     int fd_closed;                  /* closed: freed after the current epoll batch */
     int split_any;                  /* a frame was split (for the bad frame's report) */
+    int sniff;                      /* TLS or plain is decided by the first byte, to come */
+    void *tls;                      /* its SSL (tls.h), or NULL: plain */
+    uint8_t tls_shaken;             /* its handshake is done */
+    uint32_t tls_wants;             /* what OpenSSL waits for besides reading and writing
+                                       (a read that must write, a write that must read) */
     uint32_t interest;              /* the epoll events asked for now */
     size_t counted;                 /* of its unsent bytes, counted in e->out_total */
     double last_active, closed_at;  /* monotonic seconds: last read or write, close */
@@ -256,7 +273,11 @@ static double monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static size_t pending(const re_conn *c) { return c->out_len - c->out_off; }
+/* A connection's unsent bytes: its output and, over TLS, the records sealed from it */
+static size_t pending(const re_conn *c)
+{
+    return c->out_len - c->out_off + c->sealed_len - c->sealed_off;
+}
 
 /* Count in e->out_total what changed of c's unsent bytes since the last call. */
 static void account(re_thread *th, re_conn *c, size_t now)
@@ -267,6 +288,9 @@ static void account(re_thread *th, re_conn *c, size_t now)
         c->counted = now;
     }
 }
+
+static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t more);
+static int seal(re_conn *c);
 
 /* Close now (what is unsent is dropped) and, with tell, report the close with c->why.
  * c stays allocated until the end of the thread's epoll batch, which may still hold
@@ -280,21 +304,42 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
         pp = &(*pp)->next;
     *pp = c->next;
     epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
     c->fd_closed = 1;
     account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
     BUMP(th->stats.closed[c->why], 1);
     trace_put(th, RE_TRACE_CLOSE, c->id, NULL, 0);
     if (tell) {
-        uint8_t why[2 + RE_BAD_BYTES] = {c->why, !c->split_any};
+        char why[2 + RE_TLS_WHY_BYTES] = {(char)c->why, (char)!c->split_any};
         size_t n = 1;
         if (c->why == RE_WHY_BAD_FRAME) {
             memcpy(why + 2, c->bad, c->bad_len);
             n = 2 + c->bad_len;
+        } else if (c->why == RE_WHY_TLS) {
+            /* in the handshake or after it, and OpenSSL's reason, queued by the
+             * failure just before on this thread */
+            why[1] = (char)!c->tls_shaken;
+            tl_error(c->tls, why + 2, RE_TLS_WHY_BYTES);
+            n = 2 + strlen(why + 2);
         }
         push_event(th->e, RE_CLOSED, c->id, why, n);
     }
+    if (c->tls) {
+        /* close_notify after a close of ours whose output was written, as Python's
+         * ssl does on close; then what is sealed (it, or a failure's alert) goes if
+         * the socket takes it now */
+        if (c->closing && (c->why == RE_WHY_CLOSED || c->why == RE_WHY_IDLE ||
+                           c->why == RE_WHY_BAD_FRAME))
+            tl_shutdown(c->tls);
+        if (c->why != RE_WHY_PEER && seal(c) == 0 && c->sealed_len > c->sealed_off)
+            (void)!send(c->fd, c->sealed + c->sealed_off, c->sealed_len - c->sealed_off,
+                        MSG_NOSIGNAL | MSG_DONTWAIT);
+        tl_free(c->tls);
+        c->tls = NULL;
+    }
+    free(c->sealed);
+    c->sealed = NULL;
+    close(c->fd);
     free(c->in);
     free(c->out);
     c->in = NULL;
@@ -341,7 +386,7 @@ static void set_interest(re_thread *th, re_conn *c)
      * Python is gone at once (its work is dropped, as the asyncio server does); not
      * once closing (level-triggered, it would wake the thread until the output is out) */
     uint32_t want = (c->closing ? 0 : EPOLLRDHUP) | (reading(th->e, c) ? EPOLLIN : 0) |
-                    (pending(c) ? EPOLLOUT : 0);
+                    (pending(c) ? EPOLLOUT : 0) | c->tls_wants;
     if (want != c->interest) {
         struct epoll_event ev = {.events = want, .data.ptr = c};
         epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -416,6 +461,17 @@ static int out_room(re_conn *c, size_t more)
     return make_room(&c->out, &c->out_off, &c->out_len, &c->out_cap, more);
 }
 
+/* Nothing left to split: the buffer goes back (an idle connection holds none; a busy
+ * one takes one from the allocator per read). */
+static void release_empty_input(re_conn *c)
+{
+    if (c->in_off == c->in_len && c->in) {
+        free(c->in);
+        c->in = NULL;
+        c->in_off = c->in_len = c->in_cap = 0;
+    }
+}
+
 /* Split what was read: route queries answered here, the first other frame to
  * Python (then nothing more until its answer), a bad length closes after the
  * answers before it. -1: out of memory (the caller closes). */
@@ -477,45 +533,168 @@ static int split(re_thread *th, re_conn *c)
         c->with_python = 1;
         c->split_any = 1;
     }
-    if (c->in_off == c->in_len) {
-        /* nothing left to split: the buffer goes back (an idle connection holds
-         * none; a busy one takes one from the allocator per read) */
-        free(c->in);
-        c->in = NULL;
-        c->in_off = c->in_len = c->in_cap = 0;
-    }
+    release_empty_input(c);
     return 0;
+}
+
+/* A read and a write of a connection, plain or over TLS: bytes, or IO_AGAIN (wait for
+ * epoll), IO_GONE (the peer closed, or the socket failed), IO_TLS_ERROR. */
+static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
+{
+    if (c->tls) {
+        /* the records that came, up to n bytes of plaintext: split and answered
+         * together, the answers written in few records, as a plain read's */
+        size_t got = 0;
+        ssize_t r;
+        c->tls_wants &= ~(uint32_t)EPOLLOUT;
+        do {
+            r = tl_read(c->tls, buf + got, n - got);
+            if (r > 0)
+                got += (size_t)r;
+        } while (r > 0 && got < n);
+        if (!c->tls_shaken && r != TL_ERROR)    /* (a fatal error resets OpenSSL's state) */
+            c->tls_shaken = (uint8_t)tl_handshake_done(c->tls);
+        if (r == TL_WANT_WRITE)                 /* e.g. the handshake's answer */
+            c->tls_wants |= EPOLLOUT;
+        if (r == TL_ERROR)
+            return IO_TLS_ERROR;                /* (what came before it is dropped) */
+        if (got)
+            return (ssize_t)got;                /* a close is seen again by the next read */
+        return r == TL_WANT_READ || r == TL_WANT_WRITE ? IO_AGAIN : IO_GONE;
+    }
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, n, 0);
+        if (r > 0)
+            return r;
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? IO_AGAIN : IO_GONE;
+    }
+}
+
+static ssize_t conn_send(re_conn *c, const char *buf, size_t n)
+{
+    for (;;) {
+        ssize_t w = send(c->fd, buf, n, MSG_NOSIGNAL);
+        if (w > 0)
+            return w;
+        if (w < 0 && errno == EINTR)
+            continue;
+        return w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? IO_AGAIN : IO_GONE;
+    }
+}
+
+/* A read or write that failed (IO_GONE, IO_TLS_ERROR): the connection closed. */
+static void conn_failed(re_thread *th, re_conn *c, ssize_t r)
+{
+    if (r == IO_TLS_ERROR)
+        c->why = RE_WHY_TLS;
+    conn_close(th, c, 1);
+}
+
+/* TLS: the records OpenSSL sealed (answers, the handshake's messages, alerts) moved to
+ * c->sealed, to be written. -1: out of memory. */
+static int seal(re_conn *c)
+{
+    size_t n = tl_sealed(c->tls);
+    if (!n)
+        return 0;
+    if (make_room(&c->sealed, &c->sealed_off, &c->sealed_len, &c->sealed_cap, n) < 0)
+        return -1;
+    c->sealed_len += tl_take(c->tls, c->sealed + c->sealed_len, n);
+    return 0;
+}
+
+/* TLS: the output encrypted, SEAL_BYTES at a time, once what was sealed before is
+ * written (the records of a connection that does not read stay few). IO_TLS_ERROR,
+ * -1 out of memory, else 0. */
+static int encrypt(re_conn *c)
+{
+    c->tls_wants &= ~(uint32_t)EPOLLIN;
+    if (c->sealed_len == c->sealed_off && c->out_len > c->out_off) {
+        size_t n = c->out_len - c->out_off;
+        ssize_t w = tl_write(c->tls, c->out + c->out_off, n < SEAL_BYTES ? n : SEAL_BYTES);
+        if (w == TL_WANT_READ)          /* the handshake is not done: no output yet */
+            c->tls_wants |= EPOLLIN;
+        else if (w < 0)
+            return IO_TLS_ERROR;
+        else
+            c->out_off += (size_t)w;
+    }
+    return seal(c);
 }
 
 /* Write what is pending. -1: the connection is gone (closed here). */
 static int flush(re_thread *th, re_conn *c)
 {
-    while (pending(c)) {
-        ssize_t w = send(c->fd, c->out + c->out_off, pending(c), MSG_NOSIGNAL);
-        if (w > 0) {
-            c->out_off += (size_t)w;
-            c->last_active = th->now;
-            BUMP(th->stats.bytes_out, (uint64_t)w);
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    for (;;) {
+        if (c->tls) {
+            int r = encrypt(c);
+            if (r < 0) {
+                if (r == -1)
+                    c->why = RE_WHY_NO_MEMORY;
+                conn_failed(th, c, r == -1 ? IO_GONE : r);
+                return -1;
+            }
+        }
+        char **buf = c->tls ? &c->sealed : &c->out;
+        size_t *off = c->tls ? &c->sealed_off : &c->out_off;
+        size_t n = (c->tls ? c->sealed_len : c->out_len) - *off;
+        if (!n)
             break;
-        } else {
-            conn_close(th, c, 1);
+        ssize_t w = conn_send(c, *buf + *off, n);
+        if (w == IO_AGAIN)
+            break;
+        if (w < 0) {
+            conn_failed(th, c, w);
             return -1;
         }
+        *off += (size_t)w;
+        c->last_active = th->now;
+        BUMP(th->stats.bytes_out, (uint64_t)w);
     }
     if (!pending(c)) {
-        /* all written: the buffer goes back, as the input's does */
+        /* all written: the buffers go back, as the input's does */
         free(c->out);
-        c->out = NULL;
+        free(c->sealed);
+        c->out = c->sealed = NULL;
         c->out_off = c->out_len = c->out_cap = 0;
+        c->sealed_off = c->sealed_len = c->sealed_cap = 0;
         if (c->closing) {
             conn_close(th, c, 1);
             return -1;
         }
     }
     return 0;
+}
+
+/* A connection of a TLS port, before its first byte: TLS when that byte opens a
+ * handshake record (as Java's handshake handler decides), else plain, or closed on a
+ * TLS-only port. The byte is peeked: it stays for OpenSSL's or the splitter's read.
+ * 1: decided; 0: no byte yet; -1: gone. */
+static int sniff(re_thread *th, re_conn *c)
+{
+    uint8_t first;
+    ssize_t r = recv(c->fd, &first, 1, MSG_PEEK);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (r <= 0) {
+        conn_close(th, c, 1);
+        return -1;
+    }
+    c->sniff = 0;
+    if (first == TLS_HANDSHAKE_RECORD) {
+        if (!(c->tls = tl_new(th->e->cfg.tls_ctx, c->fd))) {
+            c->why = RE_WHY_NO_MEMORY;
+            conn_close(th, c, 1);
+            return -1;
+        }
+    } else if (th->e->cfg.tls_enforcing) {
+        c->why = RE_WHY_TLS_REQUIRED;
+        conn_close(th, c, 1);
+        return -1;
+    }
+    return 1;
 }
 
 /* How much the next read takes: READ_CHUNK, or the rest of the frame in the buffer
@@ -557,32 +736,38 @@ static int conn_read(re_thread *th, re_conn *c)
                 return -1;
             continue;
         }
+        if (c->sniff) {
+            int decided = sniff(th, c);
+            if (decided < 0)
+                return -1;
+            if (!decided)
+                break;
+        }
         size_t want = read_size(e, c);
         if (make_room(&c->in, &c->in_off, &c->in_len, &c->in_cap, want) < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
             return -1;
         }
-        ssize_t r = recv(c->fd, c->in + c->in_len, want, 0);
-        if (r > 0) {
-            c->in_len += (size_t)r;
-            c->last_active = th->now;
-            BUMP(th->stats.bytes_in, (uint64_t)r);
-            if (split(th, c) < 0) {
-                c->why = RE_WHY_NO_MEMORY;
-                conn_close(th, c, 1);
-                return -1;
-            }
-            if (pending(c) && flush(th, c) < 0)
-                return -1;
-        } else if (r < 0 && errno == EINTR) {
-            continue;
-        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        ssize_t r = conn_recv(c, c->in + c->in_len, want);
+        if (r == IO_AGAIN) {
+            release_empty_input(c);
             break;
-        } else {                    /* the peer closed, or an error */
+        }
+        if (r < 0) {
+            conn_failed(th, c, r);
+            return -1;
+        }
+        c->in_len += (size_t)r;
+        c->last_active = th->now;
+        BUMP(th->stats.bytes_in, (uint64_t)r);
+        if (split(th, c) < 0) {
+            c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
             return -1;
         }
+        if (pending(c) && flush(th, c) < 0)
+            return -1;
     }
     if (flush(th, c) < 0)
         return -1;
@@ -622,6 +807,7 @@ static void accept_all(re_thread *th)
             continue;
         }
         c->fd = fd;
+        c->sniff = e->cfg.tls_ctx != NULL;
         c->id = (++th->next_seq << 8) | (uint64_t)th->index;
         c->interest = EPOLLIN | EPOLLRDHUP;
         c->last_active = th->now;
@@ -672,7 +858,8 @@ static void run_cmds(re_thread *th)
         if (cmd->state) {
             if (c)
                 *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off,
-                                              c->with_python, c->paused, c->closing};
+                                              c->with_python, c->paused, c->closing,
+                                              c->tls != NULL};
             sem_post(cmd->done);
             free_cmd(cmd);
             cmd = next;
@@ -683,7 +870,7 @@ static void run_cmds(re_thread *th)
             c->last_active = th->now;       /* Python answered: not idle */
             if (cmd->len)
                 trace_put(th, RE_TRACE_OUT, c->id, cmd->data, cmd->len);
-            if (cmd->len && !pending(c) && cmd->len >= READ_CHUNK) {
+            if (cmd->len && c->out_len == c->out_off && cmd->len >= READ_CHUNK) {
                 /* a big answer (a batch of 206s): its buffer becomes the output,
                  * not copied again */
                 free(c->out);
@@ -724,7 +911,9 @@ static void run_cmds(re_thread *th)
 }
 
 /* Every scan period: idle connections closed, closes pending too long aborted. */
-static void scan_idle(re_thread *th)
+/* Every scan period: idle connections closed, closes pending too long aborted, and
+ * the record buffers of TLS connections quiet for a period given back. */
+static void scan_idle(re_thread *th, double period)
 {
     double idle = th->e->cfg.idle_seconds;
     for (int b = 0; b < CONN_BUCKETS; b++) {
@@ -734,14 +923,16 @@ static void scan_idle(re_thread *th)
             if (c->closing) {
                 /* a peer that does not read what is queued must not hold the
                  * connection (and its output) forever */
-                if (th->now - c->closed_at > idle) {
+                if (idle > 0 && th->now - c->closed_at > idle) {
                     c->why = RE_WHY_UNSENT;
                     conn_close(th, c, 1);
                 }
-            } else if (!c->with_python && th->now - c->last_active > idle) {
+            } else if (idle > 0 && !c->with_python && th->now - c->last_active > idle) {
                 start_close(th, c, RE_WHY_IDLE);
                 if (flush(th, c) == 0)
                     set_interest(th, c);
+            } else if (c->tls && th->now - c->last_active > period) {
+                tl_trim(c->tls);
             }
             c = next;
         }
@@ -754,8 +945,10 @@ static void *thread_main(void *arg)
     rmq_engine *e = th->e;
     struct epoll_event evs[64];
     double idle = e->cfg.idle_seconds;
-    /* idle connections are looked for every quarter of the idle time, within bounds */
-    double period = idle <= 0 ? 0 : idle / 4 < 0.05 ? 0.05 : idle / 4 > 5 ? 5 : idle / 4;
+    /* idle connections are looked for every quarter of the idle time, within bounds
+     * (and quiet TLS connections every TLS_TRIM seconds at most) */
+    double period = idle <= 0 ? (e->cfg.tls_ctx ? TLS_TRIM : 0)
+                    : idle / 4 < 0.05 ? 0.05 : idle / 4 > TLS_TRIM ? TLS_TRIM : idle / 4;
     th->now = monotonic();
     th->next_scan = th->now + period;
     while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
@@ -782,7 +975,7 @@ static void *thread_main(void *arg)
             }
         }
         if (period > 0 && th->now >= th->next_scan) {
-            scan_idle(th);
+            scan_idle(th, period);
             th->next_scan = th->now + period;
         }
         free_dead(th);
@@ -940,6 +1133,8 @@ void re_stop(rmq_engine *e)
         pthread_join(e->threads[i].th, NULL);
     for (int i = 0; i < e->nthreads; i++)
         free_thread(&e->threads[i]);
+    if (e->cfg.tls_ctx)
+        tl_ctx_release(e->cfg.tls_ctx);
     re_free_events(e->head);
     pthread_cond_destroy(&e->qc);
     pthread_mutex_destroy(&e->qm);
@@ -978,6 +1173,11 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
     e->stype = stype;
     e->listen_fd = listen_fd;
     e->cfg = *cfg;
+    if (cfg->tls_ctx && tl_ctx_hold(cfg->tls_ctx) < 0) {
+        free(e);
+        errno = EINVAL;
+        return NULL;
+    }
     pthread_mutex_init(&e->qm, NULL);
     pthread_cond_init(&e->qc, NULL);
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
@@ -1019,6 +1219,8 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
         }
         for (int i = 0; i < e->nthreads; i++)
             free_thread(&e->threads[i]);
+        if (cfg->tls_ctx)
+            tl_ctx_release(cfg->tls_ctx);
         pthread_cond_destroy(&e->qc);
         pthread_mutex_destroy(&e->qm);
         free(e);

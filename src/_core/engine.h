@@ -40,6 +40,11 @@ typedef struct {
     size_t max_total_output;    /* unsent bytes of all connections (see above); 0: none */
     int sndbuf, rcvbuf;         /* SO_SNDBUF / SO_RCVBUF of accepted sockets; 0: the OS's */
     size_t trace_bytes;         /* per thread: the trace ring (below); 0: no trace */
+    void *tls_ctx;              /* an SSL_CTX (tls.h: tl_load first): a connection whose
+                                   first byte opens a TLS handshake record is served over
+                                   TLS; NULL: plain only */
+    int tls_enforcing;          /* with tls_ctx: a plain connection is closed at its
+                                   first byte (tls.server.mode=enforcing) */
 } re_config;
 
 enum { RE_MAX_THREADS = 256 };
@@ -61,8 +66,12 @@ enum {
     RE_WHY_NO_MEMORY = 4,
     RE_WHY_CLOSED = 5,          /* re_close, once its output was written */
     RE_WHY_UNSENT = 6,          /* a close whose output the peer did not take in time */
-    RE_WHY_COUNT = 7,
+    RE_WHY_TLS = 7,             /* a TLS failure: its data's second byte is 1 when in the
+                                   handshake, OpenSSL's reason follows */
+    RE_WHY_TLS_REQUIRED = 8,    /* plain remoting on a port that is TLS only */
+    RE_WHY_COUNT = 9,
     RE_BAD_BYTES = 16,
+    RE_TLS_WHY_BYTES = 160,     /* of OpenSSL's reason, at most */
 };
 
 /* What the threads did, summed over them (each thread counts its own). */
@@ -116,6 +125,7 @@ typedef struct {
     size_t queued_output;           /* unsent bytes */
     size_t buffered_input;          /* read, not yet split */
     int with_python, paused, closing;
+    int tls;                        /* served over TLS */
 } re_conn_state;
 
 int re_conn_state_read(rmq_engine *e, uint64_t conn, re_conn_state *out);

@@ -17,6 +17,8 @@ cdef extern from "engine.h" nogil:
         int sndbuf
         int rcvbuf
         size_t trace_bytes
+        void* tls_ctx
+        int tls_enforcing
     ctypedef struct rmq_engine:
         pass
     ctypedef struct re_stats:
@@ -26,7 +28,7 @@ cdef extern from "engine.h" nogil:
         uint64_t bytes_out
         uint64_t accepted
         uint64_t refused
-        uint64_t closed[7]          # RE_WHY_COUNT (the C header's size is what counts)
+        uint64_t closed[9]          # RE_WHY_COUNT (the C header's size is what counts)
         uint64_t queued_output
         uint64_t trace_dropped
     ctypedef struct re_conn_state:
@@ -36,6 +38,7 @@ cdef extern from "engine.h" nogil:
         int with_python
         int paused
         int closing
+        int tls
     ctypedef struct re_event:
         re_event* next
         int kind
@@ -55,6 +58,8 @@ cdef extern from "engine.h" nogil:
         RE_WHY_NO_MEMORY
         RE_WHY_CLOSED
         RE_WHY_UNSENT
+        RE_WHY_TLS
+        RE_WHY_TLS_REQUIRED
         RE_WHY_COUNT
     rmq_engine* re_start(rt_table* t, int stype, int listen_fd, const re_config* cfg)
     void re_stop(rmq_engine* e)

@@ -3,10 +3,21 @@
 # Engine.send. rmq.namesrv.dataplane runs the NameServer on it (serverEngine=c).
 
 import os as _os
+import platform as _platform
 
 from libc.errno cimport errno
 
 from engine cimport *
+from tls cimport tl_load, tl_ctx_matches
+
+cdef extern from *:
+    """
+    /* CPython's ssl.SSLContext (Modules/_ssl.c: PySSLContext): its SSL_CTX is the first
+       field after the object's head, in every CPython 3 (engine_tls checks it) */
+    typedef struct { PyObject_HEAD void *ctx; } rmq_ssl_context;
+    """
+    ctypedef struct rmq_ssl_context:
+        void* ctx
 
 _ENGINE_KINDS = {RE_OPEN: "open", RE_FRAME: "frame", RE_CLOSED: "closed",
                  RE_DRAINED: "drained"}
@@ -16,8 +27,48 @@ _TRACE_KINDS = {RE_TRACE_IN: "in", RE_TRACE_OUT: "out", RE_TRACE_OPEN: "open",
 ENGINE_CLOSE_REASONS = {RE_WHY_PEER: "peer", RE_WHY_BAD_FRAME: "bad_frame",
                         RE_WHY_IDLE: "idle", RE_WHY_OUTPUT_BUDGET: "output_budget",
                         RE_WHY_NO_MEMORY: "no_memory", RE_WHY_CLOSED: "closed",
-                        RE_WHY_UNSENT: "unsent"}
-assert len(ENGINE_CLOSE_REASONS) == RE_WHY_COUNT == 7    # re_stats.closed in engine.pxd
+                        RE_WHY_UNSENT: "unsent", RE_WHY_TLS: "tls",
+                        RE_WHY_TLS_REQUIRED: "tls_required"}
+assert len(ENGINE_CLOSE_REASONS) == RE_WHY_COUNT == 9    # re_stats.closed in engine.pxd
+
+#: ssl's verify modes -> OpenSSL's (SSL_VERIFY_PEER 1, | SSL_VERIFY_FAIL_IF_NO_PEER_CERT 2)
+_OPENSSL_VERIFY = {0: 0, 1: 1, 2: 3}
+
+
+cdef void* _ssl_ctx(context) except NULL:
+    """The SSL_CTX of ``context`` (an ssl.SSLContext) for the engine's threads, or
+    ValueError saying why the engine cannot serve TLS with it."""
+    import ssl, _ssl
+    cdef char err[256]
+    cdef void* ctx
+    if _platform.python_implementation() != "CPython":
+        raise ValueError(f"TLS on the engine needs CPython's ssl module, not "
+                         f"{_platform.python_implementation()}'s")
+    if not isinstance(context, _ssl._SSLContext):
+        raise ValueError(f"tls must be an ssl.SSLContext, not {type(context).__name__}")
+    # callbacks of the ssl module expect an SSLSocket of its own behind every SSL
+    if (context.sni_callback is not None or getattr(context, "keylog_filename", None)
+            or getattr(context, "_msg_callback", None) is not None):
+        raise ValueError("the SSLContext has Python callbacks (sni_callback, "
+                         "keylog_filename or _msg_callback): only the ssl module can "
+                         "serve it")
+    if tl_load(_ssl.__file__.encode(), err, sizeof(err)) < 0:
+        raise ValueError(f"OpenSSL of the ssl module not found: {err.decode(errors='replace')}")
+    ctx = (<rmq_ssl_context*>context).ctx
+    if not tl_ctx_matches(ctx, int(context.options),
+                          _OPENSSL_VERIFY[int(context.verify_mode)]):
+        raise ValueError("the SSLContext's SSL_CTX is not where CPython keeps it")
+    return ctx
+
+
+def engine_tls(context):
+    """None when the engine's threads can serve TLS with ``context`` (an
+    ssl.SSLContext: OpenSSL of the ssl module, on its SSL_CTX), else why not."""
+    try:
+        _ssl_ctx(context)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 cdef class Engine:
@@ -41,11 +92,18 @@ cdef class Engine:
     of accepted sockets (0: the OS's); ``trace_bytes``: each thread records what it
     reads and writes in a ring of that size for ``trace_take`` (0: no trace).
 
+    ``tls``: an ssl.SSLContext (``engine_tls`` says whether it can be served here): a
+    connection whose first byte opens a TLS handshake record is served over TLS by
+    the threads, with OpenSSL on that context; with ``tls_enforcing``, any other is
+    closed ("tls_required"). A TLS failure closes its connection with reason "tls"
+    and OpenSSL's reason as detail.
+
     ``stop`` from the thread that calls ``events`` (or once no call is running)."""
 
     cdef rmq_engine* e
     cdef TopicTable table
     cdef object sock
+    cdef object tls
     cdef dict _config
 
     def __cinit__(self):
@@ -55,7 +113,7 @@ cdef class Engine:
                  Py_ssize_t max_frame=16 * 1024 * 1024, Py_ssize_t max_output=4 * 1024 * 1024,
                  Py_ssize_t resume_output=-1, int max_connections=10_000, double idle_seconds=0,
                  Py_ssize_t max_total_output=0, int sndbuf=0, int rcvbuf=0,
-                 Py_ssize_t trace_bytes=0):
+                 Py_ssize_t trace_bytes=0, tls=None, bint tls_enforcing=False):
         cdef re_config cfg
         if not 1 <= threads <= RE_MAX_THREADS:
             raise ValueError(f"threads must be 1 to {RE_MAX_THREADS}, not {threads}")
@@ -79,11 +137,15 @@ cdef class Engine:
         cfg.sndbuf = sndbuf
         cfg.rcvbuf = rcvbuf
         cfg.trace_bytes = trace_bytes
+        cfg.tls_ctx = NULL if tls is None else _ssl_ctx(tls)
+        cfg.tls_enforcing = tls_enforcing and tls is not None
+        self.tls = tls              # its SSL_CTX is held by the engine, the object too
         self._config = {"threads": threads, "max_frame": max_frame, "max_output": max_output,
                         "resume_output": cfg.resume_output,
                         "max_connections": max_connections, "idle_seconds": idle_seconds,
                         "max_total_output": max_total_output, "sndbuf": sndbuf,
-                        "rcvbuf": rcvbuf, "trace_bytes": trace_bytes}
+                        "rcvbuf": rcvbuf, "trace_bytes": trace_bytes,
+                        "tls": tls is not None, "tls_enforcing": bool(cfg.tls_enforcing)}
         self.table = table
         self.sock = sock            # kept open while the threads use its descriptor
         cdef int fd = sock.fileno()
@@ -114,7 +176,10 @@ cdef class Engine:
                     data = data.decode("ascii")
                 elif ev.kind == RE_CLOSED:
                     data = (ENGINE_CLOSE_REASONS[data[0]],
-                            (data[1] == 1, data[2:]) if data[0] == RE_WHY_BAD_FRAME else None)
+                            (data[1] == 1, data[2:]) if data[0] == RE_WHY_BAD_FRAME
+                            else (data[1] == 1, data[2:].decode("utf-8", "replace"))
+                            if data[0] == RE_WHY_TLS
+                            else None)
                 elif ev.kind == RE_DRAINED:
                     data = None
                 out.append((_ENGINE_KINDS[ev.kind], ev.conn, data))
@@ -171,7 +236,7 @@ cdef class Engine:
     def connection_state(self, uint64_t conn):
         """``conn`` as its I/O thread sees it, asked of the thread (for tests and
         debugging): ``{"queued_output", "buffered_input", "with_python", "paused",
-        "closing"}``, or None when it is not open."""
+        "closing", "tls"}``, or None when it is not open."""
         cdef rmq_engine* e = self._running()
         cdef re_conn_state st
         cdef int rc
@@ -183,7 +248,7 @@ cdef class Engine:
             return None
         return {"queued_output": st.queued_output, "buffered_input": st.buffered_input,
                 "with_python": bool(st.with_python), "paused": bool(st.paused),
-                "closing": bool(st.closing)}
+                "closing": bool(st.closing), "tls": bool(st.tls)}
 
     def trace_take(self):
         """The trace records the threads made since the last call, each thread's in

@@ -414,8 +414,8 @@ FIELDS = (
     # The network layer: "c" (the compiled core's I/O threads answer route queries
     # without Python, every other request goes to the loop; rmq.namesrv.dataplane),
     # with serverIoThreads I/O threads (0: one per core), or "asyncio" (one event loop
-    # thread, uvloop's when installed). Where the engine cannot serve (TLS, the
-    # pure-Python reference), asyncio serves.
+    # thread, uvloop's when installed). Where the engine cannot serve (the pure-Python
+    # reference; TLS where Python's ssl has no OpenSSL C can use), asyncio serves.
     Field("serverEngine", "str", "c", "rmq"),
     Field("serverIoThreads", "int", 0, "rmq", check=(0, 256)),
     # Queued answers of all connections together: past it, the largest connections

@@ -27,8 +27,11 @@ What stays where:
   writes to a ring of its own, never waiting (a full ring drops and counts); a
   drainer thread takes them every TRACE_DRAIN seconds, in time order, to the
   TraceRecorder.
-- Not on the engine yet: TLS (``make_app`` serves such a configuration on asyncio,
-  and says so in the log).
+- TLS (``tls.server.mode`` with a certificate): on the I/O threads too, with OpenSSL
+  of Python's ssl module on the SSL_CTX of the context rmq.tls builds (engine.c
+  decides each connection by its first byte, as rmq.namesrv.tlsconn does; tls.c).
+  Where that OpenSSL cannot be used from C (``_core.engine_tls`` says why: another
+  Python, a statically linked OpenSSL), ``make_app`` serves on asyncio and logs why.
 """
 
 import asyncio
@@ -67,8 +70,11 @@ def unavailable(processor, trace):
     from rmq import _core
     if not isinstance(processor.routes.topic_table, _core.TopicTable):
         return "the route table is not the compiled core's"
-    if ServerTls.from_config(processor.config) is not None:
-        return "TLS is served by the asyncio server only"
+    tls = ServerTls.from_config(processor.config)
+    if tls is not None:
+        why = _core.engine_tls(tls.context)
+        if why is not None:
+            return f"TLS cannot be served by the I/O threads ({why})"
     return None
 
 
@@ -140,7 +146,9 @@ class EngineServerApp(NameServerApp):
                 max_connections=s.max_connections, idle_seconds=max(s.idle_seconds, 0),
                 max_total_output=self.config.maxTotalOutputBufferBytes,
                 sndbuf=s.sndbuf, rcvbuf=s.rcvbuf,
-                trace_bytes=TRACE_RING_BYTES if self.trace is not None else 0)
+                trace_bytes=TRACE_RING_BYTES if self.trace is not None else 0,
+                tls=self.tls.context if self.tls is not None else None,
+                tls_enforcing=self.tls is not None and self.tls.mode == "enforcing")
         except BaseException:
             sock.close()
             raise
@@ -350,6 +358,15 @@ class EngineServerApp(NameServerApp):
                      self.settings.idle_seconds)
         elif reason == "no_memory":
             log.error("closed %s: out of memory for its buffers", conn.peer)
+        elif reason == "tls":       # (the words of rmq.namesrv.tlsconn's)
+            in_handshake, why = detail
+            self.counters.refused["tls_handshake"] += 1
+            log.warning("closing %s: %s: %s", conn.peer,
+                        "TLS handshake failed" if in_handshake else "TLS error", why)
+        elif reason == "tls_required":
+            self.counters.refused["tls_required"] += 1
+            log.warning("closing %s: plain remoting on a TLS-only port "
+                        "(tls.server.mode=enforcing): the client must use TLS", conn.peer)
         if conn.tabled:         # (as the asyncio server's connection_lost)
             self.in_table_thread(self.processor.connection_closed, conn)
 

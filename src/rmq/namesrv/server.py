@@ -907,7 +907,8 @@ def make_app(processor, *, trace=None):
     """The NameServer's network layer for ``processor``'s config: a NameServerApp
     (asyncio), or with ``serverEngine=c`` an EngineServerApp (the compiled core's I/O
     threads; rmq.namesrv.dataplane) where it can serve: not on the pure-Python
-    reference, not with TLS (that stays on asyncio for now; logged)."""
+    reference, not with TLS where the ssl module's OpenSSL cannot be used from C
+    (logged)."""
     settings = Settings(processor.config)          # ConfigError: a bad value
     if settings.engine == "c":
         from rmq.namesrv import dataplane
