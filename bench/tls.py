@@ -59,6 +59,37 @@ def make_certificate(workdir):
     return cert, key
 
 
+def quiet_connections(server, count, quiet):
+    """RSS with ``count`` TLS connections open, each after one route query, right after
+    and once they have been quiet ``quiet`` seconds (the engine gives a quiet TLS
+    connection's record buffers back: TLS_TRIM in engine.c)."""
+    import asyncio
+    import ssl
+    from rmq import RemotingCommand, encode_frame
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    host, port = server.address.rsplit(":", 1)
+
+    async def main():
+        before = load.proc_status(server.pid)["VmRSS"]
+        conns = []
+        query = encode_frame(RemotingCommand.request(105, {"topic": "TopicTest"}))
+        for _ in range(count):
+            r, w = await asyncio.open_connection(host, int(port), ssl=ctx)
+            w.write(query)
+            size = int.from_bytes(await r.readexactly(4), "big")
+            await r.readexactly(size)
+            conns.append(w)
+        opened = load.proc_status(server.pid)["VmRSS"]
+        await asyncio.sleep(quiet)
+        later = load.proc_status(server.pid)["VmRSS"]
+        for w in conns:
+            w.close()
+        return {"connections": count, "rss_before_mib": before, "rss_open_mib": opened,
+                "rss_quiet_mib": later, "quiet_s": quiet}
+    return asyncio.run(main())
+
+
 def routes_per_second(r):
     """Answers with code 0 per second of the measured window."""
     ok = r["requests"] - r["errors"]
@@ -112,6 +143,11 @@ def run(args):
                 report["runs"].append(r)
                 load.log(f"  {mode:5} {r['routes_per_s']:>12,.0f} routes/s  p50 {r['p50_us']} us"
                          f"  p99 {r['p99_us']} us  server CPU {r['server_cpu_us_per_req']} us/req")
+        if args.quiet_conns:
+            q = report["quiet"] = quiet_connections(server, args.quiet_conns, args.quiet_s)
+            load.log(f"  {q['connections']} TLS connections, one query each: RSS "
+                     f"{q['rss_before_mib']:.1f} -> {q['rss_open_mib']:.1f} MiB, after "
+                     f"{q['quiet_s']:g} s quiet {q['rss_quiet_mib']:.1f} MiB")
         if not server.alive():
             raise load.BenchError("the NameServer died:\n" + server.log_tail())
     finally:
@@ -136,6 +172,11 @@ def print_table(rep, json_out=None):
         print(f"{r['mode']:6} {r['routes_per_s']:>12,.0f} {r['p50_us']:>8.1f} "
               f"{r['p99_us']:>8.1f} {r['server_cpu_us_per_req']:>15.2f}")
         best[r["mode"]] = max(best.get(r["mode"], 0), r["routes_per_s"])
+    q = rep.get("quiet")
+    if q:
+        print(f"{q['connections']} quiet TLS connections: RSS {q['rss_before_mib']:.1f} -> "
+              f"{q['rss_open_mib']:.1f} MiB open, {q['rss_quiet_mib']:.1f} MiB after "
+              f"{q['quiet_s']:g} s quiet")
     if best.get("plain"):
         pairs = [(rep["runs"][i], rep["runs"][i + 1]) for i in range(0, len(rep["runs"]) - 1, 2)]
         rounds = " / ".join(f"{t['routes_per_s'] / p['routes_per_s']:.2f}" for p, t in pairs
@@ -160,6 +201,10 @@ def main(argv=None):
                    help="serve with the asyncio server (serverEngine=asyncio)")
     p.add_argument("--threads", type=int, default=0,
                    help="the engine's I/O threads (serverIoThreads; 0: one per core)")
+    p.add_argument("--quiet-conns", type=int, default=0,
+                   help="then open this many TLS connections (one query each) and report "
+                        "the server's RSS with them open and after --quiet-s quiet")
+    p.add_argument("--quiet-s", type=float, default=12.0)
     p.add_argument("--rebuild", action="store_true", help="rebuild bench/loadgen-tls")
     p.add_argument("--json-out", help="write the JSON report to this file too")
     p.add_argument("--deadline", type=float, default=600, help="abort after this many seconds")

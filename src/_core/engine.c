@@ -33,9 +33,9 @@ enum {
     PY_BATCH_BYTES = 1024 * 1024,
     TLS_HANDSHAKE_RECORD = 0x16,    /* the first byte of a TLS client's first record */
     SEAL_BYTES = 64 * 1024,         /* TLS: output encrypted at a time */
-    /* seconds: a TLS connection quiet this long gives its record buffers back (a busy
-     * one keeps them: OpenSSL's SSL_MODE_RELEASE_BUFFERS, which frees them after every
-     * read, costs a fifth of the TLS route rate) */
+    /* seconds: a TLS connection quiet this long gives its record buffers back; a busy
+     * one keeps them (OpenSSL's SSL_MODE_RELEASE_BUFFERS frees them after every read,
+     * which costs the TLS route rate dearly: bench/README.md, TLS on the engine) */
     TLS_TRIM = 5,
 };
 
