@@ -90,7 +90,15 @@ def pytest_terminal_summary(terminalreporter):
                                     "missing part)", green=True)
 
 
+#: The modules that take minutes (a Spark cluster, package builds, spark-submit runs),
+#: run first: pytest-xdist's loadscope hands modules out in collection order, and one of
+#: them started last would be the suite's tail.
+LONG_MODULES = ("test_spark_cluster.py", "test_packaging.py", "test_analyze.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # (stable)
     if not PUREPYTHON or os.environ.get("RMQ_PURE_PASS_ALL"):
         return
     keep, skip = [], []

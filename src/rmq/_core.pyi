@@ -187,13 +187,15 @@ def _serve_threads(tt: TopicTable, data: Buffer, threads: int, seconds: float,
 
 ENGINE_CLOSE_REASONS: dict[int, str]
 
+def engine_tls(context: Any) -> str | None: ...
+
 @final
 class Engine:
     def __init__(self, table: TopicTable, sock: Any, *, threads: int = 1,
                  max_frame: int = 16777216, max_output: int = 4194304,
                  resume_output: int = -1, max_connections: int = 10000, idle_seconds: float = 0,
                  max_total_output: int = 0, sndbuf: int = 0, rcvbuf: int = 0,
-                 trace_bytes: int = 0) -> None: ...
+                 trace_bytes: int = 0, tls: Any = None, tls_enforcing: bool = False) -> None: ...
     def events(self, timeout: float = 1.0) -> list[tuple[str, int, Any]]: ...
     def send(self, conn: int, data: Buffer | list[Buffer] | tuple[Buffer, ...],
              resume: bool = True, notify: bool = False) -> None: ...
