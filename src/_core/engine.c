@@ -378,6 +378,16 @@ static int reading(const rmq_engine *e, re_conn *c)
 
 static void enforce_budget(re_thread *th);
 
+/* Whether c has bytes a writable socket would take: over TLS, records sealed, or output
+ * to seal unless OpenSSL waits to read first (a handshake under way). */
+static int sendable(const re_conn *c)
+{
+    if (!c->tls)
+        return pending(c) > 0;
+    return c->sealed_len > c->sealed_off ||
+           (c->out_len > c->out_off && !(c->tls_wants & EPOLLIN));
+}
+
 /* epoll's interest for what c waits for now; its unsent bytes counted, and the
  * output budget kept (which may close c: the caller uses it no more). */
 static void set_interest(re_thread *th, re_conn *c)
@@ -386,7 +396,7 @@ static void set_interest(re_thread *th, re_conn *c)
      * Python is gone at once (its work is dropped, as the asyncio server does); not
      * once closing (level-triggered, it would wake the thread until the output is out) */
     uint32_t want = (c->closing ? 0 : EPOLLRDHUP) | (reading(th->e, c) ? EPOLLIN : 0) |
-                    (pending(c) ? EPOLLOUT : 0) | c->tls_wants;
+                    (sendable(c) ? EPOLLOUT : 0) | c->tls_wants;
     if (want != c->interest) {
         struct epoll_event ev = {.events = want, .data.ptr = c};
         epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev);
