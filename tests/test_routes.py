@@ -767,6 +767,26 @@ def test_writers_wait_for_readers_and_new_readers_wait_for_a_waiting_writer(CRT)
     assert wout[0]["changed"] and "T3" in rout[0]   # the reader saw the registration
 
 
+def test_readers_that_waited_through_a_write_go_in_before_the_next_writer(CRT):
+    """A registration applied in slices takes the table's lock again at once (routes.pxi,
+    APPLY_SLICE): the readers that waited through one write go in before the next, so
+    a route query waits for one slice at most, not for the whole registration."""
+    rt = CRT()
+    reg(rt, ["T1"])
+    holder = _Holder(rt, "w")
+    r, rout = _in_thread(lambda: rt.all_topics())
+    r.join(0.2)
+    assert r.is_alive()                         # waits for the writer
+    w, wout = _in_thread(lambda: reg(rt, ["T1", "T3"], counter=2))
+    w.join(0.2)
+    assert w.is_alive()                         # the next writer waits too
+    holder.release()
+    r.join(5)
+    w.join(5)
+    assert "T3" not in rout[0]                  # the reader went first
+    assert wout[0]["changed"] and "T3" in rt.all_topics()
+
+
 def test_table_lock_is_reentrant_but_a_reader_cannot_become_the_writer(CRT):
     rt = CRT()
     lock = rt._lock

@@ -18,9 +18,13 @@
 
 /* ---------------------------------------------------------------- the lock */
 
-/* Writer-preferring: once a writer waits, new readers wait behind it, so a
- * stream of route queries cannot starve a registration (nor the reverse: a
- * writer holds the lock only for the apply, never for decoding). */
+/* Writer-preferring, with one turn for readers: once a writer waits, new readers wait
+ * behind it, so a stream of route queries cannot starve a registration; and the
+ * readers that waited while a writer held the lock go in when it lets go, before the
+ * next writer, so a registration applied in slices (routes.pxi's APPLY_SLICE: the
+ * writer takes the lock again at once) cannot starve them either: a route query
+ * waits for one slice at most. A writer holds the lock only for the apply, never
+ * for decoding. */
 
 void rt_lock_init(rt_rwlock *l)
 {
@@ -28,6 +32,8 @@ void rt_lock_init(rt_rwlock *l)
     pthread_cond_init(&l->readers_cv, NULL);
     pthread_cond_init(&l->writers_cv, NULL);
     l->readers = l->writer = l->waiting_writers = 0;
+    l->waiting_readers = l->turn = 0;
+    l->releases = 0;
 }
 
 void rt_lock_destroy(rt_rwlock *l)
@@ -40,8 +46,21 @@ void rt_lock_destroy(rt_rwlock *l)
 void rt_lock_read(rt_rwlock *l)
 {
     pthread_mutex_lock(&l->m);
-    while (l->writer || l->waiting_writers)
+    uint64_t since = l->releases;
+    int waited = 0;
+    /* a reader that waited through a writer's release has its turn (l->turn) */
+    while (l->writer || (l->waiting_writers && !(waited && l->releases != since))) {
+        if (!waited) {
+            waited = 1;
+            l->waiting_readers++;
+        }
         pthread_cond_wait(&l->readers_cv, &l->m);
+    }
+    if (waited) {
+        l->waiting_readers--;
+        if (l->releases != since)
+            l->turn--;              /* it was waiting at the last release: counted there */
+    }
     l->readers++;
     pthread_mutex_unlock(&l->m);
 }
@@ -58,7 +77,7 @@ void rt_lock_write(rt_rwlock *l)
 {
     pthread_mutex_lock(&l->m);
     l->waiting_writers++;
-    while (l->writer || l->readers)
+    while (l->writer || l->readers || l->turn)
         pthread_cond_wait(&l->writers_cv, &l->m);
     l->waiting_writers--;
     l->writer = 1;
@@ -70,10 +89,12 @@ void rt_unlock_write(rt_rwlock *l)
 {
     pthread_mutex_lock(&l->m);
     l->writer = 0;
-    if (l->waiting_writers)
-        pthread_cond_signal(&l->writers_cv);
-    else
+    l->releases++;
+    l->turn = l->waiting_readers;   /* the readers waiting now go before the next writer */
+    if (l->turn || !l->waiting_writers)
         pthread_cond_broadcast(&l->readers_cv);
+    else
+        pthread_cond_signal(&l->writers_cv);
     pthread_mutex_unlock(&l->m);
 }
 

@@ -27,6 +27,10 @@ typedef struct {
     pthread_mutex_t m;
     pthread_cond_t readers_cv, writers_cv;
     int readers, writer, waiting_writers;
+    int waiting_readers;            /* readers waiting for the lock */
+    int turn;                       /* of those waiting at the last write release, the
+                                       ones not yet in: they go before the next writer */
+    uint64_t releases;              /* write releases so far */
     pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
 } rt_rwlock;
 
@@ -158,8 +162,9 @@ enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
 rt_table *rt_new(void);
 void rt_free(rt_table *t);
 
-/* A writer-preferring read/write lock; the table has one, and routes.pxi one
- * more for the whole of RouteInfoManager's tables (the cold ones in Python). */
+/* A writer-preferring read/write lock whose waiting readers go in between two
+ * writes (routetable.c); the table has one, and routes.pxi one more for the whole
+ * of RouteInfoManager's tables (the cold ones in Python). */
 void rt_lock_init(rt_rwlock *l);
 void rt_lock_destroy(rt_rwlock *l);
 void rt_lock_read(rt_rwlock *l);
