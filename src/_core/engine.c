@@ -126,10 +126,6 @@ struct rmq_engine {
     re_thread threads[];
 };
 
-/* A thread's own counter, which re_stats_read reads from another thread: one writer,
- * so a relaxed load and store (no locked add) */
-#define BUMP(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), \
-                                        __ATOMIC_RELAXED)
 
 /* epoll data tags of the listening socket and of a thread's wake-up eventfd */
 static char LISTEN_TAG, WAKE_TAG;
@@ -206,7 +202,7 @@ static void trace_put(re_thread *th, uint32_t kind, uint64_t conn, const void *d
     uint64_t head = th->ring_head;
     uint64_t tail = __atomic_load_n(&th->ring_tail, __ATOMIC_ACQUIRE);
     if (n > UINT32_MAX || th->ring_cap - (size_t)(head - tail) < sizeof(re_trace_head) + n) {
-        BUMP(th->stats.trace_dropped, 1);
+        RMQ_COUNT(th->stats.trace_dropped, 1);
         return;
     }
     struct timespec ts;
@@ -307,7 +303,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     c->fd_closed = 1;
     account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
-    BUMP(th->stats.closed[c->why], 1);
+    RMQ_COUNT(th->stats.closed[c->why], 1);
     trace_put(th, RE_TRACE_CLOSE, c->id, NULL, 0);
     if (tell) {
         char why[2 + RE_TLS_WHY_BYTES] = {(char)c->why, (char)!c->split_any};
@@ -661,7 +657,7 @@ static int flush(re_thread *th, re_conn *c)
         }
         *off += (size_t)w;
         c->last_active = th->now;
-        BUMP(th->stats.bytes_out, (uint64_t)w);
+        RMQ_COUNT(th->stats.bytes_out, (uint64_t)w);
     }
     if (!pending(c)) {
         /* all written: the buffers go back, as the input's does */
@@ -770,7 +766,7 @@ static int conn_read(re_thread *th, re_conn *c)
         }
         c->in_len += (size_t)r;
         c->last_active = th->now;
-        BUMP(th->stats.bytes_in, (uint64_t)r);
+        RMQ_COUNT(th->stats.bytes_in, (uint64_t)r);
         if (split(th, c) < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
@@ -801,7 +797,7 @@ static void accept_all(re_thread *th)
         if (__atomic_fetch_add(&e->connections, 1, __ATOMIC_RELAXED) >= e->cfg.max_connections) {
             __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
             close(fd);
-            BUMP(th->stats.refused, 1);
+            RMQ_COUNT(th->stats.refused, 1);
             continue;
         }
         int one = 1;
@@ -831,7 +827,7 @@ static void accept_all(re_thread *th)
         size_t b = (c->id >> 8) % CONN_BUCKETS;
         c->next = th->conns[b];
         th->conns[b] = c;
-        BUMP(th->stats.accepted, 1);
+        RMQ_COUNT(th->stats.accepted, 1);
         char peer[INET6_ADDRSTRLEN + 8] = "";
         char host[INET6_ADDRSTRLEN] = "";
         if (sa.ss_family == AF_INET) {

@@ -39,7 +39,7 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
             *len += (size_t)rq_write_route_answer(out + *len, cap - *len, &req, stype,
                                                   blob->data, blob->len);
             free(temp);         /* an answer the cache refused: built for this query only */
-            counts->served++;
+            RMQ_COUNT(counts->served, 1);
         } else {
             /* TOPIC_NOT_EXIST (%RETRY% topics, probes, typos) is written here too */
             if (status != RT_NOT_FOUND || !rq_not_found_here(&req))
@@ -50,7 +50,7 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
                 break;
             }
             *len += (size_t)rq_write_not_found_answer(out + *len, cap - *len, &req, stype);
-            counts->not_found++;
+            RMQ_COUNT(counts->not_found, 1);
         }
         pos += 4 + (size_t)length;
     }

@@ -16,6 +16,12 @@ typedef struct {
     uint64_t not_found;     /* TOPIC_NOT_EXIST answers written */
 } rs_counts;
 
+/* A counter one thread writes and others read (the engine's per-thread counts, summed
+ * at scrape): a relaxed atomic load and store, no locked add, no data race. */
+#define RMQ_COUNT(field, n)                                                           \
+    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n),   \
+                     __ATOMIC_RELAXED)
+
 /* Answer the complete route-query frames at the start of p[:n] (max_frame: the
  * frame-length limit), appending the answers in serialize type stype to out, from
  * *len up to cap, the table's read lock held for the run. Stops at the first frame
