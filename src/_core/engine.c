@@ -62,8 +62,8 @@ typedef struct re_conn {
     int sniff;                      /* TLS or plain is decided by the first byte, to come */
     void *tls;                      /* its SSL (tls.h), or NULL: plain */
     uint8_t tls_shaken;             /* its handshake is done */
-    uint32_t tls_wants;             /* what OpenSSL waits for besides reading and writing
-                                       (a read that must write, a write that must read) */
+    uint8_t tls_wants_read;         /* a write waits for OpenSSL to read first (the
+                                       handshake under way) */
     uint32_t interest;              /* the epoll events asked for now */
     size_t counted;                 /* of its unsent bytes, counted in e->out_total */
     double last_active, closed_at;  /* monotonic seconds: last read or write, close */
@@ -381,7 +381,7 @@ static int sendable(const re_conn *c)
     if (!c->tls)
         return pending(c) > 0;
     return c->sealed_len > c->sealed_off ||
-           (c->out_len > c->out_off && !(c->tls_wants & EPOLLIN));
+           (c->out_len > c->out_off && !c->tls_wants_read);
 }
 
 /* epoll's interest for what c waits for now; its unsent bytes counted, and the
@@ -392,7 +392,7 @@ static void set_interest(re_thread *th, re_conn *c)
      * Python is gone at once (its work is dropped, as the asyncio server does); not
      * once closing (level-triggered, it would wake the thread until the output is out) */
     uint32_t want = (c->closing ? 0 : EPOLLRDHUP) | (reading(th->e, c) ? EPOLLIN : 0) |
-                    (sendable(c) ? EPOLLOUT : 0) | c->tls_wants;
+                    (sendable(c) ? EPOLLOUT : 0) | (c->tls_wants_read ? EPOLLIN : 0);
     if (want != c->interest) {
         struct epoll_event ev = {.events = want, .data.ptr = c};
         epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -552,7 +552,6 @@ static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
          * together, the answers written in few records, as a plain read's */
         size_t got = 0;
         ssize_t r;
-        c->tls_wants &= ~(uint32_t)EPOLLOUT;
         do {
             r = tl_read(c->tls, buf + got, n - got);
             if (r > 0)
@@ -560,13 +559,12 @@ static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
         } while (r > 0 && got < n);
         if (!c->tls_shaken && r != TL_ERROR)    /* (a fatal error resets OpenSSL's state) */
             c->tls_shaken = (uint8_t)tl_handshake_done(c->tls);
-        if (r == TL_WANT_WRITE)                 /* e.g. the handshake's answer */
-            c->tls_wants |= EPOLLOUT;
         if (r == TL_ERROR)
             return IO_TLS_ERROR;                /* (what came before it is dropped) */
         if (got)
             return (ssize_t)got;                /* a close is seen again by the next read */
-        return r == TL_WANT_READ || r == TL_WANT_WRITE ? IO_AGAIN : IO_GONE;
+        /* (its records go to memory: a read never waits to write) */
+        return r == TL_WANT_READ ? IO_AGAIN : IO_GONE;
     }
     for (;;) {
         ssize_t r = recv(c->fd, buf, n, 0);
@@ -616,12 +614,12 @@ static int seal(re_conn *c)
  * -1 out of memory, else 0. */
 static int encrypt(re_conn *c)
 {
-    c->tls_wants &= ~(uint32_t)EPOLLIN;
+    c->tls_wants_read = 0;
     if (c->sealed_len == c->sealed_off && c->out_len > c->out_off) {
         size_t n = c->out_len - c->out_off;
         ssize_t w = tl_write(c->tls, c->out + c->out_off, n < SEAL_BYTES ? n : SEAL_BYTES);
         if (w == TL_WANT_READ)          /* the handshake is not done: no output yet */
-            c->tls_wants |= EPOLLIN;
+            c->tls_wants_read = 1;
         else if (w < 0)
             return IO_TLS_ERROR;
         else

@@ -45,7 +45,7 @@ from rmq.codec import decode_frame
 from rmq.errors import RmqError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer
-from rmq.namesrv.tlsconn import ServerTls
+from rmq.namesrv.tlsconn import ServerTls, refused_plain, tls_failed
 from rmq.protocol import IN, OUT
 
 log = logging.getLogger(__name__)
@@ -358,15 +358,10 @@ class EngineServerApp(NameServerApp):
                      self.settings.idle_seconds)
         elif reason == "no_memory":
             log.error("closed %s: out of memory for its buffers", conn.peer)
-        elif reason == "tls":       # (the words of rmq.namesrv.tlsconn's)
-            in_handshake, why = detail
-            self.counters.refused["tls_handshake"] += 1
-            log.warning("closing %s: %s: %s", conn.peer,
-                        "TLS handshake failed" if in_handshake else "TLS error", why)
+        elif reason == "tls":
+            tls_failed(self.counters, conn.peer, *detail)
         elif reason == "tls_required":
-            self.counters.refused["tls_required"] += 1
-            log.warning("closing %s: plain remoting on a TLS-only port "
-                        "(tls.server.mode=enforcing): the client must use TLS", conn.peer)
+            refused_plain(self.counters, conn.peer)
         if conn.tabled:         # (as the asyncio server's connection_lost)
             self.in_table_thread(self.processor.connection_closed, conn)
 

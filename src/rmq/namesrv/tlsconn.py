@@ -34,7 +34,7 @@ from rmq.tls import ServerSettings, server_settings
 if TYPE_CHECKING:
     from rmq.namesrv.config import NamesrvConfig
 
-__all__ = ["ServerTls", "tls_values"]
+__all__ = ["ServerTls", "tls_values", "refused_plain", "tls_failed"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,21 @@ _READ_SIZE = 256 * 1024
 def tls_values(config: NamesrvConfig) -> dict[str, Any]:
     """The config's TLS keys, by Java name."""
     return {f.key: getattr(config, f.attr) for f in FIELDS if is_tls_key(f.key)}
+
+
+def refused_plain(counters: Any, peer: str) -> None:
+    """A plain client on a TLS-only port, counted and logged (both servers; the caller
+    closes it)."""
+    counters.refused["tls_required"] += 1
+    log.warning("closing %s: plain remoting on a TLS-only port "
+                "(tls.server.mode=enforcing): the client must use TLS", peer)
+
+
+def tls_failed(counters: Any, peer: str, in_handshake: bool, why: str) -> None:
+    """A TLS failure that closes its connection, counted and logged (both servers)."""
+    counters.refused["tls_handshake"] += 1
+    log.warning("closing %s: %s: %s", peer,
+                "TLS handshake failed" if in_handshake else "TLS error", why)
 
 
 class ServerTls:
@@ -84,9 +99,7 @@ class ServerTls:
             _TlsIntake(conn, self.context).start(data)
             return False
         if self.mode == "enforcing":
-            conn.counters.refused["tls_required"] += 1
-            log.warning("closing %s: plain remoting on a TLS-only port "
-                        "(tls.server.mode=enforcing): the client must use TLS", conn.peer)
+            refused_plain(conn.counters, conn.peer)
             conn.close()
             return False
         return True
@@ -167,8 +180,7 @@ class _TlsIntake(asyncio.Protocol):
                 return
             except (ssl.SSLError, ValueError) as e:
                 self._flush()                       # the alert, when there is one
-                conn.counters.refused["tls_handshake"] += 1
-                log.warning("closing %s: TLS handshake failed: %s", conn.peer, _why(e))
+                tls_failed(conn.counters, conn.peer, True, _why(e))
                 conn.close()
                 return
             self.handshaken = True
@@ -195,8 +207,7 @@ class _TlsIntake(asyncio.Protocol):
             conn.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if (ended or error) and not conn.closing:
             if error:
-                conn.counters.refused["tls_handshake"] += 1
-                log.warning("closing %s: TLS error: %s", conn.peer, error)
+                tls_failed(conn.counters, conn.peer, False, error)
             conn.close()
 
     def _flush(self) -> None:
