@@ -467,7 +467,8 @@ def run(args):
         # 2. W1 queries
         prof_seconds = args.duration if args.profile_phase == "w1_16" else args.during_duration
         prof = make_profiler(args.profile, server, prof_seconds, args.profile_out)
-        for key, inflight in (("w1_16", 16), ("w1_64", 64), ("w1_1", 1)):
+        w1_phases = () if args.registrations_only else (("w1_16", 16), ("w1_64", 64), ("w1_1", 1))
+        for key, inflight in w1_phases:
             log(f"W1 queries: {args.conns} connections x {inflight} in flight, "
                 f"{args.duration:g} s (+{args.warmup:g} s warmup)")
             r = run_loadgen(server, label=key, conns=args.conns, inflight=inflight,
@@ -477,7 +478,7 @@ def run(args):
             report[key] = r
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"p999 {r['p999_us']} us, errors {r['errors']}")
-        if args.zones:
+        if args.zones and not args.registrations_only:
             # zone mode (Java 5.0.0's ZoneRouteRPCHook): answers with zone-0's brokers
             log(f"W1 zone-mode queries (zone-0 of {args.zones}): {args.conns} connections x 16 "
                 f"in flight, {args.duration:g} s")
@@ -488,46 +489,47 @@ def run(args):
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"errors {r['errors']}")
 
-        # C1000: many clients, one request each in flight (every producer and consumer
-        # asks its routes every 30 s)
-        log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
-        r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
-                        duration=args.duration, warmup=args.warmup, topics=args.topics,
-                        pin_cpu=pin_client)
-        report["c1000_1"] = r
-        log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
-            f"errors {r['errors']}")
+        if not args.registrations_only:
+            # C1000: many clients, one request each in flight (every producer and consumer
+            # asks its routes every 30 s)
+            log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
+            r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
+                            duration=args.duration, warmup=args.warmup, topics=args.topics,
+                            pin_cpu=pin_client)
+            report["c1000_1"] = r
+            log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+                f"errors {r['errors']}")
 
-        # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
-        log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
-            f"{args.duration:g} s")
-        r = run_loadgen(server, label="w1_missing_16", conns=args.conns, inflight=16,
-                        duration=args.duration, warmup=args.warmup, topics=args.topics,
-                        pin_cpu=pin_client, extra=("--prefix", "NoSuchTopic-"))
-        codes = {int(k): v for k, v in r["error_codes"].items()}
-        if set(codes) != {17} or codes[17] != r["requests"]:
-            raise BenchError(f"queries for missing topics got codes {r['error_codes']} "
-                             f"({r['requests']} answers): expected only 17")
-        report["w1_missing_16"] = r
-        log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
-            f"p99 {r['p99_us']} us")
+            # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
+            log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
+                f"{args.duration:g} s")
+            r = run_loadgen(server, label="w1_missing_16", conns=args.conns, inflight=16,
+                            duration=args.duration, warmup=args.warmup, topics=args.topics,
+                            pin_cpu=pin_client, extra=("--prefix", "NoSuchTopic-"))
+            codes = {int(k): v for k, v in r["error_codes"].items()}
+            if set(codes) != {17} or codes[17] != r["requests"]:
+                raise BenchError(f"queries for missing topics got codes {r['error_codes']} "
+                                 f"({r['requests']} answers): expected only 17")
+            report["w1_missing_16"] = r
+            log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
+                f"p99 {r['p99_us']} us")
 
-        if args.limit:
-            # the same loads against the limit server, in this run
-            limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
-                                pin_server)
-            try:
-                for key, conns, inflight in (("w1_16", args.conns, 16), ("w1_64", args.conns, 64),
-                                             ("w1_1", args.conns, 1), ("c1000_1", 1000, 1)):
-                    log(f"the limit server: {conns} connections x {inflight} in flight")
-                    r = run_loadgen(limit, label="limit_" + key, conns=conns,
-                                    inflight=inflight, duration=args.duration,
-                                    warmup=args.warmup, topics=args.topics, pin_cpu=pin_client)
-                    report["limit_" + key] = r
-                    log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us;"
-                        f" rmq / limit {routes_per_s(report[key]) / routes_per_s(r):.2f}")
-            finally:
-                limit.stop()
+            if args.limit:
+                # the same loads against the limit server, in this run
+                limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
+                                    pin_server)
+                try:
+                    for key, conns, inflight in (("w1_16", args.conns, 16), ("w1_64", args.conns, 64),
+                                                 ("w1_1", args.conns, 1), ("c1000_1", 1000, 1)):
+                        log(f"the limit server: {conns} connections x {inflight} in flight")
+                        r = run_loadgen(limit, label="limit_" + key, conns=conns,
+                                        inflight=inflight, duration=args.duration,
+                                        warmup=args.warmup, topics=args.topics, pin_cpu=pin_client)
+                        report["limit_" + key] = r
+                        log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us;"
+                            f" rmq / limit {routes_per_s(report[key]) / routes_per_s(r):.2f}")
+                finally:
+                    limit.stop()
 
         # 3. memory
         report["server"].update({"rss_after_w1_mib": proc_status(server.pid)["VmRSS"],
@@ -583,9 +585,12 @@ def run(args):
             raise BenchError(f"registration during queries failed: {errors[0]}")
         r["registrations"] = summarize(during_times)
         report["routes_during_registrations"] = r
-        log(f"routes at {args.during_rate}/s: quiet p99 {report['routes_quiet']['p99_us']} us "
-            f"max {report['routes_quiet']['max_us']} us; during {len(during_times)} "
-            f"registrations p99 {r['p99_us']} us, max {r['max_us']} us")
+        q = report["routes_quiet"]
+        log(f"routes at {args.during_rate}/s: quiet p99 {q['p99_us']} us max {q['max_us']} us"
+            f" (from the send: max {q.get('from_send_max_us')} us); during "
+            f"{len(during_times)} registrations p99 {r['p99_us']} us, max {r['max_us']} us"
+            f" (from the send: p99 {r.get('from_send_p99_us')} us, max "
+            f"{r.get('from_send_max_us')} us; loadgen's send lag max {r.get('send_lag_max_us')} us)")
 
         report["server"].update({"rss_end_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_end_mib": proc_status(server.pid)["VmHWM"]})
@@ -641,7 +646,9 @@ def print_table(rep):
         if key in rep:
             rows.insert(0, (key, name))
     for key, name in rows:
-        r = rep[key]
+        r = rep.get(key)
+        if r is None:                                   # --registrations-only
+            continue
         missing = key == "w1_missing_16" or (key.startswith("routes_")
                                              and rep["args"].get("during_missing"))
         expected = r["error_codes"].get("17", 0) if missing else 0
@@ -660,6 +667,8 @@ def print_table(rep):
           f"{s['rss_after_register_mib']:.1f} MiB, after W1 queries {s['rss_after_w1_mib']:.1f} MiB "
           f"(peak {s['hwm_after_w1_mib']:.1f}), end {s['rss_end_mib']:.1f} MiB")
     print()
+    if "w1_16" not in rep:
+        return
     r16, r1 = rep["w1_16"], rep["w1_1"]
     t16, t1 = REFERENCE["w1_16"], REFERENCE["w1_1"]
     java16 = t16["java_side_by_side"]
@@ -704,6 +713,9 @@ def main(argv=None):
     p.add_argument("--reg-count", type=int, help="registrations timed (20; quick 5)")
     p.add_argument("--reg-changes-routes", action="store_true",
                    help="alternate the queue numbers so each registration changes every route")
+    p.add_argument("--registrations-only", action="store_true",
+                   help="skip the W1 query phases: only registration times and route "
+                        "latency quiet and during registrations")
     p.add_argument("--reg-interval", type=float, default=0.25,
                    help="seconds between registrations during the route-latency run (0.25)")
     p.add_argument("--during-rate", type=int, default=5000,

@@ -289,6 +289,8 @@ static uint64_t sent_total, done_total, measured_sent, measured_done, errors, un
 static uint64_t lost, conn_errors, protocol_errors, bytes_in, bytes_out, unsent_due;
 static hist_t hist;
 static hist_t lag_hist;      /* open loop: send time - due time */
+static hist_t sent_hist;     /* open loop: answer time - send time (the generator's own
+                                lateness in sending left out; not in reading) */
 #define MAX_CODES 8
 static int64_t err_code[MAX_CODES];
 static uint64_t err_count[MAX_CODES];
@@ -554,6 +556,7 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
         uint64_t lat = now > s->t ? now - s->t : 0;
         measured_done++;
         hist_record(&hist, lat);
+        if (opt_rate > 0) hist_record(&sent_hist, lat > s->lag ? lat - s->lag : 0);
         if (!ok) { errors++; note_error_code(code); }
         if (opt_samples) note_sample(s->t, lat, s->lag, (flag & 1) ? code : -1);
     }
@@ -908,8 +911,11 @@ int main(int argc, char **argv) {
         printf(",\"samples\":%zu", n_samples);
     }
     if (opt_rate > 0)
-        printf(",\"send_lag_p50_us\":%.1f,\"send_lag_p99_us\":%.1f,\"send_lag_max_us\":%.1f",
-               hist_pct(&lag_hist, 50) / us, hist_pct(&lag_hist, 99) / us, lag_hist.max / us);
+        printf(",\"send_lag_p50_us\":%.1f,\"send_lag_p99_us\":%.1f,\"send_lag_max_us\":%.1f"
+               ",\"from_send_p99_us\":%.1f,\"from_send_p999_us\":%.1f,\"from_send_max_us\":%.1f",
+               hist_pct(&lag_hist, 50) / us, hist_pct(&lag_hist, 99) / us, lag_hist.max / us,
+               hist_pct(&sent_hist, 99) / us, hist_pct(&sent_hist, 99.9) / us,
+               sent_hist.max / us);
     printf("}\n");
     fflush(stdout);
     int bad = errors || errors_all || timeouts || lost || conn_errors || protocol_errors || unmatched ||

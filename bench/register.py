@@ -1,0 +1,138 @@
+"""REGISTER_BROKER round trips through the NameServer against the same registration
+in process (issue 30: "the server should add <= 20%").
+
+W1's table (8 brokers x ``--topics`` topics) is registered; then broker-0 re-registers
+``--count`` times with a new DataVersion (every topic the same, or with
+``--changes-routes`` every route changed), timed:
+
+- in process: ``RouteTable.register_broker`` on a table registered the same way (the
+  body read, compared and applied; no socket, no frame, no CRC32);
+- through the server, per engine (``serverEngine=c`` and ``asyncio``, alternated over
+  ``--rounds``): from the first byte sent to the whole answer read, the frame encoded
+  beforehand, so that only the server's part and the loopback's are in the figure.
+
+    PYTHONPATH=src .venv/bin/python bench/register.py [--topics 10000] [--pin]
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rmq import brokersim, encode_frame  # noqa: E402
+from rmq.codec import FrameDecoder  # noqa: E402
+import load  # noqa: E402
+
+BROKERS = 8
+
+
+def bodies(topics, count, changes_routes):
+    series = brokersim.body_series(topics, 2, alternate_queues=changes_routes)
+    for _ in range(count):
+        yield next(series)
+
+
+def in_process(topics, count, changes_routes):
+    """Milliseconds of each re-registration of broker-0 in a RouteTable."""
+    from rmq.namesrv.routeinfo import RouteTable
+    rt = RouteTable()
+    first = brokersim.encode_body(topics, 1)
+    for i in range(BROKERS):
+        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
+                           0, "ha", body=first, conn=i, now_ms=0)
+    times = []
+    for b in bodies(topics, count, changes_routes):
+        t0 = time.perf_counter()
+        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(0), brokersim.broker_name(0),
+                           0, "ha", body=b, conn=0, now_ms=0)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def round_trip(sock, decoder, frame):
+    t0 = time.perf_counter()
+    sock.sendall(frame)
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            raise load.BenchError("the NameServer closed the connection")
+        answers = decoder.feed(data)
+        if answers:
+            seconds = time.perf_counter() - t0
+            if answers[0].code != 0:
+                raise load.BenchError(f"REGISTER_BROKER answered {answers[0].code}")
+            return seconds * 1e3
+
+
+def through_server(engine, topics, count, changes_routes, pin):
+    """Milliseconds of each re-registration through a NameServer, and its CPU."""
+    with tempfile.TemporaryDirectory(prefix="rmq-register-") as work:
+        server = load.Server(work, properties={"serverEngine": engine},
+                             pin_cpu=0 if pin else None).start()
+        brokers = []
+        try:
+            brokers = brokersim.register_brokers(server.address, BROKERS, topics)
+            reg = brokers[0]
+            decoder = FrameDecoder(64 * 1024 * 1024)
+            times = []
+            cpu = 0.0
+            for b in bodies(topics, count, changes_routes):
+                frame = encode_frame(reg.register_command(b))     # (not timed)
+                cpu0 = load.proc_cpu_seconds(server.pid)
+                times.append(round_trip(reg.sock, decoder, frame))
+                cpu += load.proc_cpu_seconds(server.pid) - cpu0
+            return times, cpu * 1e3 / count
+        finally:
+            brokersim.close_all(brokers)
+            server.stop()
+
+
+def median(xs):
+    return round(statistics.median(xs), 3)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topics", type=int, default=10_000)
+    ap.add_argument("--count", type=int, default=40, help="registrations timed per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--changes-routes", action="store_true",
+                    help="every other registration carries one more queue per topic")
+    ap.add_argument("--engines", default="c,asyncio")
+    ap.add_argument("--pin", action="store_true",
+                    help="the server on CPU 0, this script on CPU 1")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    if args.pin:
+        import os
+        os.sched_setaffinity(0, {1})
+    topics = brokersim.topic_names(args.topics)
+    body_mb = len(brokersim.encode_body(topics, 1)) / 1e6
+    report = {"topics": args.topics, "body_mb": round(body_mb, 2), "rounds": []}
+    print(f"{BROKERS} brokers x {args.topics} topics (body {body_mb:.2f} MB); broker-0 "
+          f"re-registers {args.count} times"
+          + (", every route changed" if args.changes_routes else ", the same topics"))
+    for r in range(args.rounds):
+        row = {"in_process_ms": median(in_process(topics, args.count, args.changes_routes))}
+        for engine in args.engines.split(","):
+            times, cpu = through_server(engine, topics, args.count, args.changes_routes,
+                                        args.pin)
+            row[engine] = {"median_ms": median(times), "p90_ms": round(
+                statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3)}
+        report["rounds"].append(row)
+        print(f"round {r + 1}: in process {row['in_process_ms']} ms; " + "; ".join(
+            f"{e} {row[e]['median_ms']} ms (p90 {row[e]['p90_ms']}, server CPU "
+            f"{row[e]['cpu_ms']} ms) = {row[e]['median_ms'] / row['in_process_ms']:.2f} x"
+            for e in args.engines.split(",")))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
