@@ -179,6 +179,23 @@ def test_binary_language_byte(impl, language, byte):
     assert frame[8 + 2] == byte
 
 
+@pytest.mark.parametrize("stype", ["JSON", "ROCKETMQ"])
+def test_a_body_decoded_without_a_copy_is_a_read_only_view_of_the_frame(impl, stype):
+    # (the I/O engine's registrations: megabytes read where they arrived)
+    body = bytes(range(256)) * 10
+    frame = bytearray(impl.encode_frame(make(impl, body=body, serialize_type=stype)))
+    cmd = impl.decode_frame(frame, copy_body=False)
+    assert type(cmd.body) is memoryview and cmd.body.readonly
+    assert cmd.body == body and cmd.body.obj is not None
+    frame[-1] ^= 0xFF                       # a view, not a copy: it sees the frame
+    assert cmd.body[-1] == body[-1] ^ 0xFF
+    copied = impl.decode_frame(bytes(frame))
+    assert type(copied.body) is bytes and copied.body == bytes(cmd.body)
+    empty = impl.decode_frame(impl.encode_frame(make(impl, body=b"", serialize_type=stype)),
+                              copy_body=False)
+    assert empty.body == b"" and type(empty.body) is bytes
+
+
 def test_unknown_binary_language_survives(impl):
     # A language byte newer than the table decodes to its number and re-encodes to it.
     frame = impl.encode_frame(make(impl, language="200", serialize_type="ROCKETMQ"))

@@ -117,6 +117,12 @@ def test_decode_mutated_frames(compiled, fallback, data, max_length):
     same(compiled.decode_frame, fallback.decode_frame, data, max_frame_length=max_length)
 
 
+@given(data=mutated_frames(), max_length=MAX_LENGTHS)
+def test_decode_mutated_frames_without_copying_the_body(compiled, fallback, data, max_length):
+    same(compiled.decode_frame, fallback.decode_frame, data, max_frame_length=max_length,
+         copy_body=False)
+
+
 def feed_all(decoder, chunks):
     results = []
     for chunk in chunks:

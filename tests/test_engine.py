@@ -4,10 +4,15 @@ id; Python's answers go back through the engine. These tests drive it alone over
 real TCP on 127.0.0.1 (the NameServer on it: the end-to-end tests with
 serverEngine=c, tests/nameserver.py's SERVERS)."""
 
+import ctypes
+import os
+import platform
+import re
 import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +53,7 @@ class Served:
                 if kind == "frame":
                     cmd = core.decode_frame(data)
                     self.engine.send(conn, core.encode_frame(cmd.response(0, "python")))
+            kind = conn = data = cmd = None     # (a frame's buffer goes with its views)
         self.engine.stop()
 
     def close(self):
@@ -95,6 +101,76 @@ def test_routes_in_c_the_rest_in_python_in_order():
     kinds = [k for k, _, _ in s.log]
     assert kinds[:2] == ["open", "frame"]
     assert s.log[0][2].startswith("127.0.0.1:")
+
+
+def test_a_big_frame_goes_to_python_in_the_buffer_it_was_read_into():
+    rt = table()
+    big = core.encode_frame(core.RemotingCommand(106, opaque=1, body=b"x" * (1 << 20)))
+    with Served(rt) as s, socket.create_connection(s.address) as c:
+        c.sendall(big + route_query("T1", 2) + route_query("T2", 3))
+        got = read_answers(c, 3)
+        assert [(a.opaque, a.code) for a in got] == [(1, 0), (2, 0), (3, 0)]
+        assert got[0].remark == "python" and got[2].body == rt.route_body("T2")
+    (frame,) = [data for kind, _, data in s.log if kind == "frame"]
+    assert type(frame) is memoryview and frame.readonly and frame == big
+
+
+def wait_pooled(engine, at_least, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while engine.counts()["pooled_bytes"] < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return engine.counts()
+
+
+def test_big_buffers_are_kept_for_the_next_and_given_back_once_idle():
+    core._engine_pool_trim(time.monotonic() + 3600)     # none left by earlier tests
+    rt = table()
+    body = b"x" * (1 << 20)
+    with Served(rt) as s, socket.create_connection(s.address) as c:
+        assert s.engine.counts()["pooled_bytes"] == 0
+        for opaque in range(3):
+            c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=opaque, body=body)))
+            assert read_answers(c, 1)[0].opaque == opaque
+            s.log.clear()
+            # the frame's buffer, once Python lets go of it, waits for the next one
+            counts = wait_pooled(s.engine, len(body))
+            assert counts["pooled_bytes"] >= len(body)
+        # one buffer went round: the pool did not grow with each frame
+        assert counts["pooled_buffers"] <= 2 and counts["pooled_bytes"] <= 4 * (1 << 21)
+        core._engine_pool_trim(time.monotonic() + 1)    # not idle long enough yet
+        assert s.engine.counts()["pooled_bytes"] == counts["pooled_bytes"]
+        core._engine_pool_trim(time.monotonic() + 3600)
+        assert s.engine.counts()["pooled_bytes"] == 0
+
+
+def _scheduler_slice(tid):
+    """The slice (ns) thread ``tid`` asked for (sched_getattr), None if unknown here."""
+    number = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = ctypes.create_string_buffer(48)
+    if number is None or libc.syscall(number, tid, attr, 48, 0) != 0:
+        return None                             # (e.g. an emulator without it)
+    return struct.unpack_from("=IIQiIQ", attr)[5]
+
+
+def test_the_io_threads_are_named_and_ask_for_short_slices():
+    rt = table()
+    with Served(rt, threads=2) as s, socket.create_connection(s.address) as c:
+        c.sendall(route_query("T1", 1))
+        assert read_answers(c, 1)[0].code == 0
+        threads = {}
+        for task in Path("/proc/self/task").iterdir():
+            name = (task / "comm").read_text().strip()
+            if name.startswith("rmq-io-"):
+                threads[name] = int(task.name)
+        assert sorted(threads) == ["rmq-io-0", "rmq-io-1"]
+        release = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
+        for tid in threads.values():
+            slice_ns = _scheduler_slice(tid)
+            if slice_ns is not None and release >= (6, 12):     # EEVDF's slice requests
+                assert slice_ns == 100_000
+        assert os.getpriority(os.PRIO_PROCESS, threads["rmq-io-0"]) == os.getpriority(
+            os.PRIO_PROCESS, 0)                 # its nice value kept
 
 
 def test_a_closed_connection_is_told():

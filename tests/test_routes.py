@@ -628,6 +628,25 @@ def test_registration_from_raw_bytes_equals_decoded(RT):
         assert raw.live_brokers() == decoded.live_brokers()
 
 
+def test_registration_from_a_view_of_the_body_equals_bytes(RT):
+    # (the I/O engine hands a registration's body over as a read-only view of the
+    # frame; a view that could change, of a bytearray, is read from a copy)
+    topics = [tc(f"T{i}", r=i % 7 + 1) for i in range(50)]
+    for compressed in (False, True):
+        data = bodies.encode_register_broker_body(body(topics, counter=7), compressed=compressed)
+        frame = bytearray(b"head" + data)
+        for view in (memoryview(bytes(frame))[4:], memoryview(frame)[4:]):
+            from_bytes, from_view = RT(), RT()
+            r1 = from_bytes.register_broker(CLUSTER, A0, "broker-a", 0, "ha", body=data, now_ms=5)
+            r2 = from_view.register_broker(CLUSTER, A0, "broker-a", 0, "ha", body=view, now_ms=5)
+            frame[4:] = bytes(len(data))            # after: the table is not the view's
+            assert r1 == r2
+            assert from_view.all_topics() == from_bytes.all_topics()
+            for topic in from_bytes.all_topics():
+                assert from_view.topic_route(topic) == from_bytes.topic_route(topic)
+            frame[4:] = data
+
+
 def test_bad_raw_body_changes_nothing(RT):
     rt = RT()
     reg(rt, ["T1"] * 1 + ["T2"])

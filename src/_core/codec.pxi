@@ -355,9 +355,11 @@ cdef int decode_binary_header(RemotingCommand cmd, const uint8_t* d, Py_ssize_t 
 
 # ---------------------------------------------------------------- frame decode
 
-cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length, bint with_body=True):
+cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length, bint with_body=True,
+                                    Py_ssize_t* body_at=NULL):
     """One frame from p = everything after the length prefix (length bytes). Without
-    with_body the body is not copied (body stays None): its length is known."""
+    with_body the body is not copied (body stays None): its length is known, and its
+    offset in p goes to body_at."""
     cdef uint32_t word
     cdef uint32_t stype, header_len
     cdef RemotingCommand cmd
@@ -378,6 +380,8 @@ cdef RemotingCommand decode_payload(const uint8_t* p, Py_ssize_t length, bint wi
         decode_binary_header(cmd, p + 4, header_len)
     else:
         raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
+    if body_at != NULL:
+        body_at[0] = 4 + header_len
     if with_body:
         cmd.body = PyBytes_FromStringAndSize(<const char*>p + 4 + header_len,
                                              length - 4 - header_len) \
@@ -394,25 +398,40 @@ cdef int check_length(int64_t length, Py_ssize_t max_frame_length) except -1:
 
 
 cdef RemotingCommand decode_whole_frame(const uint8_t* p, Py_ssize_t n,
-                                       Py_ssize_t max_frame_length, bint with_body):
+                                       Py_ssize_t max_frame_length, bint with_body,
+                                       Py_ssize_t* body_at=NULL):
     cdef int32_t length
+    cdef RemotingCommand cmd
     if n < 8:
         raise CorruptFrame(f"frame of {n} bytes is shorter than the 8-byte minimum")
     length = be32(p)
     check_length(length, max_frame_length)
     if length != n - 4:
         raise CorruptFrame(f"frame length {length} does not match the {n - 4} bytes after it")
-    return decode_payload(p + 4, length, with_body)
+    cmd = decode_payload(p + 4, length, with_body, body_at)
+    if body_at != NULL:
+        body_at[0] += 4
+    return cmd
 
 
-def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME):
-    """Decode one complete frame, 4-byte length prefix included."""
+def decode_frame(data, Py_ssize_t max_frame_length=DEFAULT_MAX_FRAME, *, bint copy_body=True):
+    """Decode one complete frame, 4-byte length prefix included. Without ``copy_body``
+    a body is a read-only memoryview of ``data`` rather than a copy (a registration's
+    megabytes read where they arrived; ``data`` must not change while it is used)."""
     cdef Py_buffer view
+    cdef Py_ssize_t body_at = 0, body_len
+    cdef RemotingCommand cmd
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        return decode_whole_frame(<const uint8_t*>view.buf, view.len, max_frame_length, True)
+        cmd = decode_whole_frame(<const uint8_t*>view.buf, view.len, max_frame_length,
+                                 copy_body, NULL if copy_body else &body_at)
+        if copy_body:
+            return cmd
+        body_len = view.len - body_at
     finally:
         PyBuffer_Release(&view)
+    cmd.body = memoryview(data).cast("B")[body_at:].toreadonly() if body_len else EMPTY
+    return cmd
 
 
 # ---------------------------------------------------------------- encode

@@ -15,16 +15,25 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bufpool.h"
 #include "scan.h"
 #include "tls.h"
 #include "wire.h"
 
 enum {
     READ_CHUNK = 64 * 1024,         /* room made before each read */
+    /* bytes read from one plain connection before the others of its thread have their
+     * turn (epoll is level-triggered: it comes back): a big frame arriving does not
+     * hold up the route queries of the thread's other connections */
+    READ_TURN = 1024 * 1024,
+    HAND_OVER_BYTES = 256 * 1024,   /* a batch this big goes to Python in its buffer */
+    IO_SLICE_NS = 100 * 1000,       /* the scheduler slice an I/O thread asks for */
     CONN_BUCKETS = 4096,            /* per thread: connection id -> connection */
     /* Frames for Python go as one event: a frame and the complete ones after it
      * that are not route queries, up to these (a pipeline of admin requests costs
@@ -85,7 +94,7 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
 
 static void free_cmd(re_cmd *cmd)
 {
-    free(cmd->data);
+    rp_give(cmd->data, cmd->len);   /* (Python's buffer: from the pool when big) */
     free(cmd);
 }
 
@@ -102,6 +111,7 @@ typedef struct {
     int listening;                  /* the listening socket is in epfd */
     double now;                     /* monotonic seconds, read after each epoll_wait */
     double next_scan;               /* of idle connections */
+    double next_trim;               /* of bufpool.h's pool */
     uint8_t *ring;                  /* the trace ring (engine.h), ring_cap bytes, or NULL */
     size_t ring_cap;
     uint64_t ring_head, ring_tail;  /* written by the thread / by re_trace_take */
@@ -132,18 +142,28 @@ static char LISTEN_TAG, WAKE_TAG;
 
 /* ---------------------------------------------------------------- events for Python */
 
-static int push_event(rmq_engine *e, int kind, uint64_t conn, const void *data, size_t len)
+/* Queue an event for Python: its len bytes copied into it, or with own, handed over:
+ * data points into own (a connection's input buffer), freed with the event. */
+static int queue_event(rmq_engine *e, int kind, uint64_t conn, char *own, size_t own_cap,
+                       const void *data, size_t len)
 {
-    re_event *ev = malloc(sizeof *ev + len + 1);
+    re_event *ev = malloc(sizeof *ev + (own ? 0 : len + 1));
     if (!ev)
         return -1;
     ev->next = NULL;
     ev->kind = kind;
     ev->conn = conn;
     ev->len = len;
-    if (len)
-        memcpy(ev->data, data, len);
-    ev->data[len] = 0;
+    ev->own = own;
+    ev->own_cap = own_cap;
+    if (own) {
+        ev->data = (char *)data;
+    } else {
+        ev->data = ev->bytes;
+        if (len)
+            memcpy(ev->bytes, data, len);
+        ev->bytes[len] = 0;
+    }
     pthread_mutex_lock(&e->qm);
     if (e->tail)
         e->tail->next = ev;
@@ -153,6 +173,11 @@ static int push_event(rmq_engine *e, int kind, uint64_t conn, const void *data, 
     pthread_cond_signal(&e->qc);
     pthread_mutex_unlock(&e->qm);
     return 0;
+}
+
+static int push_event(rmq_engine *e, int kind, uint64_t conn, const void *data, size_t len)
+{
+    return queue_event(e, kind, conn, NULL, 0, data, len);
 }
 
 re_event *re_next(rmq_engine *e, double timeout)
@@ -172,11 +197,17 @@ re_event *re_next(rmq_engine *e, double timeout)
     return chain;
 }
 
+void re_free_event(re_event *ev)
+{
+    rp_give(ev->own, ev->own_cap);
+    free(ev);
+}
+
 void re_free_events(re_event *ev)
 {
     while (ev) {
         re_event *next = ev->next;
-        free(ev);
+        re_free_event(ev);
         ev = next;
     }
 }
@@ -333,11 +364,11 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
         tl_free(c->tls);
         c->tls = NULL;
     }
-    free(c->sealed);
+    rp_give(c->sealed, c->sealed_cap);
     c->sealed = NULL;
     close(c->fd);
-    free(c->in);
-    free(c->out);
+    rp_give(c->in, c->in_cap);
+    rp_give(c->out, c->out_cap);
     c->in = NULL;
     c->out = NULL;
     c->dead_next = th->dead;
@@ -454,11 +485,24 @@ static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t m
     size_t grown = *cap ? *cap : READ_CHUNK;
     while (grown - *len < more)
         grown *= 2;
-    char *p = realloc(*buf, grown);
+    if (grown < RP_MIN) {
+        char *p = realloc(*buf, grown);
+        if (!p)
+            return -1;
+        *buf = p;
+        *cap = grown;
+        return 0;
+    }
+    /* a big one: from the pool (its pages already there), what is kept copied */
+    size_t got;
+    char *p = rp_take(grown, &got);
     if (!p)
         return -1;
+    if (*len)
+        memcpy(p, *buf, *len);
+    rp_give(*buf, *cap);
     *buf = p;
-    *cap = grown;
+    *cap = got;
     return 0;
 }
 
@@ -472,10 +516,43 @@ static int out_room(re_conn *c, size_t more)
 static void release_empty_input(re_conn *c)
 {
     if (c->in_off == c->in_len && c->in) {
-        free(c->in);
+        rp_give(c->in, c->in_cap);
         c->in = NULL;
         c->in_off = c->in_len = c->in_cap = 0;
     }
+}
+
+/* The batch of frames at c->in_off (batch bytes) to Python: copied into its event,
+ * or when big (a registration's body: up to max_frame), the input buffer itself handed
+ * over with the event and what follows the batch moved to a buffer of its own, so that
+ * a big frame is not copied here (a copy into fresh pages costs the thread, and the
+ * connections it serves, ~0.5 ms a MB: bench/README.md). */
+static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
+{
+    const char *p = c->in + c->in_off;
+    if (batch < HAND_OVER_BYTES) {
+        if (push_event(e, RE_FRAME, c->id, p, batch) < 0)
+            return -1;
+        c->in_off += batch;
+        return 0;
+    }
+    size_t rest = c->in_len - c->in_off - batch, cap = 0;
+    char *next = NULL;
+    if (rest) {
+        cap = rest > READ_CHUNK ? rest : READ_CHUNK;
+        if (!(next = cap < RP_MIN ? malloc(cap) : rp_take(cap, &cap)))
+            return -1;
+        memcpy(next, p + batch, rest);
+    }
+    if (queue_event(e, RE_FRAME, c->id, c->in, c->in_cap, p, batch) < 0) {
+        rp_give(next, cap);
+        return -1;
+    }
+    c->in = next;               /* (the old one is Python's now: not touched again) */
+    c->in_off = 0;
+    c->in_len = rest;
+    c->in_cap = cap;
+    return 0;
 }
 
 /* Split what was read: route queries answered here, the first other frame to
@@ -532,10 +609,9 @@ static int split(re_thread *th, re_conn *c)
             batch += 4 + (size_t)next;
             frames++;
         }
-        if (push_event(e, RE_FRAME, c->id, p, batch) < 0)
-            return -1;
         trace_put(th, RE_TRACE_IN, c->id, p, batch);
-        c->in_off += batch;
+        if (hand_over(e, c, batch) < 0)
+            return -1;
         c->with_python = 1;
         c->split_any = 1;
     }
@@ -659,8 +735,8 @@ static int flush(re_thread *th, re_conn *c)
     }
     if (!pending(c)) {
         /* all written: the buffers go back, as the input's does */
-        free(c->out);
-        free(c->sealed);
+        rp_give(c->out, c->out_cap);
+        rp_give(c->sealed, c->sealed_cap);
         c->out = c->sealed = NULL;
         c->out_off = c->out_len = c->out_cap = 0;
         c->sealed_off = c->sealed_len = c->sealed_cap = 0;
@@ -724,6 +800,7 @@ static size_t read_size(const rmq_engine *e, const re_conn *c)
 static int conn_read(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
+    size_t turn = 0;                /* bytes read this turn */
     while (reading(e, c)) {
         if (c->in_len > c->in_off &&
             rmq_frame_at((const uint8_t *)c->in + c->in_off, c->in_len - c->in_off,
@@ -747,13 +824,17 @@ static int conn_read(re_thread *th, re_conn *c)
             if (!decided)
                 break;
         }
+        /* (not over TLS: plaintext may wait inside OpenSSL, where epoll does not see
+         * it; a TLS connection is read until its socket is empty) */
+        if (turn >= READ_TURN && !c->tls)
+            break;
         size_t want = read_size(e, c);
         if (make_room(&c->in, &c->in_off, &c->in_len, &c->in_cap, want) < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
             return -1;
         }
-        ssize_t r = conn_recv(c, c->in + c->in_len, want);
+        ssize_t r = conn_recv(c, c->in + c->in_len, c->tls || want < READ_TURN ? want : READ_TURN);
         if (r == IO_AGAIN) {
             release_empty_input(c);
             break;
@@ -763,6 +844,7 @@ static int conn_read(re_thread *th, re_conn *c)
             return -1;
         }
         c->in_len += (size_t)r;
+        turn += (size_t)r;
         c->last_active = th->now;
         RMQ_COUNT(th->stats.bytes_in, (uint64_t)r);
         if (split(th, c) < 0) {
@@ -877,7 +959,7 @@ static void run_cmds(re_thread *th)
             if (cmd->len && c->out_len == c->out_off && cmd->len >= READ_CHUNK) {
                 /* a big answer (a batch of 206s): its buffer becomes the output,
                  * not copied again */
-                free(c->out);
+                rp_give(c->out, c->out_cap);
                 c->out = cmd->data;
                 c->out_off = 0;
                 c->out_len = c->out_cap = cmd->len;
@@ -943,9 +1025,43 @@ static void scan_idle(re_thread *th, double period)
     }
 }
 
+/* struct sched_attr's first version (the kernel's ABI: its headers clash with glibc's) */
+typedef struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+} sched_attr_v0;
+
+/* An I/O thread asks the scheduler for short slices (EEVDF's slice request, Linux
+ * 6.12 on; older kernels ignore it): where every core is busy (a registration read
+ * and applied, other processes), a thread woken by a route query then goes before
+ * the tasks that run long, instead of waiting for the next tick (4 ms at HZ=250)
+ * once preempted (bench/README.md, "Route latency while the control plane works").
+ * Needs no privilege; its policy and nice value kept (only SCHED_OTHER and
+ * SCHED_BATCH have slices); a refusal is ignored. Named for top -H and perf. */
+static void io_thread_setup(int index)
+{
+    char name[16];
+    snprintf(name, sizeof name, "rmq-io-%d", index);
+    pthread_setname_np(pthread_self(), name);
+#ifdef SYS_sched_setattr
+    sched_attr_v0 a = {0};
+    if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) == 0 &&
+        (a.policy == SCHED_OTHER || a.policy == SCHED_BATCH)) {
+        a.size = sizeof a;
+        a.flags = 0;
+        a.runtime = IO_SLICE_NS;
+        (void)syscall(SYS_sched_setattr, 0, &a, 0);
+    }
+#endif
+}
+
 static void *thread_main(void *arg)
 {
     re_thread *th = arg;
+    io_thread_setup(th->index);
     rmq_engine *e = th->e;
     struct epoll_event evs[64];
     double idle = e->cfg.idle_seconds;
@@ -977,6 +1093,10 @@ static void *thread_main(void *arg)
                     continue;
                 conn_read(th, c);
             }
+        }
+        if (th->now >= th->next_trim) {
+            rp_trim(th->now);
+            th->next_trim = th->now + 1;
         }
         if (period > 0 && th->now >= th->next_scan) {
             scan_idle(th, period);

@@ -89,7 +89,11 @@ typedef struct re_event {
     int kind;
     uint64_t conn;
     size_t len;
-    char data[];
+    char *data;                     /* len bytes and a NUL: in bytes[], or in own */
+    char *own;                      /* a big frame: its connection's input buffer, handed
+                                       over with it rather than copied; else NULL */
+    size_t own_cap;                 /* its size (it goes back to bufpool.h's pool) */
+    char bytes[];
 } re_event;
 
 /* Start the engine's threads on listen_fd (a listening socket; made non-blocking; the
@@ -103,7 +107,8 @@ void re_stop(rmq_engine *e);
 /* The queued events, oldest first (a chain the caller frees with re_free_events),
  * waiting up to timeout seconds for one; NULL when none came or the engine stops. */
 re_event *re_next(rmq_engine *e, double timeout);
-void re_free_events(re_event *ev);
+void re_free_events(re_event *ev);      /* a chain */
+void re_free_event(re_event *ev);       /* one, taken out of its chain */
 
 /* Queue output for a connection (Python's answer to its frame, or anything), and
  * with resume let it go on with its next frames. Unknown or closed connections are

@@ -44,7 +44,7 @@ cdef extern from "engine.h" nogil:
         int kind
         uint64_t conn
         size_t len
-        char data[1]
+        char* data
     enum:
         RE_OPEN
         RE_FRAME
@@ -65,6 +65,7 @@ cdef extern from "engine.h" nogil:
     void re_stop(rmq_engine* e)
     re_event* re_next(rmq_engine* e, double timeout)
     void re_free_events(re_event* ev)
+    void re_free_event(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
     int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume,
                       int notify)
@@ -84,3 +85,4 @@ cdef extern from "engine.h" nogil:
     void re_route_queries(rmq_engine* e, int in_c)
     void re_stop_accepting(rmq_engine* e)
     void re_stats_read(rmq_engine* e, re_stats* out, int* connections)
+

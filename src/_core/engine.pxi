@@ -6,8 +6,10 @@ import os as _os
 import platform as _platform
 
 from libc.errno cimport errno
+from cpython.buffer cimport PyBuffer_FillInfo
 
 from engine cimport *
+from bufpool cimport RP_MIN, rp_take, rp_give, rp_trim, rp_stats
 from tls cimport tl_load, tl_ctx_matches
 
 cdef extern from *:
@@ -33,6 +35,31 @@ assert len(ENGINE_CLOSE_REASONS) == RE_WHY_COUNT == 9    # re_stats.closed in en
 
 #: ssl's verify modes -> OpenSSL's (SSL_VERIFY_PEER 1, | SSL_VERIFY_FAIL_IF_NO_PEER_CERT 2)
 _OPENSSL_VERIFY = {0: 0, 1: 1, 2: 3}
+
+
+def _engine_pool_trim(double now):
+    """Free the pooled buffers idle since before ``now`` minus the idle time
+    (monotonic seconds; the engine's threads do it as time goes: for tests)."""
+    rp_trim(now)
+
+
+@cython.final
+cdef class _EventBytes:
+    """A "frame" event's bytes where the engine put them, as a read-only buffer (an
+    Engine.events frame is a memoryview of one): a registration's body, up to
+    max_frame, is not copied between the socket and its decoding. Freed with the
+    last view of it."""
+    cdef re_event* ev
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        PyBuffer_FillInfo(buf, self, self.ev.data, <Py_ssize_t>self.ev.len, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        pass
+
+    def __dealloc__(self):
+        if self.ev != NULL:
+            re_free_event(self.ev)
 
 
 cdef void* _ssl_ctx(context) except NULL:
@@ -161,29 +188,45 @@ cdef class Engine:
 
     def events(self, double timeout=1.0):
         """The events queued since the last call, oldest first, waiting up to
-        ``timeout`` seconds (the GIL released) for one: ``[(kind, conn, data)]``."""
+        ``timeout`` seconds (the GIL released) for one: ``[(kind, conn, data)]``; a
+        "frame" event's data is a read-only memoryview of the frames (not a copy)."""
         cdef rmq_engine* e = self._running()
         cdef re_event* chain
         cdef re_event* ev
+        cdef _EventBytes owner
         with nogil:
             chain = re_next(e, timeout)
         out = []
         try:
-            ev = chain
-            while ev != NULL:
-                data = PyBytes_FromStringAndSize(ev.data, ev.len)
-                if ev.kind == RE_OPEN:
+            while chain != NULL:
+                ev = chain
+                chain = ev.next
+                ev.next = NULL
+                if ev.kind == RE_FRAME:
+                    try:
+                        owner = _EventBytes.__new__(_EventBytes)
+                    except BaseException:
+                        re_free_event(ev)
+                        raise
+                    owner.ev = ev
+                    out.append((_ENGINE_KINDS[RE_FRAME], ev.conn, memoryview(owner)))
+                    continue
+                kind, conn = ev.kind, ev.conn
+                try:
+                    data = PyBytes_FromStringAndSize(ev.data, ev.len)
+                finally:
+                    re_free_event(ev)
+                if kind == RE_OPEN:
                     data = data.decode("ascii")
-                elif ev.kind == RE_CLOSED:
+                elif kind == RE_CLOSED:
                     data = (ENGINE_CLOSE_REASONS[data[0]],
                             (data[1] == 1, data[2:]) if data[0] == RE_WHY_BAD_FRAME
                             else (data[1] == 1, data[2:].decode("utf-8", "replace"))
                             if data[0] == RE_WHY_TLS
                             else None)
-                elif ev.kind == RE_DRAINED:
+                elif kind == RE_DRAINED:
                     data = None
-                out.append((_ENGINE_KINDS[ev.kind], ev.conn, data))
-                ev = ev.next
+                out.append((_ENGINE_KINDS[kind], conn, data))
         finally:
             re_free_events(chain)
         return out
@@ -196,15 +239,16 @@ cdef class Engine:
         ignored."""
         cdef rmq_engine* e = self._running()
         cdef const uint8_t[::1] view
-        cdef size_t total = 0, off = 0, n
+        cdef size_t total = 0, off = 0, n, cap
         cdef char* buf = NULL
         cdef int rc
         parts = data if isinstance(data, (list, tuple)) else (data,)
         for part in parts:
             total += len(part)
         if total:
-            # one copy, into the buffer the engine writes from (no join in Python)
-            buf = <char*>malloc(total)
+            # one copy, into the buffer the engine writes from (no join in Python); a
+            # big one (a turn of 206 answers) from the engine's pool of big buffers
+            buf = <char*>(malloc(total) if total < RP_MIN else rp_take(total, &cap))
             if buf == NULL:
                 raise MemoryError()
             try:
@@ -215,7 +259,7 @@ cdef class Engine:
                         memcpy(buf + off, &view[0], n)
                         off += n
             except BaseException:
-                free(buf)
+                rp_give(buf, total)
                 raise
         with nogil:
             rc = re_send_owned(e, conn, buf, total, resume, notify)
@@ -296,15 +340,19 @@ cdef class Engine:
         ``not_found`` (TOPIC_NOT_EXIST answers written), ``bytes_in``,
         ``bytes_out``, ``accepted``, ``refused`` (over max_connections),
         ``closed`` (by reason, ``ENGINE_CLOSE_REASONS``), ``queued_output`` (unsent
-        bytes of all connections) and ``connections`` (open now)."""
+        bytes of all connections), ``connections`` (open now), and ``pooled_buffers``
+        and ``pooled_bytes``: the big buffers kept for reuse (bufpool.h; one pool
+        for the process's engines)."""
         cdef re_stats s
         cdef int n
+        cdef size_t pooled, pooled_bytes
         re_stats_read(self._running(), &s, &n)
+        rp_stats(&pooled, &pooled_bytes)
         return {"served": s.served, "not_found": s.not_found, "bytes_in": s.bytes_in,
                 "bytes_out": s.bytes_out, "accepted": s.accepted, "refused": s.refused,
                 "closed": {name: s.closed[why] for why, name in ENGINE_CLOSE_REASONS.items()},
                 "queued_output": s.queued_output, "trace_dropped": s.trace_dropped,
-                "connections": n}
+                "connections": n, "pooled_buffers": pooled, "pooled_bytes": pooled_bytes}
 
     def stop(self):
         """Stop the threads and close every connection (no events for them)."""

@@ -131,6 +131,23 @@ cdef class _Configs:
         return self.n
 
 
+cdef bint _frozen_bytes_view(object body):
+    """Whether ``body`` is a view of bytes that cannot change: read-only, contiguous."""
+    return (type(body) is memoryview and body.readonly and body.c_contiguous
+            and body.format == "B")
+
+
+cdef const char* _buffer_start(object data) except? NULL:
+    """The first byte of ``data`` (bytes or a _frozen_bytes_view), which keeps it."""
+    cdef const uint8_t[::1] view
+    if type(data) is bytes:
+        return PyBytes_AS_STRING(data)
+    view = data
+    if view.shape[0] == 0:
+        return ""
+    return <const char*>&view[0]
+
+
 cdef _Configs _configs_from_scan(object data, rb_body* body):
     """Takes the scan's records (body is left empty)."""
     cdef _Configs c = _Configs.__new__(_Configs)
@@ -669,8 +686,11 @@ cdef class TopicTable:
         cdef const char* dp
         cdef size_t dn
         if isinstance(body, (bytes, bytearray, memoryview)):
-            data = bytes(body)
-            dp, dn = PyBytes_AS_STRING(data), len(data)
+            # The records point into what was scanned: bytes, or a read-only view (the
+            # I/O engine's frame, read where it arrived: a body of megabytes is not
+            # copied); what could change under them is copied first.
+            data = body if type(body) is bytes or _frozen_bytes_view(body) else bytes(body)
+            dp, dn = _buffer_start(data), len(data)
             with nogil:
                 rc = rb_scan_register_body(dp, dn, &scanned)
             if rc == RB_NOMEM:
@@ -680,7 +700,7 @@ cdef class TopicTable:
                 # bounds it), then scanned like the JSON form, without a Python
                 # object per topic; the records point into the inflated bytes.
                 data = inflate(data, DEFAULT_MAX_INFLATED)
-                dp, dn = PyBytes_AS_STRING(data), len(data)
+                dp, dn = _buffer_start(data), len(data)
                 with nogil:
                     rc = rb_scan_compressed_body(dp, dn, &scanned)
                 if rc == RB_NOMEM:

@@ -29,7 +29,7 @@ class RemotingCommand:
     flag: int
     remark: str | None
     ext_fields: dict[str, str] | None
-    body: bytes
+    body: bytes | memoryview
     serialize_type: str
     def __init__(self, code: int = 0, *, language: str = "JAVA", version: int = ...,
                  opaque: int = 0, flag: int = 0, remark: str | None = None,
@@ -52,7 +52,8 @@ class RemotingCommand:
 
 # rmq._wire.rebuild_command bound to this class (unpickling)
 _rebuild_command: partial[RemotingCommand]
-def decode_frame(data: Buffer, max_frame_length: int = ...) -> RemotingCommand: ...
+def decode_frame(data: Buffer, max_frame_length: int = ..., *,
+                 copy_body: bool = ...) -> RemotingCommand: ...
 def encode_frame(cmd: RemotingCommand) -> bytes: ...
 
 @final

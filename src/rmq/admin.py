@@ -255,7 +255,7 @@ class NamesrvAdmin:
 
 def _read_properties(resp: RemotingCommand) -> dict[str, str]:
     try:
-        return parse_properties(resp.body.decode("utf-8"))
+        return parse_properties(bytes(resp.body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise BodyError(f"the configuration is not properties text: {e}") from None
 

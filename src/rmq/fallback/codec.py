@@ -56,7 +56,7 @@ class RemotingCommand:
     flag: int
     remark: str | None
     ext_fields: dict[str, str] | None
-    body: bytes
+    body: bytes | memoryview
     serialize_type: str
 
     def __init__(self, code: int = 0, *, language: str = "JAVA", version: int = CURRENT_VERSION,
@@ -257,7 +257,7 @@ def _decode_binary_header(view: Buffer) -> RemotingCommand:
                            remark=remark, ext_fields=ext, serialize_type="ROCKETMQ")
 
 
-def _decode_payload(mv: memoryview, length: int) -> RemotingCommand:
+def _decode_payload(mv: memoryview, length: int, copy_body: bool = True) -> RemotingCommand:
     """Decode one frame from ``mv`` = everything after the length prefix."""
     if length < 4:
         raise CorruptFrame(f"frame length {length} is shorter than the 4-byte header length field")
@@ -273,7 +273,8 @@ def _decode_payload(mv: memoryview, length: int) -> RemotingCommand:
         cmd = _decode_binary_header(header)
     else:
         raise UnknownSerializeType(f"unknown serialize type {stype} (0 is JSON, 1 is ROCKETMQ)")
-    cmd.body = bytes(mv[4 + header_len:length])
+    body = mv[4 + header_len:length]
+    cmd.body = bytes(body) if copy_body or not body else body.toreadonly()
     return cmd
 
 
@@ -284,8 +285,11 @@ def _check_length(length: int, max_frame_length: int) -> None:
         raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the maximum of {max_frame_length}")
 
 
-def decode_frame(data: Buffer, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> RemotingCommand:
-    """Decode one complete frame, 4-byte length prefix included."""
+def decode_frame(data: Buffer, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, *,
+                 copy_body: bool = True) -> RemotingCommand:
+    """Decode one complete frame, 4-byte length prefix included. Without ``copy_body``
+    a body is a read-only memoryview of ``data`` rather than a copy (a registration's
+    megabytes read where they arrived; ``data`` must not change while it is used)."""
     mv = memoryview(data).cast("B")
     if len(mv) < 8:
         raise CorruptFrame(f"frame of {len(mv)} bytes is shorter than the 8-byte minimum")
@@ -293,7 +297,7 @@ def decode_frame(data: Buffer, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH)
     _check_length(length, max_frame_length)
     if length != len(mv) - 4:
         raise CorruptFrame(f"frame length {length} does not match the {len(mv) - 4} bytes after it")
-    return _decode_payload(mv[4:], length)
+    return _decode_payload(mv[4:], length, copy_body)
 
 
 # ---------------------------------------------------------------- encoding

@@ -46,7 +46,7 @@ from rmq.errors import RmqError
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer
 from rmq.namesrv.tlsconn import ServerTls, refused_plain, tls_failed
-from rmq.protocol import IN, OUT
+from rmq.protocol import IN, OUT, RequestCode
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,14 @@ class EngineServerApp(NameServerApp):
         try:
             while off < len(view):
                 end = off + 4 + int.from_bytes(view[off:off + 4], "big")
-                cmds.append(decode_frame(view[off:end], self.settings.max_frame_length))
+                # A registration's body (up to maxFrameLength) is read where the engine
+                # put it: CRC-checked and scanned by the table, never kept; the
+                # other handlers take bytes.
+                cmd = decode_frame(view[off:end], self.settings.max_frame_length,
+                                   copy_body=False)
+                if cmd.body and cmd.code != RequestCode.REGISTER_BROKER:
+                    cmd.body = bytes(cmd.body)
+                cmds.append(cmd)
                 off = end
         except RmqError as e:       # answered up to it, then closed (_send)
             error = e
