@@ -212,6 +212,14 @@ class ConcurrentTable:
             return bucket, 0, placed[1]
         return bucket, 1, seq
 
+    def forget_absent(self, entries: Iterable[tuple[int, str]]) -> None:
+        """Forget the placings of keys no longer in the map (``entries``: every key now,
+        ``(seq, key)``); a key back since has a new seq and is not placed any more. Kept,
+        they would hold the removed keys, and with them the memory the keys came in."""
+        present = {key: seq for seq, key in entries}
+        self._reordered = {key: p for key, p in self._reordered.items()
+                           if present.get(key) == p[0]}
+
     def order(self, entries: Iterable[tuple[int, str]]) -> list[str]:
         """The keys of ``entries`` (``(seq, key)``, any subset of the map's) in Java's
         iteration order."""

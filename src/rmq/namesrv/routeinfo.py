@@ -75,7 +75,7 @@ from rmq.errors import BodyError
 from rmq.javacase import fold as java_fold
 from rmq.javaorder import (ConcurrentTable, JavaConcurrentKeys, JavaHashKeys,
                            hash_map_table_size, hash_set_copy_table_size, java_hash_order,
-                           java_long_spread_hash)
+                           java_long_spread_hash, java_spread_hash)
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
@@ -95,6 +95,10 @@ MASTER_ID = 0
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
 # TopicValidator.SYNC_BROKER_MEMBER_GROUP_PREFIX (SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_")
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+
+#: Topics removed at once past which the topic order's memory of them is dropped
+#: (_topics_removed): as the C table trims its memory past 4,096 queue datas.
+FORGET_AFTER_REMOVED = 4096
 
 #: Initial capacities of Java's tables (5.0.0: ``new ConcurrentHashMap<>(1024)`` etc.).
 _TOPIC_TABLE_CAPACITY = 1024
@@ -634,6 +638,15 @@ class RouteTable:
         if self._tt.topic_count() >= self._topic_order.threshold:
             self._topic_resized = True
 
+    def _topics_removed(self, before):
+        """After a removal of topics (``before``: the count then): once many went (a
+        large broker dropped), the topic order forgets them and the topic hashes cached
+        for it go: their names would otherwise be the few objects left in the memory a
+        registration's millions took, and keep it all (bench/README.md, bigbroker)."""
+        if before - self._tt.topic_count() >= FORGET_AFTER_REMOVED:
+            self._topic_order.forget_absent(self._tt.topic_seqs())
+            java_spread_hash.cache_clear()
+
     def _settle_topic_order(self):
         """Replay topicQueueTable's resizes since the last replay (ConcurrentTable.grow),
         which order its iteration: before a change that removes topics (the write lock
@@ -710,7 +723,9 @@ class RouteTable:
                 self._tt.broker_changed(broker_name)
                 self._discard_from_cluster(cluster, broker_name)
                 self._settle_topic_order()
+                before = self._tt.topic_count()
                 self._tt.remove_broker(broker_name)
+                self._topics_removed(before)
             elif bd.acting_master_enabled and min(bd.addrs) > MASTER_ID:
                 # Master has been unregistered: wipe the write perm
                 self._tt.write_perm(broker_name, True)
