@@ -173,6 +173,38 @@ def test_the_io_threads_are_named_and_ask_for_short_slices():
             os.PRIO_PROCESS, 0)                 # its nice value kept
 
 
+def test_trace_records_come_in_time_order_across_takes_and_threads():
+    # A record stamped on one thread but published after a take already passed a
+    # later one of another thread is held back (the watermark), never out of order.
+    rt = table()
+    with Served(rt, threads=2, trace_bytes=1 << 22) as s:
+        stop = threading.Event()
+
+        def client():
+            with socket.create_connection(s.address) as c:
+                i = 0
+                while not stop.is_set():
+                    c.sendall(route_query("T1", i) + route_query("nope", i + 1))
+                    read_answers(c, 2)
+                    i += 2
+
+        clients = [threading.Thread(target=client) for _ in range(6)]
+        for t in clients:
+            t.start()
+        taken, deadline = [], time.monotonic() + 2
+        while time.monotonic() < deadline:
+            taken += s.engine.trace_take()
+        stop.set()
+        for t in clients:
+            t.join(10)
+        taken += s.engine.trace_take(flush=True)
+    times = [r[0] for r in taken]
+    assert len(times) > 1000 and times == sorted(times)
+    ins = sum(1 for r in taken if r[2] == "in")
+    outs = sum(1 for r in taken if r[2] == "out")
+    assert ins == outs and sum(1 for r in taken if r[2] == "open") == 6
+
+
 def test_a_closed_connection_is_told():
     rt = table()
     with Served(rt) as s:

@@ -115,6 +115,8 @@ typedef struct {
     uint8_t *ring;                  /* the trace ring (engine.h), ring_cap bytes, or NULL */
     size_t ring_cap;
     uint64_t ring_head, ring_tail;  /* written by the thread / by re_trace_take */
+    uint64_t trace_floor;           /* atomic: the record being made is at or after it
+                                       (UINT64_MAX: none); re_trace_watermark reads it */
     rs_counts counts;               /* written by this thread only; read by re_stats_read */
     re_stats stats;                 /* (its served/not_found unused: counts has them) */
 } re_thread;
@@ -129,6 +131,7 @@ struct rmq_engine {
     int routes_in_python;           /* atomic: re_route_queries(e, 0) */
     int accept_off;                 /* atomic: re_stop_accepting */
     int64_t out_total;              /* atomic: unsent bytes of all connections */
+    uint64_t trace_epoch;           /* atomic: when the last re_trace_watermark began */
     pthread_mutex_t qm;             /* guards the event queue */
     pthread_cond_t qc;
     re_event *head, *tail;
@@ -225,6 +228,13 @@ static void ring_copy(re_thread *th, uint64_t pos, const void *data, size_t n)
     }
 }
 
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Append a record, or count it dropped when the ring lacks room. */
 static void trace_put(re_thread *th, uint32_t kind, uint64_t conn, const void *data, size_t n)
 {
@@ -236,14 +246,36 @@ static void trace_put(re_thread *th, uint32_t kind, uint64_t conn, const void *d
         RMQ_COUNT(th->stats.trace_dropped, 1);
         return;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    re_trace_head h = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, conn,
-                       (uint32_t)n, kind};
+    /* The time, told to re_trace_watermark before the record is visible: either the
+     * drainer sees this floor (and holds back what is at or after it), or it began
+     * before we read its epoch, and the record is stamped after that epoch. */
+    uint64_t t = realtime_ns();
+    __atomic_store_n(&th->trace_floor, t, __ATOMIC_SEQ_CST);
+    uint64_t epoch = __atomic_load_n(&th->e->trace_epoch, __ATOMIC_SEQ_CST);
+    if (t < epoch) {
+        t = realtime_ns();
+        if (t < epoch)
+            t = epoch;              /* (the clock stepped back) */
+        __atomic_store_n(&th->trace_floor, t, __ATOMIC_SEQ_CST);
+    }
+    re_trace_head h = {t, conn, (uint32_t)n, kind};
     ring_copy(th, head, &h, sizeof h);
     if (n)
         ring_copy(th, head + sizeof h, data, n);
     __atomic_store_n(&th->ring_head, head + sizeof h + n, __ATOMIC_RELEASE);
+    __atomic_store_n(&th->trace_floor, UINT64_MAX, __ATOMIC_RELEASE);
+}
+
+uint64_t re_trace_watermark(rmq_engine *e)
+{
+    uint64_t w = realtime_ns();
+    __atomic_store_n(&e->trace_epoch, w, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < e->nthreads; i++) {
+        uint64_t floor = __atomic_load_n(&e->threads[i].trace_floor, __ATOMIC_SEQ_CST);
+        if (floor < w)
+            w = floor;
+    }
+    return w;
 }
 
 size_t re_trace_take(rmq_engine *e, int thread, uint8_t *out, size_t cap)
@@ -1310,6 +1342,7 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
         re_thread *th = &e->threads[i];
         th->e = e;
         th->index = i;
+        th->trace_floor = UINT64_MAX;
         pthread_mutex_init(&th->m, NULL);
         if (cfg->trace_bytes) {
             th->ring_cap = cfg->trace_bytes;

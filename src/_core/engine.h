@@ -161,6 +161,12 @@ typedef struct {
  * cfg.trace_bytes takes them all); the bytes written. */
 size_t re_trace_take(rmq_engine *e, int thread, uint8_t *out, size_t cap);
 
+/* A time before which every record is in the rings (call it, then take them): a
+ * record made later, or being made now, is at or after it. The threads' records
+ * merge in time order so, whatever thread was preempted between stamping a record
+ * and publishing it. */
+uint64_t re_trace_watermark(rmq_engine *e);
+
 /* The threads' counts, and the connections open now. */
 void re_stats_read(rmq_engine *e, re_stats *out, int *connections);
 

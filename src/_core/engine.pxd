@@ -81,6 +81,7 @@ cdef extern from "engine.h" nogil:
         RE_TRACE_OPEN
         RE_TRACE_CLOSE
     size_t re_trace_take(rmq_engine* e, int thread, uint8_t* out, size_t cap)
+    uint64_t re_trace_watermark(rmq_engine* e)
     int re_conn_state_read(rmq_engine* e, uint64_t conn, re_conn_state* out)
     void re_route_queries(rmq_engine* e, int in_c)
     void re_stop_accepting(rmq_engine* e)

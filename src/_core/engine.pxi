@@ -43,6 +43,10 @@ def _engine_pool_trim(double now):
     rp_trim(now)
 
 
+def _record_time(record):
+    return record[0]
+
+
 @cython.final
 cdef class _EventBytes:
     """A "frame" event's bytes where the engine put them, as a read-only buffer (an
@@ -132,9 +136,11 @@ cdef class Engine:
     cdef object sock
     cdef object tls
     cdef dict _config
+    cdef list _trace_held           # trace records at or after the last watermark
 
     def __cinit__(self):
         self.e = NULL
+        self._trace_held = []
 
     def __init__(self, TopicTable table, sock, *, int threads=1,
                  Py_ssize_t max_frame=16 * 1024 * 1024, Py_ssize_t max_output=4 * 1024 * 1024,
@@ -294,21 +300,26 @@ cdef class Engine:
                 "with_python": bool(st.with_python), "paused": bool(st.paused),
                 "closing": bool(st.closing), "tls": bool(st.tls)}
 
-    def trace_take(self):
-        """The trace records the threads made since the last call, each thread's in
-        order: ``[(time_ns, conn, kind, data)]``, kind "in" or "out" (data: whole
-        frames), "open" (data: the peer) or "close". Call from one thread at a time."""
+    def trace_take(self, bint flush=False):
+        """The threads' trace records in time order, ``[(time_ns, conn, kind, data)]``,
+        kind "in" or "out" (data: whole frames), "open" (data: the peer) or "close":
+        those made before the threads' watermark (re_trace_watermark); the later ones
+        are held for the next call, which may bring earlier ones from another thread
+        (``flush``: every one, for the last call). Call from one thread at a time."""
         cdef rmq_engine* e = self._running()
         cdef size_t cap = self._config["trace_bytes"], n, off
         cdef uint8_t* buf
         cdef re_trace_head h
         cdef int i, threads = self._config["threads"]
-        out = []
+        cdef uint64_t watermark
+        out, self._trace_held = self._trace_held, []
         if not cap:
             return out
         buf = <uint8_t*>malloc(cap)
         if buf == NULL:
             raise MemoryError()
+        with nogil:
+            watermark = re_trace_watermark(e)
         try:
             for i in range(threads):
                 with nogil:
@@ -323,6 +334,13 @@ cdef class Engine:
                                 data.decode("ascii") if h.kind == RE_TRACE_OPEN else data))
         finally:
             free(buf)
+        out.sort(key=_record_time)          # (stable: each thread's order kept)
+        if not flush:
+            n = len(out)
+            while n and out[n - 1][0] >= watermark:
+                n -= 1
+            self._trace_held = out[n:]
+            del out[n:]
         return out
 
     def route_queries_in_c(self, bint in_c):

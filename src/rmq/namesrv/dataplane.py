@@ -203,12 +203,12 @@ class EngineServerApp(NameServerApp):
 
     def _drain_trace(self):
         """The drainer thread: the threads' trace records to the recorder, frame by
-        frame, in time order (each thread's ring is; together they are merged)."""
+        frame, in time order (Engine.trace_take merges the threads' rings)."""
         engine, record = self.engine, self.trace.record
         peers = {}
         while True:
             stopping = self._pump_stop
-            for t, conn, kind, data in sorted(engine.trace_take(), key=lambda r: r[0]):
+            for t, conn, kind, data in engine.trace_take(flush=stopping):
                 if kind == "open":
                     peers[conn] = data
                 elif kind == "close":
