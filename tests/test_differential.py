@@ -123,6 +123,11 @@ def test_decode_mutated_frames_without_copying_the_body(compiled, fallback, data
          copy_body=False)
 
 
+@given(text=st.text(st.characters(), max_size=40))     # lone surrogates and astral too
+def test_java_string_hashes_agree(compiled, fallback, text):
+    same(compiled.java_spread_hash, fallback.java_spread_hash, text)
+
+
 def feed_all(decoder, chunks):
     results = []
     for chunk in chunks:

@@ -16,7 +16,8 @@ from cpython.pythread cimport PyThread_get_thread_ident
 
 from rmq.javacase import fold as _java_fold
 from rmq._wire import route_zone as _route_zone, topic_not_exist as _topic_not_exist
-from rmq.javaorder import java_spread_hash as _java_spread_hash
+from cpython.unicode cimport (PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND,
+                              PyUnicode_READ)
 
 from routetable cimport *
 from serve cimport rs_counts, rs_serve_routes, rs_serve_threads
@@ -32,6 +33,30 @@ cdef size_t _budget(value) except? 0:
     if value < 0:
         raise ValueError(f"the route cache budget must be >= 0 bytes, not {value}")
     return value
+
+
+cdef uint32_t _java_spread_hash(str s):
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef unsigned int kind = PyUnicode_KIND(s)
+    cdef void* data = PyUnicode_DATA(s)
+    cdef uint32_t c
+    for i in range(n):
+        c = <uint32_t>PyUnicode_READ(kind, data, i)
+        if c > 0xFFFF:              # a surrogate pair in UTF-16
+            c -= 0x10000
+            h = 31 * h + (0xD800 + (c >> 10))
+            c = 0xDC00 + (c & 0x3FF)
+        h = 31 * h + c              # (uint32_t: Java's int arithmetic, modulo 2**32)
+    return h ^ (h >> 16)
+
+
+def java_spread_hash(str s):
+    """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
+    (over UTF-16 code units; a lone surrogate is its own unit), as an unsigned 32-bit
+    int. ``ConcurrentHashMap.spread`` also clears the sign bit, which no table index
+    ever reaches. (rmq.javaorder's tables replay Java's over every topic name.)"""
+    return _java_spread_hash(s)
 
 
 cdef inline bytes _utf8(str s):

@@ -29,10 +29,8 @@ tree, whose new keys go after their tree parent (``HashMap``) or in front
 turns it back into a list depends on the tree's shape.
 """
 
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import lru_cache
 from typing import Generic, TypeVar
 
 __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
@@ -41,19 +39,26 @@ __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
            "JavaConcurrentKeys", "java_route_orders", "java_properties_order"]
 
 _MAXIMUM_CAPACITY = 1 << 30
-_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"   # for cast("H")
 _DEFAULT_CAPACITY = 16
 
 
-@lru_cache(maxsize=1 << 16)
+_core_spread_hash: Callable[[str], int] | None = None
+
+
+def _spread_hash() -> Callable[[str], int]:
+    """The implementation's java_spread_hash (rmq._impl's choice; looked up on first
+    use: rmq.fallback imports this module). Loops bind it once."""
+    global _core_spread_hash
+    if _core_spread_hash is None:
+        from rmq._impl import core
+        _core_spread_hash = core.java_spread_hash
+    return _core_spread_hash
+
+
 def java_spread_hash(s: str) -> int:
     """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
-    (over UTF-16 code units), as an unsigned 32-bit int. ``ConcurrentHashMap.spread``
-    also clears the sign bit, which no table index ever reaches."""
-    h = 0
-    for unit in memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+    (over UTF-16 code units), as an unsigned 32-bit int (the core's, compiled or not)."""
+    return _spread_hash()(s)
 
 
 def java_long_spread_hash(v: int) -> int:
@@ -110,7 +115,8 @@ def java_hash_order(keys: Iterable[str], initial_capacity: int = _DEFAULT_CAPACI
     insertion within a bucket."""
     ordered = list(keys)
     mask = hash_map_table_size(max(peak, len(ordered)), initial_capacity) - 1
-    return sorted(ordered, key=lambda k: java_spread_hash(k) & mask)
+    spread = _spread_hash()
+    return sorted(ordered, key=lambda k: spread(k) & mask)
 
 
 _V = TypeVar("_V")
@@ -223,7 +229,7 @@ class ConcurrentTable:
     def order(self, entries: Iterable[tuple[int, str]]) -> list[str]:
         """The keys of ``entries`` (``(seq, key)``, any subset of the map's) in Java's
         iteration order."""
-        mask, spread, placed = self.size - 1, java_spread_hash, self._reordered.get
+        mask, spread, placed = self.size - 1, _spread_hash(), self._reordered.get
         keyed = []
         for seq, key in entries:       # sort_key, inlined: answers sort every topic
             p = placed(key)
@@ -242,7 +248,8 @@ class ConcurrentTable:
         if count < self.threshold or self.size >= _MAXIMUM_CAPACITY:
             return
         listed = entries()
-        hashes = [java_spread_hash(key) for _, key in listed]
+        spread = _spread_hash()
+        hashes = [spread(key) for _, key in listed]
         while len(listed) >= self.threshold and self.size < _MAXIMUM_CAPACITY:
             self._transfer(listed, hashes, self.threshold)
 

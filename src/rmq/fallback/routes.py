@@ -12,6 +12,9 @@ compiled cache's admission rule (routetable.c): a newcomer replaces only colder
 answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
 """
 
+import functools
+import sys
+
 from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
 from rmq.javacase import fold as _java_fold
@@ -20,7 +23,21 @@ from rmq._wire import route_zone, serialize_type_code, standard_route_form, topi
 from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
-__all__ = ["TopicTable"]
+__all__ = ["TopicTable", "java_spread_hash"]
+
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"   # for cast("H")
+
+
+@functools.lru_cache(maxsize=1 << 16)      # (interpreted, a hash costs ~2 us a name)
+def java_spread_hash(s: str) -> int:
+    """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
+    (over UTF-16 code units; a lone surrogate is its own unit), as an unsigned 32-bit
+    int. ``ConcurrentHashMap.spread`` also clears the sign bit, which no table index
+    ever reaches. (rmq.javaorder's tables replay Java's over every topic name.)"""
+    h = 0
+    for unit in memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h ^ (h >> 16)
 
 _PERM_READ = 1 << 2
 _PERM_WRITE = 1 << 1

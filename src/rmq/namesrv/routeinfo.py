@@ -75,7 +75,7 @@ from rmq.errors import BodyError
 from rmq.javacase import fold as java_fold
 from rmq.javaorder import (ConcurrentTable, JavaConcurrentKeys, JavaHashKeys,
                            hash_map_table_size, hash_set_copy_table_size, java_hash_order,
-                           java_long_spread_hash, java_spread_hash)
+                           java_long_spread_hash)
 
 __all__ = ["RouteTable", "java_hash_order", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE",
            "PERM_INHERIT", "FLAG_UNIT", "FLAG_UNIT_SUB", "MASTER_ID",
@@ -640,12 +640,14 @@ class RouteTable:
 
     def _topics_removed(self, before):
         """After a removal of topics (``before``: the count then): once many went (a
-        large broker dropped), the topic order forgets them and the topic hashes cached
-        for it go: their names would otherwise be the few objects left in the memory a
-        registration's millions took, and keep it all (bench/README.md, bigbroker)."""
+        large broker dropped), the topic order forgets them: their names would otherwise
+        be the few objects left in the memory a registration's millions took, and keep
+        it all (bench/README.md, bigbroker)."""
         if before - self._tt.topic_count() >= FORGET_AFTER_REMOVED:
             self._topic_order.forget_absent(self._tt.topic_seqs())
-            java_spread_hash.cache_clear()
+            forget = getattr(core.java_spread_hash, "cache_clear", None)
+            if forget is not None:          # (the pure-Python hash caches names)
+                forget()
 
     def _settle_topic_order(self):
         """Replay topicQueueTable's resizes since the last replay (ConcurrentTable.grow),
