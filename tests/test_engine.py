@@ -248,6 +248,7 @@ def test_a_bad_frame_closes_after_the_answers_before_it():
         got = read_answers(c, 3)
         assert [a.opaque for a in got] == [1, 2]
         assert c.recv(1) == b""             # closed by the engine
+        assert wait_log(s, "closed")        # (its event may come after the EOF)
     (why,) = [data for k, _, data in s.log if k == "closed"]
     assert why == ("bad_frame", (False, struct.pack(">i", 5000)))
 
@@ -259,6 +260,7 @@ def test_a_bad_first_frame_is_reported_as_the_first():
         c.sendall(hello)
         c.settimeout(5)
         assert c.recv(1) == b""
+        assert wait_log(s, "closed")        # (its event may come after the EOF)
     (why,) = [data for k, _, data in s.log if k == "closed"]
     assert why == ("bad_frame", (True, hello[:16]))
 
@@ -290,6 +292,7 @@ def test_idle_connections_are_closed_and_busy_ones_kept():
         assert idle.recv(1) == b""
         busy.sendall(route_query("T1", 2))
         assert read_answers(busy, 1)[0].opaque == 2
+        assert wait_log(s, "closed")        # (its event may come after the EOF)
     assert [d for k, _, d in s.log if k == "closed"][0] == ("idle", None)
 
 
