@@ -39,6 +39,11 @@ void *rp_take(size_t min, size_t *cap)
 {
     void *p = NULL;
     size_t best = POOL_SLOTS;
+    if (min < RP_MIN) {
+        if ((p = malloc(min ? min : 1)))
+            *cap = min;
+        return p;
+    }
     pthread_mutex_lock(&pool_m);
     for (size_t i = 0; i < pool_count; i++)
         if (pool[i].cap >= min && pool[i].cap / 4 <= min &&

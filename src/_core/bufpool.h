@@ -23,8 +23,9 @@ enum {
     RP_MAX_ONE = 16 * 1024 * 1024,  /* a bigger one is not kept */
 };
 
-/* A buffer of at least min bytes (min >= RP_MIN): one kept (the smallest that fits
- * within 4 x min) or a new one; its size in *cap. NULL: out of memory. */
+/* A buffer of at least min bytes, its size in *cap: a big one (min >= RP_MIN) kept
+ * here if one fits (the smallest within 4 x min), else a new one from malloc. NULL:
+ * out of memory. */
 void *rp_take(size_t min, size_t *cap);
 
 /* Give back p, cap bytes (NULL: nothing): kept, or freed. */

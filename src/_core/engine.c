@@ -568,11 +568,10 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
         c->in_off += batch;
         return 0;
     }
-    size_t rest = c->in_len - c->in_off - batch, cap = 0;
+    size_t rest = c->in_len - c->in_off - batch, off = 0, len = 0, cap = 0;
     char *next = NULL;
     if (rest) {
-        cap = rest > READ_CHUNK ? rest : READ_CHUNK;
-        if (!(next = cap < RP_MIN ? malloc(cap) : rp_take(cap, &cap)))
+        if (make_room(&next, &off, &len, &cap, rest) < 0)
             return -1;
         memcpy(next, p + batch, rest);
     }

@@ -3,13 +3,14 @@
 # Engine.send. rmq.namesrv.dataplane runs the NameServer on it (serverEngine=c).
 
 import os as _os
+from operator import itemgetter as _itemgetter
 import platform as _platform
 
 from libc.errno cimport errno
 from cpython.buffer cimport PyBuffer_FillInfo
 
 from engine cimport *
-from bufpool cimport RP_MIN, rp_take, rp_give, rp_trim, rp_stats
+from bufpool cimport rp_take, rp_give, rp_trim, rp_stats
 from tls cimport tl_load, tl_ctx_matches
 
 cdef extern from *:
@@ -41,10 +42,6 @@ def _engine_pool_trim(double now):
     """Free the pooled buffers idle since before ``now`` minus the idle time
     (monotonic seconds; the engine's threads do it as time goes: for tests)."""
     rp_trim(now)
-
-
-def _record_time(record):
-    return record[0]
 
 
 @cython.final
@@ -254,7 +251,7 @@ cdef class Engine:
         if total:
             # one copy, into the buffer the engine writes from (no join in Python); a
             # big one (a turn of 206 answers) from the engine's pool of big buffers
-            buf = <char*>(malloc(total) if total < RP_MIN else rp_take(total, &cap))
+            buf = <char*>rp_take(total, &cap)
             if buf == NULL:
                 raise MemoryError()
             try:
@@ -334,7 +331,7 @@ cdef class Engine:
                                 data.decode("ascii") if h.kind == RE_TRACE_OPEN else data))
         finally:
             free(buf)
-        out.sort(key=_record_time)          # (stable: each thread's order kept)
+        out.sort(key=_itemgetter(0))        # (stable: each thread's order kept)
         if not flush:
             n = len(out)
             while n and out[n - 1][0] >= watermark:
