@@ -58,8 +58,8 @@ if SANITIZE:
     ldflags += [f"-fsanitize={SANITIZE}"]
 
 CORE = "src/_core"
-C_SOURCES = ["crc32.c", "hash.c", "scan.c", "routetable.c", "serve.c", "bufpool.c", "engine.c",
-             "tls.c"]
+C_SOURCES = ["crc32.c", "hash.c", "javatable.c", "scan.c", "routetable.c", "serve.c", "bufpool.c",
+             "engine.c", "tls.c"]
 
 setup(
     ext_modules=[

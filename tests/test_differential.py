@@ -128,6 +128,23 @@ def test_java_string_hashes_agree(compiled, fallback, text):
     same(compiled.java_spread_hash, fallback.java_spread_hash, text)
 
 
+@given(size=st.sampled_from([16, 32, 64, 2048]), data=st.data())
+def test_concurrent_resizes_agree(compiled, fallback, size, data):
+    """The replay of ConcurrentHashMap's resizes (rmq.javaorder): hashes of few bits
+    share buckets, so that resizes reorder them; placings of earlier resizes, some of
+    keys no longer there."""
+    from array import array
+    bits = data.draw(st.sampled_from([4, 8, 32]))
+    n = data.draw(st.integers(0, 3 * size))
+    hashes = array("I", data.draw(st.lists(st.integers(0, (1 << bits) - 1),
+                                           min_size=n, max_size=n)))
+    seqs = array("Q", sorted(data.draw(st.sets(st.integers(0, 1 << 40),
+                                               min_size=n, max_size=n))))
+    placed = data.draw(st.dictionaries(st.sampled_from(list(seqs) or [7]) | st.integers(0, 99),
+                                       st.integers(0, 12), max_size=n))
+    same(compiled.concurrent_resizes, fallback.concurrent_resizes, size, seqs, hashes, placed)
+
+
 def feed_all(decoder, chunks):
     results = []
     for chunk in chunks:

@@ -9,6 +9,7 @@ removals, when java is on PATH (the "java" part).
 """
 
 import random
+from array import array
 import subprocess
 from pathlib import Path
 
@@ -236,11 +237,18 @@ def test_orders_after_many_changes_are_the_jdks():
             assert m.table_size == table, HISTORIES[i]
 
 
+def _seqs_and_hashes(seqs):
+    """What a topic-table storage's ``topic_hashes`` gives of {key: seq}."""
+    listed = sorted((s, k) for k, s in seqs.items())
+    return (array("Q", [s for s, _ in listed]),
+            array("I", [java_spread_hash(k) for _, k in listed]))
+
+
 @pytest.mark.requires("java")
 def test_topic_table_replayed_from_insertion_numbers_is_the_jdks():
     """ConcurrentTable as RouteTable drives it from the storage: changes in batches
     (a registration: its removals, then its insertions), ``grow`` after each batch
-    with the count and the (seq, key) listing only. Java's TopicList (a
+    with the count and the keys' numbers and hashes only. Java's TopicList (a
     CopyOnWriteArraySet filled from the map) keeps that order."""
     rng = random.Random(11)
     pool = list({_random_key(rng) for _ in range(8000)})
@@ -256,7 +264,7 @@ def test_topic_table_replayed_from_insertion_numbers_is_the_jdks():
             seqs[key] = next_seq
             next_seq += 1
             ops.append(("put", key))
-        table.grow(len(seqs), lambda: sorted((s, k) for k, s in seqs.items()))
+        table.grow(len(seqs), lambda: _seqs_and_hashes(seqs))
     assert table.size == 8192            # two resizes (at 1,536 and 3,072 keys)
     assert _largest_bucket_at_insertion(1024, ops) < 8
     answers = jdk(_script("chm", 1024, ops)[:-1] + ["cow", "table"])

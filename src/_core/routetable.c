@@ -2,6 +2,7 @@
 #include "routetable.h"
 
 #include "hash.h"
+#include "javatable.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -816,6 +817,63 @@ int rt_release_broker(rt_table *t, int32_t b)
     t->free_head = b + 1;
     t->nfree++;
     return 1;
+}
+
+typedef struct {
+    uint64_t seq;
+    uint32_t hash;
+} seq_hash;
+
+int rt_topic_hashes(const rt_table *t, uint64_t **seqs, uint32_t **hashes, size_t *n)
+{
+    size_t count = t->count, k = 0;
+    uint64_t top = 0;
+    seq_hash *a = malloc((count ? count : 1) * sizeof *a);
+    seq_hash *b = malloc((count ? count : 1) * sizeof *b);
+    size_t *counts = malloc(65536 * sizeof *counts);
+    *seqs = malloc((count ? count : 1) * sizeof **seqs);
+    *hashes = malloc((count ? count : 1) * sizeof **hashes);
+    if (!a || !b || !counts || !*seqs || !*hashes) {
+        free(a); free(b); free(counts); free(*seqs); free(*hashes);
+        *seqs = NULL; *hashes = NULL;
+        return RT_NOMEM;
+    }
+    for (size_t i = 0; i <= t->mask; i++) {
+        for (const rt_topic *e = t->buckets[i]; e; e = e->next) {
+            a[k].seq = e->seq;
+            a[k].hash = jt_spread_hash((const unsigned char *)e->name, e->len);
+            top |= e->seq;
+            k++;
+        }
+    }
+    assert(k == count);
+    /* into insertion order: radix sort, 16 bits of the number at a time, as many
+     * passes as its highest bit needs (two below 2**32 insertions) */
+    for (unsigned shift = 0; shift < 64 && (top >> shift); shift += 16) {
+        memset(counts, 0, 65536 * sizeof *counts);
+        for (size_t i = 0; i < k; i++)
+            counts[(a[i].seq >> shift) & 0xFFFF]++;
+        size_t total = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            size_t c = counts[d];
+            counts[d] = total;
+            total += c;
+        }
+        for (size_t i = 0; i < k; i++)
+            b[counts[(a[i].seq >> shift) & 0xFFFF]++] = a[i];
+        seq_hash *swap = a;
+        a = b;
+        b = swap;
+    }
+    for (size_t i = 0; i < k; i++) {
+        (*seqs)[i] = a[i].seq;
+        (*hashes)[i] = a[i].hash;
+    }
+    *n = k;
+    free(a);
+    free(b);
+    free(counts);
+    return 0;
 }
 
 void rt_trim(void)

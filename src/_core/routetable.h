@@ -273,6 +273,11 @@ int rt_topic_qds(const rt_table *t, const rt_topic *e, rt_qdv *out);
 /* [R] topicSysFlag of e's first QueueData in Java's order (e->nqd > 0); RT_NOMEM. */
 int64_t rt_first_flag(const rt_table *t, const rt_topic *e);
 
+/* [R] Every topic's insertion number and Java String hash (jt_spread_hash of its
+ * name), in insertion order: *n of each, in *seqs and *hashes (malloc'd: the caller
+ * frees them). 0, or RT_NOMEM. */
+int rt_topic_hashes(const rt_table *t, uint64_t **seqs, uint32_t **hashes, size_t *n);
+
 /* [W] The answer cache's byte budget (0: nothing cached); evicts down to it. */
 void rt_set_budget(rt_table *t, size_t budget);
 /* [R] The cache's counters since rt_new, and its size now. */

@@ -71,6 +71,7 @@ cdef extern from "routetable.h" nogil:
                  size_t body_len, uint64_t version)
     int rt_topic_qds(const rt_table* t, const rt_topic* e, rt_qdv* out)
     int64_t rt_first_flag(const rt_table* t, const rt_topic* e)
+    int rt_topic_hashes(const rt_table* t, uint64_t** seqs, uint32_t** hashes, size_t* n)
     ctypedef struct rt_cache_stats:
         uint64_t hits, misses, shared, evictions, refused
         size_t bytes, budget, answers, entries

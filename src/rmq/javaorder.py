@@ -29,8 +29,12 @@ tree, whose new keys go after their tree parent (``HashMap``) or in front
 turns it back into a list depends on the tree's shape.
 """
 
+from __future__ import annotations
+
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
 from typing import Generic, TypeVar
 
 __all__ = ["java_spread_hash", "java_long_spread_hash", "java_hash_order",
@@ -42,23 +46,25 @@ _MAXIMUM_CAPACITY = 1 << 30
 _DEFAULT_CAPACITY = 16
 
 
-_core_spread_hash: Callable[[str], int] | None = None
+_the_core: ModuleType | None = None
 
 
-def _spread_hash() -> Callable[[str], int]:
-    """The implementation's java_spread_hash (rmq._impl's choice; looked up on first
-    use: rmq.fallback imports this module). Loops bind it once."""
-    global _core_spread_hash
-    if _core_spread_hash is None:
+def _core() -> ModuleType:
+    """The implementation's core (rmq._impl's choice), with the kernels of this model
+    (``java_spread_hash``, ``concurrent_resizes``): looked up on first use, as
+    rmq.fallback imports this module."""
+    global _the_core
+    if _the_core is None:
         from rmq._impl import core
-        _core_spread_hash = core.java_spread_hash
-    return _core_spread_hash
+        _the_core = core
+    return _the_core
 
 
 def java_spread_hash(s: str) -> int:
     """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
     (over UTF-16 code units), as an unsigned 32-bit int (the core's, compiled or not)."""
-    return _spread_hash()(s)
+    spread: Callable[[str], int] = _core().java_spread_hash
+    return spread(s)
 
 
 def java_long_spread_hash(v: int) -> int:
@@ -115,7 +121,7 @@ def java_hash_order(keys: Iterable[str], initial_capacity: int = _DEFAULT_CAPACI
     insertion within a bucket."""
     ordered = list(keys)
     mask = hash_map_table_size(max(peak, len(ordered)), initial_capacity) - 1
-    spread = _spread_hash()
+    spread = _core().java_spread_hash
     return sorted(ordered, key=lambda k: spread(k) & mask)
 
 
@@ -190,20 +196,23 @@ class ConcurrentTable:
     a key removed and inserted again (a storage's insertion order). A bucket's keys
     are in sequence order but where a resize reordered the bucket: its keys present
     then (still present since, hence with the same sequence number) keep the order
-    the resize gave them, ahead of the later ones. ``order`` sorts by that.
+    the resize gave them (their *placing*, by sequence number), ahead of the later
+    ones. ``order`` sorts by that.
 
     ``grow`` replays the resizes Java makes as keys are inserted; call it after every
-    change that inserted keys, with the count then and a function listing every key
-    (``(seq, key)``, in sequence order). It is exact when, between two calls, no key
-    was removed after a key was inserted (Java's registrations remove first), and when
-    the count before the change was below ``threshold`` (the previous call saw to it).
+    change that inserted keys, with the count then and a function listing every key's
+    sequence number and java_spread_hash (in sequence order). It is exact when,
+    between two calls, no key was removed after a key was inserted (Java's
+    registrations remove first), and when the count before the change was below
+    ``threshold`` (the previous call saw to it). The replay runs in the core
+    (``concurrent_resizes``: over a million topics, in C).
     """
 
-    __slots__ = ("size", "_reordered")
+    __slots__ = ("size", "_placed")
 
     def __init__(self, initial_capacity: int | None = None):
         self.size = concurrent_table_size(initial_capacity)
-        self._reordered: dict[str, tuple[int, int]] = {}    # key -> (seq, rank in bucket)
+        self._placed: dict[int, int] = {}     # seq -> rank in its bucket
 
     @property
     def threshold(self) -> int:
@@ -213,87 +222,40 @@ class ConcurrentTable:
     def sort_key(self, key: str, seq: int) -> tuple[int, int, int]:
         """(bucket, 0, rank) of a key a resize placed, else (bucket, 1, seq)."""
         bucket = java_spread_hash(key) & (self.size - 1)
-        placed = self._reordered.get(key)
-        if placed is not None and placed[0] == seq:
-            return bucket, 0, placed[1]
-        return bucket, 1, seq
+        rank = self._placed.get(seq)
+        return (bucket, 1, seq) if rank is None else (bucket, 0, rank)
 
-    def forget_absent(self, entries: Iterable[tuple[int, str]]) -> None:
-        """Forget the placings of keys no longer in the map (``entries``: every key now,
-        ``(seq, key)``); a key back since has a new seq and is not placed any more. Kept,
-        they would hold the removed keys, and with them the memory the keys came in."""
-        present = {key: seq for seq, key in entries}
-        self._reordered = {key: p for key, p in self._reordered.items()
-                           if present.get(key) == p[0]}
+    def forget_absent(self, seqs: Iterable[int]) -> None:
+        """Forget the placings of keys no longer in the map (``seqs``: the sequence
+        numbers of every key now); a key back since has a new one."""
+        placed = self._placed
+        self._placed = {seq: placed[seq] for seq in seqs if seq in placed}
 
     def order(self, entries: Iterable[tuple[int, str]]) -> list[str]:
         """The keys of ``entries`` (``(seq, key)``, any subset of the map's) in Java's
         iteration order."""
-        mask, spread, placed = self.size - 1, _spread_hash(), self._reordered.get
+        mask, spread, placed = self.size - 1, _core().java_spread_hash, self._placed.get
         keyed = []
         for seq, key in entries:       # sort_key, inlined: answers sort every topic
-            p = placed(key)
-            keyed.append((spread(key) & mask, 0, p[1], key) if p is not None and p[0] == seq
-                         else (spread(key) & mask, 1, seq, key))
+            rank = placed(seq)
+            keyed.append((spread(key) & mask, 1, seq, key) if rank is None
+                         else (spread(key) & mask, 0, rank, key))
         keyed.sort()
         return [e[3] for e in keyed]
 
     def grow(self, count: int,
-             entries: Callable[[], Sequence[tuple[int, str]]]) -> None:
+             entries: Callable[[], tuple[array[int], array[int]]]) -> None:
         """Replay the resizes of the insertions that brought the map to ``count`` keys
-        (``entries()``: every key, ``(seq, key)`` in sequence order; asked only when
-        some resize happened). The resize at each threshold moved the keys present at
-        that insertion: the ``threshold`` first in sequence order, since the keys
-        inserted before it are still there and those after it came after."""
+        (``entries()``: the sequence numbers and the java_spread_hash of every key,
+        in sequence order; asked only when some resize happened). The resize at each
+        threshold moved the keys present at that insertion: the ``threshold`` first
+        in sequence order, since the keys inserted before it are still there and
+        those after it came after."""
         if count < self.threshold or self.size >= _MAXIMUM_CAPACITY:
             return
-        listed = entries()
-        spread = _spread_hash()
-        hashes = [spread(key) for _, key in listed]
-        while len(listed) >= self.threshold and self.size < _MAXIMUM_CAPACITY:
-            self._transfer(listed, hashes, self.threshold)
-
-    def _transfer(self, listed: Sequence[tuple[int, str]], hashes: list[int],
-                  present: int) -> None:
-        """``ConcurrentHashMap.transfer`` of the ``present`` first keys of ``listed``
-        (``hashes``: theirs) into a table twice the size: each bucket's last run of
-        keys bound for the same half is moved as it is; the keys before it are pushed,
-        one by one, in front of their half. Only buckets of two keys or more can come
-        out of sequence order: the others are not looked at."""
-        n = self.size
-        mask = n - 1
-        buckets = [h & mask for h in hashes[:present]]
-        shared = {b for b, c in Counter(buckets).items() if c > 1}
-        placed = self._reordered.get
-        groups: dict[int, list[int]] = {}
-        for i in [i for i, b in enumerate(buckets) if b in shared]:
-            groups.setdefault(buckets[i], []).append(i)
-        self.size = n << 1
-        reordered: dict[str, tuple[int, int]] = {}
-        for members in groups.values():
-            old = []
-            for i in members:
-                seq, key = listed[i]
-                p = placed(key)
-                old.append(((0, p[1]) if p is not None and p[0] == seq else (1, seq))
-                           + (seq, key, hashes[i] & n))
-            if len(old) == 2 and old[0][0] == old[1][0] == 1:
-                continue            # two keys in sequence order: no reversal possible
-            old.sort()
-            bits = [node[4] for node in old]
-            last_run = len(old) - 1
-            while last_run > 0 and bits[last_run - 1] == bits[-1]:
-                last_run -= 1
-            halves: dict[int, list[tuple[int, str]]] = {0: [], n: []}
-            halves[bits[-1]] = [(node[2], node[3]) for node in old[last_run:]]
-            for node in old[:last_run]:
-                halves[node[4]].insert(0, (node[2], node[3]))
-            for half in halves.values():
-                seqs = [seq for seq, _ in half]
-                if seqs != sorted(seqs):
-                    for rank, (seq, key) in enumerate(half):
-                        reordered[key] = (seq, rank)
-        self._reordered = reordered
+        seqs, hashes = entries()
+        self.size, self._placed = _core().concurrent_resizes(self.size, seqs, hashes,
+                                                             self._placed)
 
 
 class JavaConcurrentKeys(_MirroredKeys[int]):
@@ -314,10 +276,14 @@ class JavaConcurrentKeys(_MirroredKeys[int]):
             seqs[key] = self._next
             self._next += 1
             if len(seqs) >= self._table.threshold:
-                self._table.grow(len(seqs), self._entries)
+                self._table.grow(len(seqs), self._hashed)
 
     def _entries(self) -> list[tuple[int, str]]:
         return [(s, k) for k, s in self._keys.items()]
+
+    def _hashed(self) -> tuple[array[int], array[int]]:
+        spread = _core().java_spread_hash
+        return array("Q", self._keys.values()), array("I", map(spread, self._keys))
 
     @property
     def table_size(self) -> int:

@@ -18,7 +18,8 @@ from rmq.fallback.codec import (FrameDecoder, FrameSplitter, RemotingCommand, de
                                 encode_frame)
 from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
 from rmq.fallback.columns import TraceColumns
-from rmq.fallback.routes import TopicTable, java_spread_hash
+from rmq.fallback.javatable import concurrent_resizes, java_spread_hash
+from rmq.fallback.routes import TopicTable
 from rmq.fallback.trace import TraceRows
 
 IMPLEMENTATION = "python"
@@ -30,5 +31,5 @@ __all__ = [
     "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter",
     "crc32", "body_crc32",
     "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",
-    "encode_topic_route_data", "TopicTable", "java_spread_hash", "TraceRows", "TraceColumns",
+    "encode_topic_route_data", "TopicTable", "java_spread_hash", "concurrent_resizes", "TraceRows", "TraceColumns",
 ]

@@ -12,32 +12,18 @@ compiled cache's admission rule (routetable.c): a newcomer replaces only colder
 answers. One thread uses it: its lock does nothing and ``concurrent`` is False.
 """
 
-import functools
-import sys
+from array import array
 
 from rmq.fallback import bodies as _bodies
 from rmq.fallback.codec import encode_frame
+from rmq.fallback.javatable import java_spread_hash
 from rmq.javacase import fold as _java_fold
 from rmq.javaorder import java_hash_order
 from rmq._wire import route_zone, serialize_type_code, standard_route_form, topic_not_exist
 from rmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 from rmq.errors import ProtocolError
 
-__all__ = ["TopicTable", "java_spread_hash"]
-
-_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"   # for cast("H")
-
-
-@functools.lru_cache(maxsize=1 << 16)      # (interpreted, a hash costs ~2 us a name)
-def java_spread_hash(s: str) -> int:
-    """``HashMap.hash(key)`` of a Java String: ``h ^ (h >>> 16)`` of ``String.hashCode``
-    (over UTF-16 code units; a lone surrogate is its own unit), as an unsigned 32-bit
-    int. ``ConcurrentHashMap.spread`` also clears the sign bit, which no table index
-    ever reaches. (rmq.javaorder's tables replay Java's over every topic name.)"""
-    h = 0
-    for unit in memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+__all__ = ["TopicTable"]
 
 _PERM_READ = 1 << 2
 _PERM_WRITE = 1 << 1
@@ -271,6 +257,13 @@ class TopicTable:
         numbers the insertion, a new one when a topic removed comes back."""
         seqs = self._seqs
         return [(seqs[t], t) for t in self._topics]
+
+    def topic_hashes(self):
+        """``(seqs, hashes)``: arrays ("Q", "I") of every topic's insertion number (as
+        ``topic_seqs``) and java_spread_hash, in insertion order."""
+        seqs = self._seqs
+        return (array("Q", [seqs[t] for t in self._topics]),
+                array("I", [java_spread_hash(t) for t in self._topics]))
 
     def topic_count(self):
         """How many topics have queue data."""

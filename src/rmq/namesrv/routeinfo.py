@@ -48,7 +48,8 @@ Its interface, which both implement and only this module uses:
   the cold tables for reading. ``TopicTable(broker_state)``: ``broker_state(name)``
   is ``(BrokerData dict or None, whether its routes need the rules)``;
 - queue data: ``qmap``, ``topic_seqs`` (``(insertion number, topic)``, a new number
-  for a topic that comes back), ``topic_count``, ``first_flags``, ``topics_of_brokers``,
+  for a topic that comes back), ``topic_hashes`` (the numbers and the topics'
+  java_spread_hash, as arrays), ``topic_count``, ``first_flags``, ``topics_of_brokers``,
   ``put_queue_data``, ``remove_queue_data``, ``remove_broker``, ``write_perm``;
 - registration: ``read_body(body, now_ms, check)`` (the parts; ``check``: the rules'
   checks of a decoded body), ``apply_topic_configs``;
@@ -640,11 +641,11 @@ class RouteTable:
 
     def _topics_removed(self, before):
         """After a removal of topics (``before``: the count then): once many went (a
-        large broker dropped), the topic order forgets them: their names would otherwise
+        large broker dropped), the topic order forgets their placings: kept, they would
         be the few objects left in the memory a registration's millions took, and keep
         it all (bench/README.md, bigbroker)."""
         if before - self._tt.topic_count() >= FORGET_AFTER_REMOVED:
-            self._topic_order.forget_absent(self._tt.topic_seqs())
+            self._topic_order.forget_absent(self._tt.topic_hashes()[0])
             forget = getattr(core.java_spread_hash, "cache_clear", None)
             if forget is not None:          # (the pure-Python hash caches names)
                 forget()
@@ -657,7 +658,7 @@ class RouteTable:
         if self._topic_resized:
             with self._topic_order_lock:
                 if self._topic_resized:
-                    self._topic_order.grow(self._tt.topic_count(), self._tt.topic_seqs)
+                    self._topic_order.grow(self._tt.topic_count(), self._tt.topic_hashes)
                     self._topic_resized = False
 
     def _topic_numbers(self):
