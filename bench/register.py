@@ -9,12 +9,15 @@ W1's table (8 brokers x ``--topics`` topics) is registered; then broker-0 re-reg
   body read, compared and applied; no socket, no frame, no CRC32);
 - through the server, per engine (``serverEngine=c`` and ``asyncio``, alternated over
   ``--rounds``): from the first byte sent to the whole answer read, the frame encoded
-  beforehand, so that only the server's part and the loopback's are in the figure.
+  beforehand, so that only the server's part and the loopback's are in the figure;
+- the floor (``limit``): the same frames to the limit server, which reads each and
+  answers at once: what the loopback and the frame's transfer take by themselves.
 
     PYTHONPATH=src .venv/bin/python bench/register.py [--topics 10000] [--pin]
 """
 
 import argparse
+import functools
 import json
 import socket
 import statistics
@@ -93,6 +96,28 @@ def through_server(engine, topics, count, changes_routes, pin):
             server.stop()
 
 
+def through_limit(topics, count, changes_routes, pin):
+    """Milliseconds of each round trip of the same frames to the limit server
+    (bench/limitsrv.c: reads each frame and answers it at once, no work): the floor of
+    the loopback and the frame's transfer, under which no server goes."""
+    with tempfile.TemporaryDirectory(prefix="rmq-register-") as work:
+        limit = load.LimitServer(work, b"", pin_cpu=0 if pin else None)
+        sock = socket.create_connection(("127.0.0.1", limit.port))
+        try:
+            reg = brokersim.SimBroker(limit.address, 0)
+            decoder = FrameDecoder(64 * 1024 * 1024)
+            times, cpu = [], 0.0
+            for b in bodies(topics, count, changes_routes):
+                frame = encode_frame(reg.register_command(b))     # (not timed)
+                cpu0 = load.proc_cpu_seconds(limit.pid)
+                times.append(round_trip(sock, decoder, frame))
+                cpu += load.proc_cpu_seconds(limit.pid) - cpu0
+            return times, cpu * 1e3 / count
+        finally:
+            sock.close()
+            limit.stop()
+
+
 def median(xs):
     return round(statistics.median(xs), 3)
 
@@ -104,7 +129,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--changes-routes", action="store_true",
                     help="every other registration carries one more queue per topic")
-    ap.add_argument("--engines", default="c,asyncio")
+    ap.add_argument("--engines", default="c,asyncio,limit",
+                    help="serverEngine values, and 'limit': the limit server (the floor)")
     ap.add_argument("--pin", action="store_true",
                     help="the server on CPU 0, this script on CPU 1")
     ap.add_argument("--json-out")
@@ -121,8 +147,9 @@ def main():
     for r in range(args.rounds):
         row = {"in_process_ms": median(in_process(topics, args.count, args.changes_routes))}
         for engine in args.engines.split(","):
-            times, cpu = through_server(engine, topics, args.count, args.changes_routes,
-                                        args.pin)
+            measure = through_limit if engine == "limit" else functools.partial(
+                through_server, engine)
+            times, cpu = measure(topics, args.count, args.changes_routes, args.pin)
             row[engine] = {"median_ms": median(times), "p90_ms": round(
                 statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3)}
         report["rounds"].append(row)
