@@ -588,6 +588,32 @@ def test_route_bodies_agree_across_implementations(RT):
         assert _both_forms(a, topic) == _both_forms(b, topic), topic
 
 
+def test_wide_registrations_changing_some_topics_agree_across_implementations(RT):
+    """Registrations walk their topics with lookups run ahead (routetable.c): wide
+    topics (an index per topic past 8 brokers), re-registrations where only some
+    records change (the others skipped), new topics among them; the tables equal
+    the reference's, answer for answer."""
+    import random
+    rng = random.Random(3)
+    topics = [f"W{i}" for i in range(300)]
+    tables = (RT(), route_table(load_fallback())())
+    for rt in tables:
+        for i in range(24):
+            reg(rt, topics, name=f"broker-{i}", addr=f"10.0.4.{i}:10911")
+    for rnd in range(2, 8):
+        i = rng.randrange(24)
+        configs = [tc(t, r=rng.choice((4, 4, 4, 8)), w=4) for t in topics]
+        configs += [tc(f"New{rnd}-{k}") for k in range(rng.randrange(40))]
+        rng.shuffle(configs)
+        for rt in tables:
+            reg(rt, configs, name=f"broker-{i}", addr=f"10.0.4.{i}:10911", counter=rnd)
+    a, b = tables
+    assert a.all_topics() == b.all_topics()
+    for topic in a.all_topics():
+        assert a._tt.qmap(topic) == b._tt.qmap(topic), topic
+        assert _both_forms(a, topic) == _both_forms(b, topic), topic
+
+
 def test_forget_route(RT):
     rt = RT()
     reg(rt, ["T1", "T2"])
