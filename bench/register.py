@@ -58,6 +58,22 @@ def in_process(topics, count, changes_routes):
     return times
 
 
+def in_process_first_round(topics, brokers):
+    """Milliseconds of each first registration of ``brokers`` brokers, all carrying
+    ``topics``, in a RouteTable (W3's first round, in process: each adds a QueueData
+    to every topic of a table that grows to megabytes)."""
+    from rmq.namesrv.routeinfo import RouteTable
+    rt = RouteTable()
+    body = brokersim.encode_body(topics, 1, queues=8)
+    times = []
+    for i in range(brokers):
+        t0 = time.perf_counter()
+        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
+                           0, "ha", body=body, conn=i, now_ms=0)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def round_trip(sock, decoder, frame):
     t0 = time.perf_counter()
     sock.sendall(frame)
@@ -133,8 +149,18 @@ def main():
                     help="serverEngine values, and 'limit': the limit server (the floor)")
     ap.add_argument("--pin", action="store_true",
                     help="the server on CPU 0, this script on CPU 1")
+    ap.add_argument("--first-round", type=int, metavar="BROKERS",
+                    help="instead: the first registrations of BROKERS brokers in process, "
+                         "each --rounds times (W3's first round: 300)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
+    if args.first_round:
+        topics = brokersim.topic_names(args.topics)
+        for r in range(args.rounds):
+            times = in_process_first_round(topics, args.first_round)
+            print(f"round {r + 1}: {args.first_round} first registrations of {args.topics} "
+                  f"topics in process, median {median(times)} ms")
+        return
     if args.pin:
         import os
         os.sched_setaffinity(0, {1})
