@@ -592,6 +592,16 @@ def run(args):
             f" (from the send: p99 {r.get('from_send_p99_us')} us, max "
             f"{r.get('from_send_max_us')} us; loadgen's send lag max {r.get('send_lag_max_us')} us)")
 
+        # 6. route latency while one client pipelines 206s (--flood206)
+        if args.flood206:
+            report["routes_during_206"] = routes_during_206(server, args.flood206, rate_args)
+            r = report["routes_during_206"]
+            log(f"routes at {args.during_rate}/s during {r['floods']} floods of "
+                f"{args.flood206} pipelined 206s: p99 {r['p99_us']} us, max {r['max_us']} us "
+                f"(from the send: p99 {r.get('from_send_p99_us')} us, max "
+                f"{r.get('from_send_max_us')} us; loadgen's send lag max "
+                f"{r.get('send_lag_max_us')} us)")
+
         report["server"].update({"rss_end_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_end_mib": proc_status(server.pid)["VmHWM"]})
         if not server.alive():
@@ -607,6 +617,45 @@ def run(args):
         else:
             log(f"work directory kept: {workdir}")
     return report
+
+
+def routes_during_206(server, count, rate_args):
+    """loadgen's open-loop routes while one client, again and again, pipelines
+    ``count`` GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) on a connection of its own and
+    reads every answer (issue 30: no route answer waits for them)."""
+    stop = threading.Event()
+    floods, errors = [], []
+    frame = rmq.encode_frame(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+
+    def flooder():
+        try:
+            time.sleep(0.5)                             # past loadgen's warmup
+            while not stop.is_set():
+                t = time.monotonic()
+                with socket.create_connection(("127.0.0.1", server.port)) as s:
+                    s.sendall(frame * count)
+                    decoder, got = rmq.FrameDecoder(1 << 30), 0
+                    while got < count:
+                        data = s.recv(1 << 20)
+                        if not data:
+                            raise BenchError(f"206 flood: closed after {got} answers")
+                        got += len(decoder.feed(data))
+                floods.append(time.monotonic() - t)
+        except Exception as e:                          # reported after the run
+            errors.append(e)
+
+    th = threading.Thread(target=flooder, daemon=True)
+    th.start()
+    try:
+        r = run_loadgen(server, label="routes_during_206", **rate_args)
+    finally:
+        stop.set()
+        th.join(120)
+    if errors:
+        raise BenchError(f"206 flood during queries failed: {errors[0]}")
+    r["floods"] = len(floods)
+    r["flood_seconds_median"] = round(statistics.median(floods), 3) if floods else None
+    return r
 
 
 # ---------------------------------------------------------------- report
@@ -635,6 +684,8 @@ def print_table(rep):
             ("routes_quiet", f"route at {rep['args']['during_rate']}/s, quiet"),
             ("routes_during_registrations",
              f"route at {rep['args']['during_rate']}/s, during registrations")]
+    if "routes_during_206" in rep:
+        rows.append(("routes_during_206", f"route at {rep['args']['during_rate']}/s, during 206s"))
     if "c1000_1" in rep:
         rows.insert(2, ("c1000_1", "W1 route, 1000 conns x 1 in flight"))
     if "w1_missing_16" in rep:
@@ -721,6 +772,9 @@ def main(argv=None):
     p.add_argument("--during-rate", type=int, default=5000,
                    help="route requests/s during the registration run (5000)")
     p.add_argument("--during-duration", type=float, help="seconds of that run (5; quick 2)")
+    p.add_argument("--flood206", type=int, default=0, metavar="N",
+                   help="one more route-latency run at --during-rate, while a client "
+                        "pipelines N 206s again and again (issue 30: 500)")
     p.add_argument("--engine", action="store_true",
                    help="serve with the compiled core's I/O engine (serverEngine=c, the default)")
     p.add_argument("--asyncio", action="store_true",
