@@ -123,7 +123,7 @@ def wait_pooled(engine, at_least, timeout=5.0):
 
 
 def test_big_buffers_are_kept_for_the_next_and_given_back_once_idle():
-    core._engine_pool_trim(time.monotonic() + 3600)     # none left by earlier tests
+    core._buffer_pool_trim(time.monotonic() + 3600)     # none left by earlier tests
     rt = table()
     body = b"x" * (1 << 20)
     with Served(rt) as s, socket.create_connection(s.address) as c:
@@ -137,9 +137,9 @@ def test_big_buffers_are_kept_for_the_next_and_given_back_once_idle():
             assert counts["pooled_bytes"] >= len(body)
         # one buffer went round: the pool did not grow with each frame
         assert counts["pooled_buffers"] <= 2 and counts["pooled_bytes"] <= 4 * (1 << 21)
-        core._engine_pool_trim(time.monotonic() + 1)    # not idle long enough yet
+        core._buffer_pool_trim(time.monotonic() + 1)    # not idle long enough yet
         assert s.engine.counts()["pooled_bytes"] == counts["pooled_bytes"]
-        core._engine_pool_trim(time.monotonic() + 3600)
+        core._buffer_pool_trim(time.monotonic() + 3600)
         assert s.engine.counts()["pooled_bytes"] == 0
 
 

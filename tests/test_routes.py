@@ -19,7 +19,7 @@ from rmq import bodies
 from rmq._wire import ZONE_MODE, ZONE_NAME, route_zone
 from rmq.javaorder import JavaConcurrentKeys, java_route_orders
 from rmq.namesrv import routeinfo as ref
-from support import load_fallback, route_table, vector_bytes
+from support import load_compiled, load_fallback, route_table, vector_bytes
 from test_javaorder import JDK17_ROUTE_BROKER_ORDER
 
 CLUSTER = "DefaultCluster"
@@ -703,6 +703,27 @@ def test_topic_hashes_are_the_topics_numbers_and_java_hashes_in_insertion_order(
     assert list(seqs) == [s for s, _ in listed] == sorted(seqs)
     assert list(hashes) == [java_spread_hash(t) for _, t in listed]
     assert [t for _, t in listed] == ["T5", "New", "T7", "T9"]
+
+
+@pytest.mark.once                   # (the compiled core's pool, whichever pass)
+def test_a_registrations_records_come_from_the_buffer_pool_and_go_back():
+    # 8,000 topics: 384 KB of scanned records, a big buffer (bufpool.c): reused by the
+    # next registration, not mapped afresh; freed once idle
+    import time
+    from rmq import brokersim
+    core = load_compiled()
+    core._buffer_pool_trim(time.monotonic() + 3600)     # none left by earlier tests
+    assert core._buffer_pool_stats() == (0, 0)
+    rt = route_table(core)()
+    topics = [f"Pooled-{i}" for i in range(8000)]
+    for counter in (1, 2, 3):
+        rt.register_broker(CLUSTER, A0, "broker-a", 0, "ha", now_ms=0,
+                           body=brokersim.encode_body(topics, counter))
+        buffers, nbytes = core._buffer_pool_stats()
+        assert buffers == 1 and nbytes >= 8000 * 48, (counter, buffers, nbytes)
+    assert len(rt.all_topics()) == 8000
+    core._buffer_pool_trim(time.monotonic() + 3600)
+    assert core._buffer_pool_stats() == (0, 0)
 
 
 def test_bad_raw_body_changes_nothing(RT):

@@ -1,13 +1,14 @@
 /* Big buffers kept for reuse (the I/O engine's input and output buffers of 256 KiB
  * and more: a registration's frame, a pipeline of wide route answers, a turn of 206
- * answers).
+ * answers; and a registration's scanned records, scan.c).
  *
  * glibc maps such buffers and unmaps them when freed (engine.c fixes its threshold,
  * so that the arenas do not keep what big buffers once held): each new one costs
  * its pages' faults and zeroing again, which for a buffer filled once is as much as
  * the copy into it (bench/README.md). Here a freed big buffer waits for the next one
  * needed, like Netty's pooled buffers: at most POOL_BYTES in all, each for at most
- * POOL_IDLE seconds (rp_trim), so that what a burst took is given back after it.
+ * POOL_IDLE seconds (rp_trim: each second on the engine's threads, and at every
+ * give), so that what a burst took is given back after it.
  *
  * Thread-safe (one mutex, held for a scan of a few entries): the engine's threads
  * take and give, and Python's give back the input buffers handed over with frames.

@@ -38,10 +38,19 @@ assert len(ENGINE_CLOSE_REASONS) == RE_WHY_COUNT == 9    # re_stats.closed in en
 _OPENSSL_VERIFY = {0: 0, 1: 1, 2: 3}
 
 
-def _engine_pool_trim(double now):
-    """Free the pooled buffers idle since before ``now`` minus the idle time
-    (monotonic seconds; the engine's threads do it as time goes: for tests)."""
+def _buffer_pool_trim(double now):
+    """Free the pooled buffers (bufpool.c) idle since before ``now`` minus the idle
+    time (monotonic seconds; the engine's threads and each give do it as time goes:
+    for tests)."""
     rp_trim(now)
+
+
+def _buffer_pool_stats():
+    """``(buffers, bytes)`` kept in the buffer pool now (for tests; an Engine's
+    counts() has them too)."""
+    cdef size_t buffers, nbytes
+    rp_stats(&buffers, &nbytes)
+    return buffers, nbytes
 
 
 @cython.final

@@ -18,6 +18,7 @@ from rmq.javacase import fold as _java_fold
 from rmq._wire import route_zone as _route_zone, topic_not_exist as _topic_not_exist
 
 from routetable cimport *
+from bufpool cimport rp_give
 from serve cimport rs_counts, rs_serve_routes, rs_serve_threads
 
 
@@ -120,11 +121,11 @@ cdef class _Configs:
     """A registration's topic configs as C records (rmq_topic_rec), over the bytes that
     hold their names: the scanned body itself, or names encoded from a dict."""
     cdef rmq_topic_rec* recs
-    cdef size_t n
+    cdef size_t n, cap              # records, and room for (the scan's buffer: pooled)
     cdef object keep                # the bytes the records point into
 
     def __dealloc__(self):
-        free(self.recs)
+        rp_give(self.recs, self.cap * sizeof(rmq_topic_rec))
 
     def __len__(self):
         return self.n
@@ -150,19 +151,13 @@ cdef const char* _buffer_start(object data) except? NULL:
 cdef _Configs _configs_from_scan(object data, rb_body* body):
     """Takes the scan's records (body is left empty)."""
     cdef _Configs c = _Configs.__new__(_Configs)
-    cdef rmq_topic_rec* fitted
-    cdef size_t cap = body.cap
     c.keep = data
     c.n = body.ntopics
+    c.cap = body.cap
     c.recs = body.topics            # the records are the scan's (one type, wire.h)
     body.topics = NULL
+    body.cap = 0
     rb_body_free(body)
-    if c.n and c.n < cap:
-        # The scan grew its array by doubling: what is left over goes before the apply
-        # grows the table.
-        fitted = <rmq_topic_rec*>realloc(c.recs, c.n * sizeof(rmq_topic_rec))
-        if fitted != NULL:
-            c.recs = fitted
     return c
 
 
@@ -171,7 +166,7 @@ cdef _Configs _configs_from_dict(dict table):
     cdef _Configs c = _Configs.__new__(_Configs)
     cdef size_t i = 0
     cdef list keep = []
-    c.n = len(table)
+    c.n = c.cap = len(table)
     c.recs = <rmq_topic_rec*>malloc(max(c.n, 1) * sizeof(rmq_topic_rec))
     if c.recs == NULL:
         raise MemoryError()

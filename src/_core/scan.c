@@ -10,6 +10,7 @@
  */
 #include "scan.h"
 
+#include "bufpool.h"
 #include "hash.h"
 
 #include <stdlib.h>
@@ -421,6 +422,26 @@ static int rb_no_duplicates(rb_body *out)
     return dup < 0 ? RB_NOMEM : dup ? RB_SLOW : RB_OK;
 }
 
+/* Room for cap records in b (cap > b->cap), the ones there kept; 0, or -1 (b
+ * unchanged). A registration's records are big buffers (10,000 topics: half a
+ * megabyte), taken from the pool (bufpool.h): from malloc each would be a fresh
+ * mapping, its pages faulted in again every registration (bench/README.md). */
+static int rb_grow(rb_body *b, size_t cap)
+{
+    size_t bytes;
+    if (cap > UINT32_MAX - 1)
+        return -1;
+    rmq_topic_rec *nt = rp_take(cap * sizeof *nt, &bytes);
+    if (!nt)
+        return -1;
+    if (b->ntopics)
+        memcpy(nt, b->topics, b->ntopics * sizeof *nt);
+    rp_give(b->topics, b->cap * sizeof *b->topics);
+    b->topics = nt;
+    b->cap = bytes / sizeof *nt;
+    return 0;
+}
+
 /* topicConfigTable at p ('{'): key -> TopicConfig object. */
 
 /* Once per topic, the registration hot path: flattened, so that its copy of
@@ -441,15 +462,9 @@ static FLATTEN cur rb_table_entry(void *ctx, cur p, cur end, cur k, size_t kn, u
     (void)bit;
     if (p >= end || *p != '{')          /* a topic config must be an object */
         return NULL;
-    if (b->ntopics == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 64;
-        rmq_topic_rec *nt;
-        if (cap > UINT32_MAX - 1 || (nt = realloc(b->topics, cap * sizeof *nt)) == NULL) {
-            c->nomem = 1;
-            return NULL;
-        }
-        b->topics = nt;
-        b->cap = cap;
+    if (b->ntopics == b->cap && rb_grow(b, b->cap ? 2 * b->cap : 64) < 0) {
+        c->nomem = 1;
+        return NULL;
     }
     t = &b->topics[b->ntopics];
     t->key = t->name = (const char *)k;
@@ -532,7 +547,7 @@ static cur rb_top_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *b
 
 void rb_body_free(rb_body *b)
 {
-    free(b->topics);
+    rp_give(b->topics, b->cap * sizeof *b->topics);
     b->topics = NULL;
     b->ntopics = 0;
     b->cap = 0;
@@ -550,11 +565,8 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
     if (p >= end || *p != '{')
         return RB_SLOW;
     /* Reserve for the common topic size (about 140 bytes each) up front. */
-    out->cap = n / 128 + 16;
-    if ((out->topics = malloc(out->cap * sizeof *out->topics)) == NULL) {
-        out->cap = 0;
+    if (rb_grow(out, n / 128 + 16) < 0)
         return RB_NOMEM;
-    }
     p = null_or_object(p, &c, rb_top_field);
     if (p != NULL)
         p = ws(p, end);
@@ -681,11 +693,8 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
     p += 4;
     if (count < 0 || count > (end - p) / 4)
         return RB_SLOW;
-    if (count > 0) {
-        if ((out->topics = malloc((size_t)count * sizeof *out->topics)) == NULL)
-            return RB_NOMEM;
-        out->cap = (size_t)count;
-    }
+    if (count > 0 && rb_grow(out, (size_t)count) < 0)
+        return RB_NOMEM;
     for (i = 0; i < count; i++) {
         if ((s = cz_chunk(&p, end, &k)) == NULL || !cz_topic_line(s, k, &out->topics[i])) {
             rb_body_free(out);
