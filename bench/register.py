@@ -101,12 +101,14 @@ def through_server(engine, topics, count, changes_routes, pin):
             decoder = FrameDecoder(64 * 1024 * 1024)
             times = []
             cpu = 0.0
+            faults = load.proc_minor_faults(server.pid)
             for b in bodies(topics, count, changes_routes):
                 frame = encode_frame(reg.register_command(b))     # (not timed)
                 cpu0 = load.proc_cpu_seconds(server.pid)
                 times.append(round_trip(reg.sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(server.pid) - cpu0
-            return times, cpu * 1e3 / count
+            faults = load.proc_minor_faults(server.pid) - faults
+            return times, cpu * 1e3 / count, faults / count
         finally:
             brokersim.close_all(brokers)
             server.stop()
@@ -123,12 +125,14 @@ def through_limit(topics, count, changes_routes, pin):
             reg = brokersim.SimBroker(limit.address, 0)
             decoder = FrameDecoder(64 * 1024 * 1024)
             times, cpu = [], 0.0
+            faults = load.proc_minor_faults(limit.pid)
             for b in bodies(topics, count, changes_routes):
                 frame = encode_frame(reg.register_command(b))     # (not timed)
                 cpu0 = load.proc_cpu_seconds(limit.pid)
                 times.append(round_trip(sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(limit.pid) - cpu0
-            return times, cpu * 1e3 / count
+            faults = load.proc_minor_faults(limit.pid) - faults
+            return times, cpu * 1e3 / count, faults / count
         finally:
             sock.close()
             limit.stop()
@@ -175,13 +179,15 @@ def main():
         for engine in args.engines.split(","):
             measure = through_limit if engine == "limit" else functools.partial(
                 through_server, engine)
-            times, cpu = measure(topics, args.count, args.changes_routes, args.pin)
+            times, cpu, faults = measure(topics, args.count, args.changes_routes, args.pin)
             row[engine] = {"median_ms": median(times), "p90_ms": round(
-                statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3)}
+                statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3),
+                "faults": round(faults)}
         report["rounds"].append(row)
         print(f"round {r + 1}: in process {row['in_process_ms']} ms; " + "; ".join(
             f"{e} {row[e]['median_ms']} ms (p90 {row[e]['p90_ms']}, server CPU "
-            f"{row[e]['cpu_ms']} ms) = {row[e]['median_ms'] / row['in_process_ms']:.2f} x"
+            f"{row[e]['cpu_ms']} ms, {row[e]['faults']} page faults) = "
+            f"{row[e]['median_ms'] / row['in_process_ms']:.2f} x"
             for e in args.engines.split(",")))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=1))
