@@ -72,9 +72,6 @@ void rp_give(void *p, size_t cap)
             p = NULL;
         }
         pthread_mutex_unlock(&pool_m);
-        /* where no engine thread trims (the asyncio server gives the registrations'
-         * records), each give does */
-        rp_trim(now);
     }
     free(p);
 }

@@ -7,8 +7,10 @@
  * its pages' faults and zeroing again, which for a buffer filled once is as much as
  * the copy into it (bench/README.md). Here a freed big buffer waits for the next one
  * needed, like Netty's pooled buffers: at most POOL_BYTES in all, each for at most
- * POOL_IDLE seconds (rp_trim: each second on the engine's threads, and at every
- * give), so that what a burst took is given back after it.
+ * POOL_IDLE seconds (rp_trim, each second on the engine's threads), so that what a
+ * burst took is given back after it. Without an engine (the asyncio server) nothing
+ * trims: the registrations' records stay, one or two buffers (registrations are
+ * applied one at a time), each at most RP_MAX_ONE.
  *
  * Thread-safe (one mutex, held for a scan of a few entries): the engine's threads
  * take and give, and Python's give back the input buffers handed over with frames.

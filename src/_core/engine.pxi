@@ -40,8 +40,7 @@ _OPENSSL_VERIFY = {0: 0, 1: 1, 2: 3}
 
 def _buffer_pool_trim(double now):
     """Free the pooled buffers (bufpool.c) idle since before ``now`` minus the idle
-    time (monotonic seconds; the engine's threads and each give do it as time goes:
-    for tests)."""
+    time (monotonic seconds; the engine's threads do it as time goes: for tests)."""
     rp_trim(now)
 
 
