@@ -22,7 +22,8 @@
 typedef struct {
     int64_t counter, state_version, timestamp;  /* dataVersion; counter/stateVersion 0 when absent */
     int has_timestamp;                          /* 0: absent or null (the caller uses "now") */
-    rmq_topic_rec *topics; size_t ntopics, cap;      /* malloc'd, in body order; rb_body_free() */
+    rmq_topic_rec *topics; size_t ntopics, cap;      /* in body order; rb_body_free(), or
+                                                   * rp_give(topics, cap * size): bufpool.h */
 } rb_body;
 
 enum { RB_OK = 0, RB_SLOW = 1, RB_NOMEM = -1 };
