@@ -79,17 +79,6 @@ class Probe(threading.Thread):
         self.sim.close()
 
 
-def read_answers(sock, count):
-    dec = FrameDecoder(1 << 30)
-    got = 0
-    while got < count:
-        data = sock.recv(1 << 20)
-        if not data:
-            break
-        got += len(dec.feed(data))
-    return got
-
-
 def scenario_flood206(server, args):
     brokers = brokersim.register_brokers(server.address, 1,
                                           brokersim.topic_names(20000), queues=4)
@@ -100,7 +89,7 @@ def scenario_flood206(server, args):
     def flood():
         s = socket.create_connection(("127.0.0.1", server.port))
         s.sendall(b"".join(encode_frame(RemotingCommand.request(206)) for _ in range(500)))
-        read_answers(s, 500)
+        load.read_answers(s, 500)
         s.close()
     t0 = time.perf_counter()
     out = probe.measure(flood)

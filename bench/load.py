@@ -565,31 +565,16 @@ def run(args):
                          extra=("--prefix", "NoSuchTopic-") if args.during_missing else ())
         r = run_loadgen(server, label="routes_quiet", **rate_args)
         report["routes_quiet"] = r
-        stop = threading.Event()
         during_times = []
-        errors = []
 
-        def registrar():
-            try:
-                time.sleep(0.5)                         # past loadgen's warmup
-                while not stop.is_set():
-                    t = time.monotonic()
-                    seconds, _ = reg.register(next(series), args.compressed)
-                    during_times.append(seconds)
-                    stop.wait(max(0.0, args.reg_interval - (time.monotonic() - t)))
-            except Exception as e:                      # reported after the run
-                errors.append(e)
+        def register(stop):
+            t = time.monotonic()
+            seconds, _ = reg.register(next(series), args.compressed)
+            during_times.append(seconds)
+            stop.wait(max(0.0, args.reg_interval - (time.monotonic() - t)))
 
-        th = threading.Thread(target=registrar, daemon=True)
-        th.start()
-        try:
-            r = run_loadgen(server, label="routes_during_registrations", **rate_args,
-                            profile=prof if args.profile_phase == "during" else None)
-        finally:
-            stop.set()
-            th.join(120)
-        if errors:
-            raise BenchError(f"registration during queries failed: {errors[0]}")
+        r = run_loadgen_during(server, register, "registration", label="routes_during_registrations",
+                               **rate_args, profile=prof if args.profile_phase == "during" else None)
         r["registrations"] = summarize(during_times)
         report["routes_during_registrations"] = r
         q = report["routes_quiet"]
@@ -626,40 +611,61 @@ def run(args):
     return report
 
 
-def routes_during_206(server, count, rate_args):
-    """loadgen's open-loop routes while one client, again and again, pipelines
-    ``count`` GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) on a connection of its own and
-    reads every answer (issue 30: no route answer waits for them)."""
-    stop = threading.Event()
-    floods, errors = [], []
-    frame = rmq.encode_frame(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+def read_answers(sock, count):
+    """Read ``count`` frames from ``sock`` (fewer if it closes); how many came."""
+    decoder, got = rmq.FrameDecoder(1 << 30), 0
+    while got < count:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        got += len(decoder.feed(data))
+    return got
 
-    def flooder():
+
+def run_loadgen_during(server, work, what, **loadgen_args):
+    """run_loadgen while a thread calls ``work(stop)`` again and again (from past
+    loadgen's warmup until the run ends: ``stop`` is set); a failure of ``work``
+    fails the run, naming ``what``."""
+    stop = threading.Event()
+    errors = []
+
+    def repeat():
         try:
             time.sleep(0.5)                             # past loadgen's warmup
             while not stop.is_set():
-                t = time.monotonic()
-                with socket.create_connection(("127.0.0.1", server.port)) as s:
-                    s.sendall(frame * count)
-                    decoder, got = rmq.FrameDecoder(1 << 30), 0
-                    while got < count:
-                        data = s.recv(1 << 20)
-                        if not data:
-                            raise BenchError(f"206 flood: closed after {got} answers")
-                        got += len(decoder.feed(data))
-                floods.append(time.monotonic() - t)
+                work(stop)
         except Exception as e:                          # reported after the run
             errors.append(e)
 
-    th = threading.Thread(target=flooder, daemon=True)
+    th = threading.Thread(target=repeat, daemon=True)
     th.start()
     try:
-        r = run_loadgen(server, label="routes_during_206", **rate_args)
+        r = run_loadgen(server, **loadgen_args)
     finally:
         stop.set()
         th.join(120)
     if errors:
-        raise BenchError(f"206 flood during queries failed: {errors[0]}")
+        raise BenchError(f"{what} during queries failed: {errors[0]}")
+    return r
+
+
+def routes_during_206(server, count, rate_args):
+    """loadgen's open-loop routes while one client, again and again, pipelines
+    ``count`` GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) on a connection of its own and
+    reads every answer (issue 30: no route answer waits for them)."""
+    floods = []
+    frame = rmq.encode_frame(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+
+    def flood(stop):
+        t = time.monotonic()
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(frame * count)
+            got = read_answers(s, count)
+        if got < count:
+            raise BenchError(f"206 flood: closed after {got} answers")
+        floods.append(time.monotonic() - t)
+
+    r = run_loadgen_during(server, flood, "206 flood", label="routes_during_206", **rate_args)
     r["floods"] = len(floods)
     r["flood_seconds_median"] = round(statistics.median(floods), 3) if floods else None
     return r
