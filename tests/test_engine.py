@@ -143,6 +143,57 @@ def test_big_buffers_are_kept_for_the_next_and_given_back_once_idle():
         assert s.engine.counts()["pooled_bytes"] == 0
 
 
+class Turns(Served):
+    """Served, but each frame for Python is answered with ``turns`` big answers, sent
+    one at a time (as the NameServer answers a 206 flood a turn at a time), the
+    connection resumed with the last."""
+
+    def __init__(self, rt, turns, **kw):
+        self.turns = turns
+        super().__init__(rt, **kw)
+
+    def _run(self):
+        while not self.done.is_set():
+            for kind, conn, data in self.engine.events(0.05):
+                self.log.append((kind, conn, data))
+                if kind == "frame":
+                    cmd = core.decode_frame(data)
+                    for i, body in enumerate(self.turns):
+                        answer = cmd.response(0, f"turn {i}")
+                        answer.body = body
+                        self.engine.send(conn, core.encode_frame(answer),
+                                         resume=i == len(self.turns) - 1)
+            kind = conn = data = cmd = None
+        self.engine.stop()
+
+
+def test_big_outputs_are_queued_as_they_are_and_written_in_order():
+    # A client that reads nothing yet: Python's three big answers and the route answer
+    # after them wait in the engine, each in the buffer it came in (not copied into
+    # one growing buffer: that cost a 206 flood's thread milliseconds of page faults,
+    # its other connections waiting), and come out whole and in order.
+    rt = table()
+    turns = [bytes([65 + i]) * (512 * 1024 + i) for i in range(3)]
+    with Turns(rt, turns, sndbuf=4096) as s, socket.create_connection(s.address) as c:
+        # (the socket buffers take ~0.2 MB: less than the first answer)
+        c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=1)) + route_query("T1", 2))
+        (opened,) = wait_log(s, "open")
+        deadline = time.monotonic() + 10
+        while s.engine.counts()["served"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state = s.engine.connection_state(opened[1])
+        assert state["output_buffers"] == 4, state
+        assert state["queued_output"] > 2 * 512 * 1024
+        got = read_answers(c, 4, timeout=10)
+        assert [(a.opaque, a.remark) for a in got] == [(1, "turn 0"), (1, "turn 1"),
+                                                      (1, "turn 2"), (2, None)]
+        assert [a.body for a in got[:3]] == turns and got[3].body == rt.route_body("T1")
+        deadline = time.monotonic() + 5
+        while s.engine.connection_state(opened[1])["queued_output"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.engine.connection_state(opened[1])["output_buffers"] == 0
+
+
 def _scheduler_slice(tid):
     """The slice (ns) thread ``tid`` asked for (sched_getattr), None if unknown here."""
     number = {"x86_64": 315, "aarch64": 275}.get(platform.machine())

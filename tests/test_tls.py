@@ -584,3 +584,45 @@ def test_tls_falls_back_to_asyncio_where_the_engine_cannot_serve_it(
                 assert tls.call(route_query()).code == 17
     assert ("serverEngine=c: TLS cannot be served by the I/O threads (OpenSSL linked "
             "statically)") in caplog.text
+
+
+def test_big_answers_queued_on_a_tls_connection_are_sealed_whole_and_in_order(tmp_path, certs):
+    """serverEngine=c: GET_ALL_TOPIC_LIST answers of a large table (~0.5 MB each),
+    pipelined on a TLS connection that reads nothing at first. The engine queues
+    Python's answers as they came, several buffers one after the other (engine.c,
+    re_block: not copied into one), and seals them in order."""
+    if rmq.IMPLEMENTATION != "compiled":
+        pytest.skip("the pure-Python reference has no I/O engine (asyncio serves TLS)")
+    topics = [f"QueuedTopic-{i:05d}" for i in range(20000)]
+    # (bounded socket buffers: the kernel's own would take every answer)
+    with tls_server(tmp_path, certs, "permissive", loop="engine",
+                    serverSocketSndBufSize=64 * 1024) as app:
+        async def main():
+            r = BrokerRegistrar(app.address, topics=[bodies.topic_config(t, 4, 4) for t in topics],
+                                **BROKER)
+            try:
+                await r.start()
+                return await asyncio.to_thread(check)
+            finally:
+                await r.stop(unregister=False)
+
+        def check():
+            def queued():
+                states = [app.engine.connection_state(conn.id) for conn in list(app.connections)]
+                return max((st["output_buffers"] for st in states if st and st["tls"]), default=0)
+
+            with TlsClient(app.address, client_ctx(certs)) as c:
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+                # two batches, Python's answers to each sent at once: the second's
+                # queued behind the first's
+                for batch in range(2):
+                    c.send_raw(b"".join(rmq.encode_frame(rmq.RemotingCommand.request(
+                        206, opaque=batch * 4 + i)) for i in range(4)))
+                    assert wait_for(lambda: queued() >= batch + 1, 10), queued()
+                got = [c.receive(timeout=10) for _ in range(8)]
+            assert [a.opaque for a in got] == list(range(8))
+            for a in got:
+                assert a.code == 0
+                assert sorted(bodies.decode_topic_list(a.body)[0]) == topics
+
+        asyncio.run(main())

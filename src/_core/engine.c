@@ -32,6 +32,9 @@ enum {
      * turn (epoll is level-triggered: it comes back): a big frame arriving does not
      * hold up the route queries of the thread's other connections */
     READ_TURN = 1024 * 1024,
+    /* and written to one before the others have theirs (a client reading a 206 flood
+     * as fast as it comes does not hold up its thread's other connections) */
+    WRITE_TURN = 1024 * 1024,
     HAND_OVER_BYTES = 256 * 1024,   /* a batch this big goes to Python in its buffer */
     IO_SLICE_NS = 100 * 1000,       /* the scheduler slice an I/O thread asks for */
     CONN_BUCKETS = 4096,            /* per thread: connection id -> connection */
@@ -51,12 +54,24 @@ enum {
 /* What a read or a write did, besides a count of bytes (> 0) */
 enum { IO_AGAIN = -1, IO_GONE = -2, IO_TLS_ERROR = -3 };
 
+/* Output queued before a connection's out buffer: a big output (a turn of Python's
+ * answers, an out buffer that filled up) is queued as it is, never copied into a
+ * bigger buffer (growing one to the tens of MiB a 206 flood queues cost the thread
+ * milliseconds of page faults, every other connection of it waiting). */
+typedef struct re_block {
+    struct re_block *next;
+    char *data;                     /* from the buffer pool, given back once written */
+    size_t off, len, cap;           /* not yet written: data[off..len) */
+} re_block;
+
 typedef struct re_conn {
     struct re_conn *next;           /* hash chain */
     uint64_t id;
     int fd;
     char *in;                       /* read, not yet split: in[in_off..in_len) */
     size_t in_off, in_len, in_cap;
+    re_block *ahead, *ahead_tail;   /* written before out, in order */
+    size_t ahead_bytes;             /* their unwritten bytes */
     char *out;                      /* not yet written: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
     char *sealed;                   /* TLS: records not yet written, [sealed_off..sealed_len) */
@@ -332,10 +347,78 @@ static double monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A connection's output not yet written (over TLS: not yet sealed) */
+static size_t plain_pending(const re_conn *c)
+{
+    return c->ahead_bytes + c->out_len - c->out_off;
+}
+
 /* A connection's unsent bytes: its output and, over TLS, the records sealed from it */
 static size_t pending(const re_conn *c)
 {
-    return c->out_len - c->out_off + c->sealed_len - c->sealed_off;
+    return plain_pending(c) + c->sealed_len - c->sealed_off;
+}
+
+/* The next plaintext to write (or seal): the first block ahead, else out. */
+static const char *plain_next(const re_conn *c, size_t *n)
+{
+    if (c->ahead) {
+        *n = c->ahead->len - c->ahead->off;
+        return c->ahead->data + c->ahead->off;
+    }
+    *n = c->out_len - c->out_off;
+    return c->out + c->out_off;
+}
+
+/* w bytes of plain_next's written (or sealed): a block done goes back to the pool. */
+static void plain_done(re_conn *c, size_t w)
+{
+    re_block *b = c->ahead;
+    if (!b) {
+        c->out_off += w;
+        return;
+    }
+    b->off += w;
+    c->ahead_bytes -= w;
+    if (b->off == b->len) {
+        c->ahead = b->next;
+        if (!c->ahead)
+            c->ahead_tail = NULL;
+        rp_give(b->data, b->cap);
+        free(b);
+    }
+}
+
+/* out, unless empty, queued ahead as it is: out starts again empty. -1: no memory. */
+static int out_ahead(re_conn *c)
+{
+    if (c->out_len == c->out_off)
+        return 0;
+    re_block *b = malloc(sizeof *b);
+    if (!b)
+        return -1;
+    *b = (re_block){NULL, c->out, c->out_off, c->out_len, c->out_cap};
+    if (c->ahead_tail)
+        c->ahead_tail->next = b;
+    else
+        c->ahead = b;
+    c->ahead_tail = b;
+    c->ahead_bytes += c->out_len - c->out_off;
+    c->out = NULL;
+    c->out_off = c->out_len = c->out_cap = 0;
+    return 0;
+}
+
+static void free_ahead(re_conn *c)
+{
+    while (c->ahead) {
+        re_block *b = c->ahead;
+        c->ahead = b->next;
+        rp_give(b->data, b->cap);
+        free(b);
+    }
+    c->ahead_tail = NULL;
+    c->ahead_bytes = 0;
 }
 
 /* Count in e->out_total what changed of c's unsent bytes since the last call. */
@@ -401,6 +484,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     close(c->fd);
     rp_give(c->in, c->in_cap);
     rp_give(c->out, c->out_cap);
+    free_ahead(c);
     c->in = NULL;
     c->out = NULL;
     c->dead_next = th->dead;
@@ -443,8 +527,7 @@ static int sendable(const re_conn *c)
 {
     if (!c->tls)
         return pending(c) > 0;
-    return c->sealed_len > c->sealed_off ||
-           (c->out_len > c->out_off && !c->tls_wants_read);
+    return c->sealed_len > c->sealed_off || (plain_pending(c) && !c->tls_wants_read);
 }
 
 /* epoll's interest for what c waits for now; its unsent bytes counted, and the
@@ -538,8 +621,13 @@ static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t m
     return 0;
 }
 
+/* Room for `more` bytes at the end of out. Unwritten output of a big buffer's size
+ * is not moved or copied for it: it goes ahead, and out starts again. */
 static int out_room(re_conn *c, size_t more)
 {
+    if (c->out_cap - c->out_len < more && c->out_len - c->out_off >= RP_MIN &&
+        out_ahead(c) < 0)
+        return -1;
     return make_room(&c->out, &c->out_off, &c->out_len, &c->out_cap, more);
 }
 
@@ -609,9 +697,10 @@ static int split(re_thread *th, re_conn *c)
             if (out_room(c, READ_CHUNK) < 0)
                 return -1;
             size_t before = c->out_len;
+            /* (out grows to max_output at most, what is ahead of it counted) */
+            size_t room = e->cfg.max_output > c->ahead_bytes ? e->cfg.max_output - c->ahead_bytes : 0;
             used = rs_serve_routes(e->t, e->stype, p, n, e->cfg.max_frame, c->out, c->out_cap,
-                                   &c->out_len, c->out_off + e->cfg.max_output, &need,
-                                   &th->counts);
+                                   &c->out_len, c->out_off + room, &need, &th->counts);
             if (used && th->ring) {
                 trace_put(th, RE_TRACE_IN, c->id, p, used);
                 trace_put(th, RE_TRACE_OUT, c->id, c->out + before, c->out_len - before);
@@ -722,23 +811,26 @@ static int seal(re_conn *c)
 static int encrypt(re_conn *c)
 {
     c->tls_wants_read = 0;
-    if (c->sealed_len == c->sealed_off && c->out_len > c->out_off) {
-        size_t n = c->out_len - c->out_off;
-        ssize_t w = tl_write(c->tls, c->out + c->out_off, n < SEAL_BYTES ? n : SEAL_BYTES);
+    if (c->sealed_len == c->sealed_off && plain_pending(c)) {
+        size_t n;
+        const char *p = plain_next(c, &n);
+        ssize_t w = tl_write(c->tls, p, n < SEAL_BYTES ? n : SEAL_BYTES);
         if (w == TL_WANT_READ)          /* the handshake is not done: no output yet */
             c->tls_wants_read = 1;
         else if (w < 0)
             return IO_TLS_ERROR;
         else
-            c->out_off += (size_t)w;
+            plain_done(c, (size_t)w);
     }
     return seal(c);
 }
 
-/* Write what is pending. -1: the connection is gone (closed here). */
+/* Write what is pending, WRITE_TURN bytes at most: the rest once the thread's other
+ * connections had their turn (epoll, level-triggered, says again that the socket
+ * takes more). -1: the connection is gone (closed here). */
 static int flush(re_thread *th, re_conn *c)
 {
-    for (;;) {
+    for (size_t turn = 0; turn < WRITE_TURN;) {
         if (c->tls) {
             int r = encrypt(c);
             if (r < 0) {
@@ -748,19 +840,22 @@ static int flush(re_thread *th, re_conn *c)
                 return -1;
             }
         }
-        char **buf = c->tls ? &c->sealed : &c->out;
-        size_t *off = c->tls ? &c->sealed_off : &c->out_off;
-        size_t n = (c->tls ? c->sealed_len : c->out_len) - *off;
+        size_t n = c->sealed_len - c->sealed_off;
+        const char *p = c->tls ? c->sealed + c->sealed_off : plain_next(c, &n);
         if (!n)
             break;
-        ssize_t w = conn_send(c, *buf + *off, n);
+        ssize_t w = conn_send(c, p, n);
         if (w == IO_AGAIN)
             break;
         if (w < 0) {
             conn_failed(th, c, w);
             return -1;
         }
-        *off += (size_t)w;
+        if (c->tls)
+            c->sealed_off += (size_t)w;
+        else
+            plain_done(c, (size_t)w);
+        turn += (size_t)w;
         c->last_active = th->now;
         RMQ_COUNT(th->stats.bytes_out, (uint64_t)w);
     }
@@ -973,10 +1068,14 @@ static void run_cmds(re_thread *th)
         re_cmd *next = cmd->next;
         re_conn *c = find_conn(th, cmd->conn);
         if (cmd->state) {
-            if (c)
-                *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off,
+            if (c) {
+                size_t buffers = c->out_len > c->out_off;
+                for (re_block *b = c->ahead; b; b = b->next)
+                    buffers++;
+                *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off, buffers,
                                               c->with_python, c->paused, c->closing,
                                               c->tls != NULL};
+            }
             sem_post(cmd->done);
             free_cmd(cmd);
             cmd = next;
@@ -987,14 +1086,20 @@ static void run_cmds(re_thread *th)
             c->last_active = th->now;       /* Python answered: not idle */
             if (cmd->len)
                 trace_put(th, RE_TRACE_OUT, c->id, cmd->data, cmd->len);
-            if (cmd->len && c->out_len == c->out_off && cmd->len >= READ_CHUNK) {
+            if (cmd->len >= READ_CHUNK) {
                 /* a big answer (a batch of 206s): its buffer becomes the output,
-                 * not copied again */
-                rp_give(c->out, c->out_cap);
-                c->out = cmd->data;
-                c->out_off = 0;
-                c->out_len = c->out_cap = cmd->len;
-                cmd->data = NULL;
+                 * not copied again; what was unwritten goes ahead of it */
+                if (out_ahead(c) < 0) {
+                    c->why = RE_WHY_NO_MEMORY;
+                    conn_close(th, c, 1);
+                    gone = 1;
+                } else {
+                    rp_give(c->out, c->out_cap);
+                    c->out = cmd->data;
+                    c->out_off = 0;
+                    c->out_len = c->out_cap = cmd->len;
+                    cmd->data = NULL;
+                }
             } else if (cmd->len) {
                 if (out_room(c, cmd->len) < 0) {
                     c->why = RE_WHY_NO_MEMORY;

@@ -129,6 +129,7 @@ typedef struct {
     int found;
     size_t queued_output;           /* unsent bytes */
     size_t buffered_input;          /* read, not yet split */
+    size_t output_buffers;          /* the buffers its unsent plaintext spans */
     int with_python, paused, closing;
     int tls;                        /* served over TLS */
 } re_conn_state;

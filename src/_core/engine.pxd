@@ -35,6 +35,7 @@ cdef extern from "engine.h" nogil:
         int found
         size_t queued_output
         size_t buffered_input
+        size_t output_buffers
         int with_python
         int paused
         int closing

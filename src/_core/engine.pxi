@@ -290,8 +290,9 @@ cdef class Engine:
 
     def connection_state(self, uint64_t conn):
         """``conn`` as its I/O thread sees it, asked of the thread (for tests and
-        debugging): ``{"queued_output", "buffered_input", "with_python", "paused",
-        "closing", "tls"}``, or None when it is not open."""
+        debugging): ``{"queued_output", "buffered_input", "output_buffers" (the
+        buffers its unsent output spans: big outputs are queued, not copied together),
+        "with_python", "paused", "closing", "tls"}``, or None when it is not open."""
         cdef rmq_engine* e = self._running()
         cdef re_conn_state st
         cdef int rc
@@ -302,6 +303,7 @@ cdef class Engine:
         if not st.found:
             return None
         return {"queued_output": st.queued_output, "buffered_input": st.buffered_input,
+                "output_buffers": st.output_buffers,
                 "with_python": bool(st.with_python), "paused": bool(st.paused),
                 "closing": bool(st.closing), "tls": bool(st.tls)}
 
