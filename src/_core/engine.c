@@ -32,9 +32,11 @@ enum {
      * turn (epoll is level-triggered: it comes back): a big frame arriving does not
      * hold up the route queries of the thread's other connections */
     READ_TURN = 1024 * 1024,
-    /* and written to one before the others have theirs (a client reading a 206 flood
-     * as fast as it comes does not hold up its thread's other connections) */
-    WRITE_TURN = 1024 * 1024,
+    /* and written to one, in one send at most, before the others have theirs: a
+     * client reading a 206 flood as fast as it comes does not hold up its thread's
+     * other connections (a send copies into the socket what its buffer takes, which
+     * can be MiBs: a millisecond or more each) */
+    WRITE_TURN = 256 * 1024,
     HAND_OVER_BYTES = 256 * 1024,   /* a batch this big goes to Python in its buffer */
     IO_SLICE_NS = 100 * 1000,       /* the scheduler slice an I/O thread asks for */
     CONN_BUCKETS = 4096,            /* per thread: connection id -> connection */
@@ -844,7 +846,7 @@ static int flush(re_thread *th, re_conn *c)
         const char *p = c->tls ? c->sealed + c->sealed_off : plain_next(c, &n);
         if (!n)
             break;
-        ssize_t w = conn_send(c, p, n);
+        ssize_t w = conn_send(c, p, n < WRITE_TURN - turn ? n : WRITE_TURN - turn);
         if (w == IO_AGAIN)
             break;
         if (w < 0) {
