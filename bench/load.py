@@ -333,14 +333,17 @@ def query_route(address, topic):
 
 
 def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rate=0,
-                pin_cpu=None, profile=None, extra=(), binary=None):
+                pin_cpu=None, profile=None, extra=(), binary=None, samples_dir=None):
     """Run bench/loadgen (or ``binary``) against ``server``; ``extra``: more loadgen
-    arguments."""
+    arguments; ``samples_dir``: each answer's times to ``<samples_dir>/<label>.samples``
+    (loadgen --samples; with the server's trace: bench/trace_latency.py --samples)."""
     cmd = [str(binary or LOADGEN), "--port", str(server.port), "--conns", str(conns),
            "--inflight", str(inflight), "--duration", str(duration), "--warmup", str(warmup),
            "--topics", str(topics), "--label", label]
     if rate:
         cmd += ["--rate", str(rate)]
+    if samples_dir is not None:
+        cmd += ["--samples", str(Path(samples_dir) / f"{label}.samples")]
     cmd += [str(a) for a in extra]
     cpu0, ccpu0 = proc_cpu_seconds(server.pid), children_cpu_seconds()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -562,7 +565,8 @@ def run(args):
         # 5. route latency, quiet and during registrations
         rate_args = dict(conns=2, inflight=512, duration=args.during_duration, warmup=0.5,
                          topics=args.topics, rate=args.during_rate, pin_cpu=pin_client,
-                         extra=("--prefix", "NoSuchTopic-") if args.during_missing else ())
+                         extra=("--prefix", "NoSuchTopic-") if args.during_missing else (),
+                         samples_dir=workdir if args.samples else None)
         r = run_loadgen(server, label="routes_quiet", **rate_args)
         report["routes_quiet"] = r
         during_times = []
@@ -802,6 +806,10 @@ def main(argv=None):
                    help="profile the server during one phase (--profile-phase)")
     p.add_argument("--trace", action="store_true",
                    help="run the server with --trace-dir (recording every frame)")
+    p.add_argument("--samples", action="store_true",
+                   help="the route-latency runs write each answer's times to "
+                        "<workdir>/<run>.samples (with --trace --keep: where each "
+                        "request's time went, bench/trace_latency.py --samples)")
     p.add_argument("--profile-phase", choices=["w1_16", "during"], default="w1_16",
                    help="w1_16: 16 in flight (default); during: routes during registrations")
     p.add_argument("--profile-out", default="namesrv-profile.data", help="profile output file")

@@ -16,11 +16,13 @@
  * matched by opaque; an answer counts as an error unless its flag has the
  * response bit and its code is 0.
  *
- * --samples FILE writes every measured answer as a 24-byte little-endian record
+ * --samples FILE writes every measured answer as a 32-byte little-endian record
  * (int64 CLOCK_REALTIME ns of the send or due time, uint32 latency ns and uint32
- * send lag ns (open loop: send - due), both saturated, int32 response code, int32 0),
- * so that a caller can cut out the window of a server-side event from the server's
- * log timestamps, and tell the generator's own lateness from the server's.
+ * send lag ns (open loop: send - due), both saturated, int32 response code, int32
+ * opaque, uint32 the connection's local port, uint32 0), so that a caller can cut out
+ * the window of a server-side event from the server's log timestamps, tell the
+ * generator's own lateness from the server's, and find each request in the server's
+ * trace (by its peer's port and opaque: bench/trace_latency.py --samples).
  *
  * Prints one JSON line on stdout (latencies in microseconds). Exit status: 0,
  * 1 when some requests failed or went unanswered, 2 on usage or connect errors.
@@ -269,6 +271,7 @@ typedef struct {
 
 typedef struct {
     int fd, id, state;
+    uint16_t port;           /* its local port (the server's trace names its peer by it) */
     char *rbuf; size_t rcap, rlen;
     char *wbuf; size_t wcap, wlen, woff;
     int want_out;
@@ -301,14 +304,15 @@ static uint64_t not_response;
 static uint64_t answers_all, errors_all;
 
 typedef struct {
-    int64_t t_real_ns; uint32_t lat_ns, lag_ns; int32_t code, pad;
+    int64_t t_real_ns; uint32_t lat_ns, lag_ns; int32_t code, opaque; uint32_t port, pad;
 } sample_t;
-_Static_assert(sizeof(sample_t) == 24, "the --samples record is 24 bytes");
+_Static_assert(sizeof(sample_t) == 32, "the --samples record is 32 bytes");
 static sample_t *samples;
 static size_t n_samples, cap_samples;
 static int64_t real_minus_mono;      /* CLOCK_REALTIME - CLOCK_MONOTONIC at start, ns */
 
-static void note_sample(uint64_t t, uint64_t lat, uint64_t lag, int64_t code) {
+static void note_sample(uint64_t t, uint64_t lat, uint64_t lag, int64_t code, int32_t opaque,
+                        uint16_t port) {
     if (n_samples == cap_samples) {
         size_t cap = cap_samples ? cap_samples * 2 : 65536;
         sample_t *ns = realloc(samples, cap * sizeof *ns);
@@ -321,6 +325,8 @@ static void note_sample(uint64_t t, uint64_t lat, uint64_t lag, int64_t code) {
     x->lat_ns = lat > UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
     x->lag_ns = lag > UINT32_MAX ? UINT32_MAX : (uint32_t)lag;
     x->code = (int32_t)code;
+    x->opaque = opaque;
+    x->port = port;
     x->pad = 0;
 }
 
@@ -558,7 +564,7 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
         hist_record(&hist, lat);
         if (opt_rate > 0) hist_record(&sent_hist, lat > s->lag ? lat - s->lag : 0);
         if (!ok) { errors++; note_error_code(code); }
-        if (opt_samples) note_sample(s->t, lat, s->lag, (flag & 1) ? code : -1);
+        if (opt_samples) note_sample(s->t, lat, s->lag, (flag & 1) ? code : -1, (int32_t)opaque, c->port);
     }
 }
 
@@ -656,7 +662,8 @@ static void usage(FILE *f) {
 "      --zone S             zone-mode queries (__ZONE_MODE=true, __ZONE_NAME=S)\n"
 "      --samples FILE       write each measured answer: int64 realtime ns of its send\n"
 "                           (due) time, uint32 latency ns, uint32 send lag ns, int32 code\n"
-"                           (-1: not a response), int32 0\n"
+"                           (-1: not a response), int32 opaque, uint32 local port,\n"
+"                           uint32 0\n"
 "      --tls                TLS on every connection, the server not verified\n"
 "                           (a build with -DLOADGEN_TLS, -lssl -lcrypto)\n"
 "  -h, --help\n");
@@ -763,6 +770,11 @@ int main(int argc, char **argv) {
             return 2;
         }
         c->fd = fd; c->id = i; c->state = C_OPEN;
+        struct sockaddr_storage local;
+        socklen_t local_len = sizeof local;
+        if (getsockname(fd, (struct sockaddr *)&local, &local_len) == 0)
+            c->port = ntohs(local.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&local)->sin6_port
+                                                        : ((struct sockaddr_in *)&local)->sin_port);
         c->rcap = 256 * 1024; c->rbuf = malloc(c->rcap);
         c->wcap = 64 * 1024; c->wbuf = malloc(c->wcap);
         c->slots = calloc(ring, sizeof(slot_t)); c->mask = ring - 1;

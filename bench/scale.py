@@ -70,8 +70,9 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 EXPIRED = "broker expired: "
 CLOSED_EXPIRED = "of expired broker "
 CONN_REMOVED = "broker connection closed, removed: "
-#: loadgen --samples: due time (realtime ns), latency from it, send lag (ns), code, 0
-SAMPLE = struct.Struct("<qIIii")
+#: loadgen --samples: due time (realtime ns), latency from it, send lag (ns), code, opaque,
+#: local port, 0
+SAMPLE = struct.Struct("<qIIiiII")
 
 
 # ---------------------------------------------------------------- server side
@@ -361,7 +362,7 @@ def read_samples(path):
     data = Path(path).read_bytes()
     data = data[:len(data) - len(data) % SAMPLE.size]
     return [(t / 1e9, lat / 1e9, (lat - min(lag, lat)) / 1e9, code)
-            for t, lat, lag, code, _ in SAMPLE.iter_unpack(data)]
+            for t, lat, lag, code, *_ in SAMPLE.iter_unpack(data)]
 
 
 def _pct(sorted_values, p):
