@@ -577,7 +577,7 @@ def run(args):
             during_times.append(seconds)
             stop.wait(max(0.0, args.reg_interval - (time.monotonic() - t)))
 
-        r = run_loadgen_during(server, register, "registration", label="routes_during_registrations",
+        r = run_loadgen_during(server, {"registration": register}, label="routes_during_registrations",
                                **rate_args, profile=prof if args.profile_phase == "during" else None)
         r["registrations"] = summarize(during_times)
         report["routes_during_registrations"] = r
@@ -597,6 +597,29 @@ def run(args):
                 f"(from the send: p99 {r.get('from_send_p99_us')} us, max "
                 f"{r.get('from_send_max_us')} us; loadgen's send lag max "
                 f"{r.get('send_lag_max_us')} us)")
+
+        # 7. all at once (--all-at-once): registrations back to back, 64 KiB KV puts
+        # and the 206 floods, while loadgen asks routes
+        if args.all_at_once:
+            floods, puts, regs = [], [], []
+
+            def register_now(stop):
+                t = time.monotonic()
+                reg.register(next(series), args.compressed)
+                regs.append(time.monotonic() - t)
+
+            r = run_loadgen_during(server, {
+                "registration": register_now, "KV put": kvput_work(server, puts),
+                "206 flood": flood206_work(server, args.flood206 or 500, floods)},
+                label="routes_during_all", **rate_args)
+            r.update(registrations=summarize(regs), kv_puts=summarize(puts),
+                     floods=len(floods))
+            report["routes_during_all"] = r
+            log(f"routes at {args.during_rate}/s during {len(regs)} registrations, "
+                f"{len(puts)} KV puts and {len(floods)} 206 floods at once: p99 "
+                f"{r['p99_us']} us, max {r['max_us']} us (from the send: p99 "
+                f"{r.get('from_send_p99_us')} us, max {r.get('from_send_max_us')} us; "
+                f"loadgen's send lag max {r.get('send_lag_max_us')} us)")
 
         report["server"].update({"rss_end_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_end_mib": proc_status(server.pid)["VmHWM"]})
@@ -626,38 +649,39 @@ def read_answers(sock, count):
     return got
 
 
-def run_loadgen_during(server, work, what, **loadgen_args):
-    """run_loadgen while a thread calls ``work(stop)`` again and again (from past
-    loadgen's warmup until the run ends: ``stop`` is set); a failure of ``work``
-    fails the run, naming ``what``."""
+def run_loadgen_during(server, works, **loadgen_args):
+    """run_loadgen while, for each ``what: work`` of ``works``, a thread calls
+    ``work(stop)`` again and again (from past loadgen's warmup until the run ends:
+    ``stop`` is set); a failure of a work fails the run, naming its ``what``."""
     stop = threading.Event()
     errors = []
 
-    def repeat():
+    def repeat(what, work):
         try:
             time.sleep(0.5)                             # past loadgen's warmup
             while not stop.is_set():
                 work(stop)
         except Exception as e:                          # reported after the run
-            errors.append(e)
+            errors.append(f"{what} during queries failed: {e}")
 
-    th = threading.Thread(target=repeat, daemon=True)
-    th.start()
+    threads = [threading.Thread(target=repeat, args=item, daemon=True) for item in works.items()]
+    for th in threads:
+        th.start()
     try:
         r = run_loadgen(server, **loadgen_args)
     finally:
         stop.set()
-        th.join(120)
+        for th in threads:
+            th.join(120)
     if errors:
-        raise BenchError(f"{what} during queries failed: {errors[0]}")
+        raise BenchError(errors[0])
     return r
 
 
-def routes_during_206(server, count, rate_args):
-    """loadgen's open-loop routes while one client, again and again, pipelines
-    ``count`` GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) on a connection of its own and
-    reads every answer (issue 30: no route answer waits for them)."""
-    floods = []
+def flood206_work(server, count, floods):
+    """A work for run_loadgen_during: one client pipelines ``count``
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) on a connection of its own and reads every
+    answer; the seconds each flood took appended to ``floods``."""
     frame = rmq.encode_frame(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
 
     def flood(stop):
@@ -668,8 +692,32 @@ def routes_during_206(server, count, rate_args):
         if got < count:
             raise BenchError(f"206 flood: closed after {got} answers")
         floods.append(time.monotonic() - t)
+    return flood
 
-    r = run_loadgen_during(server, flood, "206 flood", label="routes_during_206", **rate_args)
+
+def kvput_work(server, puts, value_bytes=64 * 1024):
+    """A work for run_loadgen_during: PUT_KV_CONFIG of ``value_bytes`` values, one
+    after the other, on a connection of its own; each put's seconds appended to
+    ``puts``."""
+    sim = brokersim.SimBroker(server.address, 901).connect()
+    value = "x" * value_bytes
+
+    def put(stop):
+        t = time.monotonic()
+        r = sim.call(RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {
+            "namespace": "ns-bench", "key": f"k{len(puts) % 100}", "value": value}))
+        if r.code != 0:
+            raise BenchError(f"PUT_KV_CONFIG answered {r.code}: {r.remark}")
+        puts.append(time.monotonic() - t)
+    return put
+
+
+def routes_during_206(server, count, rate_args):
+    """loadgen's open-loop routes while one client, again and again, pipelines
+    ``count`` 206s and reads every answer (issue 30: no route answer waits for them)."""
+    floods = []
+    r = run_loadgen_during(server, {"206 flood": flood206_work(server, count, floods)},
+                           label="routes_during_206", **rate_args)
     r["floods"] = len(floods)
     r["flood_seconds_median"] = round(statistics.median(floods), 3) if floods else None
     return r
@@ -703,6 +751,8 @@ def print_table(rep):
              f"route at {rep['args']['during_rate']}/s, during registrations")]
     if "routes_during_206" in rep:
         rows.append(("routes_during_206", f"route at {rep['args']['during_rate']}/s, during 206s"))
+    if "routes_during_all" in rep:
+        rows.append(("routes_during_all", f"route at {rep['args']['during_rate']}/s, all at once"))
     if "c1000_1" in rep:
         rows.insert(2, ("c1000_1", "W1 route, 1000 conns x 1 in flight"))
     if "w1_missing_16" in rep:
@@ -792,6 +842,10 @@ def main(argv=None):
     p.add_argument("--flood206", type=int, default=0, metavar="N",
                    help="one more route-latency run at --during-rate, while a client "
                         "pipelines N 206s again and again (issue 30: 500)")
+    p.add_argument("--all-at-once", action="store_true",
+                   help="one more route-latency run at --during-rate, while registrations "
+                        "(back to back), 64 KiB KV puts and floods of --flood206 (or 500) "
+                        "206s all run (issue 30's target: no answer waits over 5 ms)")
     p.add_argument("--engine", action="store_true",
                    help="serve with the compiled core's I/O engine (serverEngine=c, the default)")
     p.add_argument("--asyncio", action="store_true",
