@@ -608,10 +608,14 @@ def run(args):
                 reg.register(next(series), args.compressed)
                 regs.append(time.monotonic() - t)
 
-            r = run_loadgen_during(server, {
-                "registration": register_now, "KV put": kvput_work(server, puts),
-                "206 flood": flood206_work(server, args.flood206 or 500, floods)},
-                label="routes_during_all", **rate_args)
+            sim = brokersim.SimBroker(server.address, 901).connect()
+            try:
+                r = run_loadgen_during(server, {
+                    "registration": register_now, "KV put": kvput_work(sim, puts),
+                    "206 flood": flood206_work(server, args.flood206 or 500, floods)},
+                    label="routes_during_all", **rate_args)
+            finally:
+                sim.close()
             r.update(registrations=summarize(regs), kv_puts=summarize(puts),
                      floods=len(floods))
             report["routes_during_all"] = r
@@ -695,11 +699,10 @@ def flood206_work(server, count, floods):
     return flood
 
 
-def kvput_work(server, puts, value_bytes=64 * 1024):
+def kvput_work(sim, puts, value_bytes=64 * 1024):
     """A work for run_loadgen_during: PUT_KV_CONFIG of ``value_bytes`` values, one
-    after the other, on a connection of its own; each put's seconds appended to
-    ``puts``."""
-    sim = brokersim.SimBroker(server.address, 901).connect()
+    after the other, on ``sim``'s connection (a SimBroker's); each put's seconds
+    appended to ``puts``."""
     value = "x" * value_bytes
 
     def put(stop):
