@@ -90,7 +90,7 @@ class EngineConnection:
         self.peer = peer
         self.closing = False
         self.busy = False           # its frames are with Python
-        self.waiting = None         # (requests, decode error) until its output drains
+        self.waiting = None         # (how to go on, its arguments) until its output drains
         self.tabled = False         # requests of it went to the table thread (server.py)
 
     def __repr__(self):
@@ -241,9 +241,9 @@ class EngineServerApp(NameServerApp):
             elif kind == "drained":
                 conn = self._by_id.get(conn_id)
                 if conn is not None and conn.waiting is not None and not conn.closing:
-                    cmds, error = conn.waiting
+                    go_on, args = conn.waiting
                     conn.waiting = None
-                    self._answer(conn, cmds, [], error)
+                    go_on(conn, *args)
             elif kind == "open":
                 conn = EngineConnection(self, conn_id, data)
                 self._by_id[conn_id] = conn
@@ -285,11 +285,7 @@ class EngineServerApp(NameServerApp):
         size = 0
         for i, cmd in enumerate(cmds):
             if size >= TURN_BYTES:
-                # the rest once the engine has written this turn's answers
-                if conn.closing or self.engine is None:
-                    return
-                conn.waiting = (cmds[i:], error)
-                self.engine.send(conn.id, out, resume=False, notify=True)
+                self._turn(conn, out, self._answer, (cmds[i:], [], error))
                 return
             if cmd.is_response:     # a NameServer sends no requests: nothing to match
                 continue
@@ -317,10 +313,29 @@ class EngineServerApp(NameServerApp):
         # (handle() answers every exception itself; were one to escape, the
         # connection still goes on, unanswered, rather than wait forever)
         resps = () if fut.exception() is not None else fut.result()
-        for cmd, resp in zip(cmds, resps):
+        self._send_answers(conn, list(zip(cmds, resps)), out, error)
+
+    def _send_answers(self, conn, answered, out, error):
+        """The table thread's answers, encoded and sent a turn at a time too."""
+        size = sum(map(len, out))
+        for i, (cmd, resp) in enumerate(answered):
+            if size >= TURN_BYTES:
+                self._turn(conn, out, self._send_answers, (answered[i:], [], error))
+                return
             if resp is not None:
                 out.append(encode_answer(self, cmd, resp, conn.peer))
+                size += len(out[-1])
         self._send(conn, out, error)
+
+    def _turn(self, conn, out, go_on, args):
+        """A turn's answers to the engine; ``go_on(conn, *args)`` once they are
+        written down to resume_output (a "drained" event): what Python has queued for
+        one connection stays within the engine's output bounds, in buffers of a
+        turn's size that the pool gives again, whatever the batch."""
+        if conn.closing or self.engine is None:
+            return
+        conn.waiting = (go_on, args)
+        self.engine.send(conn.id, out, resume=False, notify=True)
 
     def _send(self, conn, out, error):
         """Python's answers to ``conn``, which goes on with its frames, or after a
