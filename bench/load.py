@@ -54,7 +54,7 @@ except ImportError:
 from rmq import brokersim  # noqa: E402
 import rmq  # noqa: E402
 from rmq import bodies  # noqa: E402
-from rmq.codec import RemotingCommand  # noqa: E402
+from rmq.codec import FrameSplitter, RemotingCommand  # noqa: E402
 from rmq.protocol import RequestCode, V4_9_8  # noqa: E402
 
 LOADGEN_SRC = BENCH / "loadgen.c"
@@ -643,36 +643,15 @@ def run(args):
 
 
 def read_answers(sock, count):
-    """Read ``count`` frames from ``sock`` (fewer if it closes); how many came. Frames
-    are cut by their length prefix and dropped, not decoded: a flooding client costs
-    the machine the kernel's copy, not Python's decoding of gigabytes."""
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    have = got = 0                  # bytes in buf; frames done
+    """Read ``count`` frames from ``sock`` (fewer if it closes); how many came. The
+    frames are split, not decoded: a flooding client costs the machine the copies,
+    not Python's decoding of gigabytes."""
+    splitter, got = FrameSplitter(1 << 30), 0
     while got < count:
-        n = sock.recv_into(view[have:])
-        if not n:
+        data = sock.recv(1 << 20)
+        if not data:
             break
-        have += n
-        off = 0
-        while have - off >= 4:      # whole frames, or the rest of the current one
-            length = 4 + int.from_bytes(view[off:off + 4], "big")
-            if have - off < length:
-                break
-            off += length
-            got += 1
-        if have - off >= 4 and 4 + int.from_bytes(view[off:off + 4], "big") > len(buf):
-            # a frame longer than the buffer: its bytes skipped as they come
-            rest = 4 + int.from_bytes(view[off:off + 4], "big") - (have - off)
-            while rest > 0:
-                n = sock.recv_into(view, min(rest, len(buf)))
-                if not n:
-                    return got
-                rest -= n
-            got += 1
-            off = have
-        view[:have - off] = view[off:have]
-        have -= off
+        got += len(splitter.feed(data))
     return got
 
 

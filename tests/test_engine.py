@@ -51,10 +51,13 @@ class Served:
             for kind, conn, data in self.engine.events(0.05):
                 self.log.append((kind, conn, data))
                 if kind == "frame":
-                    cmd = core.decode_frame(data)
-                    self.engine.send(conn, core.encode_frame(cmd.response(0, "python")))
-            kind = conn = data = cmd = None     # (a frame's buffer goes with its views)
+                    self.answer(conn, data)
+            kind = conn = data = None           # (a frame's buffer goes with its views)
         self.engine.stop()
+
+    def answer(self, conn, data):
+        cmd = core.decode_frame(data)
+        self.engine.send(conn, core.encode_frame(cmd.response(0, "python")))
 
     def close(self):
         self.done.set()
@@ -152,19 +155,12 @@ class Turns(Served):
         self.turns = turns
         super().__init__(rt, **kw)
 
-    def _run(self):
-        while not self.done.is_set():
-            for kind, conn, data in self.engine.events(0.05):
-                self.log.append((kind, conn, data))
-                if kind == "frame":
-                    cmd = core.decode_frame(data)
-                    for i, body in enumerate(self.turns):
-                        answer = cmd.response(0, f"turn {i}")
-                        answer.body = body
-                        self.engine.send(conn, core.encode_frame(answer),
-                                         resume=i == len(self.turns) - 1)
-            kind = conn = data = cmd = None
-        self.engine.stop()
+    def answer(self, conn, data):
+        cmd = core.decode_frame(data)
+        for i, body in enumerate(self.turns):
+            answer = cmd.response(0, f"turn {i}")
+            answer.body = body
+            self.engine.send(conn, core.encode_frame(answer), resume=i == len(self.turns) - 1)
 
 
 def test_big_outputs_are_queued_as_they_are_and_written_in_order():
@@ -199,19 +195,12 @@ class Sized(Served):
     of the size its "size" field asks, each answer sent on its own, the connection
     resumed with the batch's last."""
 
-    def _run(self):
-        while not self.done.is_set():
-            for kind, conn, data in self.engine.events(0.05):
-                self.log.append((kind, conn, data))
-                if kind == "frame":
-                    cmds = core.FrameDecoder(1 << 30).feed(bytes(data))
-                    for i, cmd in enumerate(cmds):
-                        answer = cmd.response(0, "sized")
-                        answer.body = sized_body(int(cmd.ext_fields["size"]), cmd.opaque)
-                        self.engine.send(conn, core.encode_frame(answer),
-                                         resume=i == len(cmds) - 1)
-            kind = conn = data = cmds = None
-        self.engine.stop()
+    def answer(self, conn, data):
+        cmds = core.FrameDecoder(1 << 30).feed(bytes(data))
+        for i, cmd in enumerate(cmds):
+            answer = cmd.response(0, "sized")
+            answer.body = sized_body(int(cmd.ext_fields["size"]), cmd.opaque)
+            self.engine.send(conn, core.encode_frame(answer), resume=i == len(cmds) - 1)
 
 
 def sized_body(size, opaque):
