@@ -229,6 +229,8 @@ def test_a_batch_of_big_answers_is_answered_a_turn_at_a_time(tmp_path, built):
                 got += decoder.feed(data)
             assert [g.opaque for g in got] == [r.opaque for r in reqs]
             assert all(g.code == 0 for g in got)
+            assert all(g.body == got[0].body for g in got)
+            assert sorted(bodies.decode_topic_list(got[0].body)[0]) == topics
         finally:
             s.close()
 

@@ -259,6 +259,24 @@ def test_encode_frame_odd_commands(compiled, fallback, kwargs, language, code, v
          lambda: fallback.encode_frame(fallback.RemotingCommand(**kwargs)))
 
 
+@given(kwargs=command_kwargs())
+def test_encode_frame_head_is_the_frame_less_its_body(compiled, fallback, kwargs):
+    head = compiled.encode_frame_head(compiled.RemotingCommand(**kwargs))
+    assert head == fallback.encode_frame_head(fallback.RemotingCommand(**kwargs))
+    frame = compiled.encode_frame(compiled.RemotingCommand(**kwargs))
+    assert head + (kwargs.get("body") or b"") == frame
+
+
+@given(kwargs=command_kwargs(), language=TEXT, code=INT32, version=INT32,
+       ext=st.dictionaries(TEXT, TEXT | st.integers(-(1 << 40), 1 << 40) | st.booleans(),
+                           max_size=4))
+def test_encode_frame_head_odd_commands(compiled, fallback, kwargs, language, code, version,
+                                        ext):
+    kwargs.update(language=language, code=code, version=version, ext_fields=ext)
+    same(lambda: compiled.encode_frame_head(compiled.RemotingCommand(**kwargs)),
+         lambda: fallback.encode_frame_head(fallback.RemotingCommand(**kwargs)))
+
+
 # ---------------------------------------------------------------- JSON bodies
 
 KEYED_BY_INT = st.recursive(json_values(), lambda inner: st.dictionaries(

@@ -154,6 +154,25 @@ def test_topic_lists(client, stype, answer):
     assert topics_of(req(313)) == {"S2"}
 
 
+def test_big_topic_lists_come_whole_between_other_answers(client, answer):
+    """Topic lists past SHARED_BODY go to the network layer as head and body
+    (server.encode_answer): pipelined between small answers, each frame comes whole,
+    with its lengths, in order, and lists every topic."""
+    from rmq.namesrv.server import SHARED_BODY
+    topics = [f"A-Big-List-Topic-{i:06d}" for i in range(5000)]
+    check(register_broker(client, "bk", "10.0.0.1:10911", topics=topics), answer)
+    reqs = [rmq.RemotingCommand.request(206 if i % 2 else 101, {"namespace": "n", "key": "k"})
+            for i in range(9)]
+    client.send_raw(b"".join(rmq.encode_frame(r) for r in reqs))
+    got = [client.receive() for _ in reqs]
+    assert [g.opaque for g in got] == [r.opaque for r in reqs]
+    lists = [g for g, r in zip(got, reqs) if r.code == 206]
+    assert len(lists[0].body) >= SHARED_BODY
+    assert all(g.body == lists[0].body and check(g, answer) for g in lists)
+    assert topics_of(lists[0]) == set(topics)
+    assert all(g.code == 22 for g, r in zip(got, reqs) if r.code == 101)   # no such key
+
+
 @pytest.mark.parametrize("stype", STYPES)
 def test_wipe_and_add_write_perm(client, stype, answer):
     register_broker(client, "bk", "10.0.0.1:10911",

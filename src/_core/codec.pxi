@@ -520,8 +520,9 @@ cdef int encode_binary_header(WBuf* b, RemotingCommand cmd) except -1:
     return 0
 
 
-cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
-    """Append ``cmd`` as a complete frame to ``b``."""
+cdef int encode_into(WBuf* b, RemotingCommand cmd, bint with_body=True) except -1:
+    """Append ``cmd`` as a complete frame to ``b``; without ``with_body``, its head
+    only (the lengths count the body all the same)."""
     cdef Py_buffer body
     cdef int stype
     cdef Py_ssize_t start = b.len, header_len, length
@@ -549,7 +550,8 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd) except -1:
         length = 4 + header_len + body.len
         if length > 2147483647 - 4:
             raise ProtocolError(f"frame of {length} bytes does not fit the int32 length field")
-        wb_put(b, <const char*>body.buf, body.len)
+        if with_body:
+            wb_put(b, <const char*>body.buf, body.len)
     except BaseException:
         b.len = start
         raise
@@ -566,6 +568,19 @@ def encode_frame(RemotingCommand cmd):
     wb_init(&b, 256 + (len(cmd.body) if cmd.body is not None else 0))
     try:
         encode_into(&b, cmd)
+        return wb_bytes(&b)
+    finally:
+        wb_free(&b)
+
+
+def encode_frame_head(RemotingCommand cmd):
+    """The head of ``cmd``'s frame: ``encode_frame(cmd)`` less ``cmd.body``, which
+    follows it on the wire as it is (the head's lengths count it). For a writer that
+    copies a big body once, where it writes from, not into a frame first."""
+    cdef WBuf b
+    wb_init(&b, 256)
+    try:
+        encode_into(&b, cmd, False)
         return wb_bytes(&b)
     finally:
         wb_free(&b)

@@ -5,7 +5,8 @@ from rmq._impl import core
 RemotingCommand = core.RemotingCommand
 decode_frame = core.decode_frame
 encode_frame = core.encode_frame
+encode_frame_head = core.encode_frame_head
 FrameDecoder = core.FrameDecoder
 FrameSplitter = core.FrameSplitter
 
-__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter"]
+__all__ = ["RemotingCommand", "decode_frame", "encode_frame", "encode_frame_head", "FrameDecoder", "FrameSplitter"]

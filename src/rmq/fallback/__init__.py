@@ -15,7 +15,7 @@ from rmq.fallback.bodies import (
     json_loads,
 )
 from rmq.fallback.codec import (FrameDecoder, FrameSplitter, RemotingCommand, decode_frame,
-                                encode_frame)
+                                encode_frame, encode_frame_head)
 from rmq.fallback.crc32 import CRC32_KERNEL, body_crc32, crc32
 from rmq.fallback.columns import TraceColumns
 from rmq.fallback.javatable import concurrent_resizes, java_spread_hash
@@ -28,7 +28,7 @@ IMPLEMENTATION = "python"
 __all__ = [
     "IMPLEMENTATION", "CRC32_KERNEL", "DEFAULT_MAX_INFLATED", "MAX_INFLATE_RATIO",
     "MIN_INFLATE_LIMIT",
-    "RemotingCommand", "decode_frame", "encode_frame", "FrameDecoder", "FrameSplitter",
+    "RemotingCommand", "decode_frame", "encode_frame", "encode_frame_head", "FrameDecoder", "FrameSplitter",
     "crc32", "body_crc32",
     "json_loads", "json_dumps", "decode_register_broker_body", "encode_register_broker_body",
     "encode_topic_route_data", "TopicTable", "java_spread_hash", "concurrent_resizes", "TraceRows", "TraceColumns",

@@ -359,6 +359,13 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
     """Encode ``cmd`` as a complete frame in its own serialize type."""
+    return b"".join((encode_frame_head(cmd), cmd.body or b""))
+
+
+def encode_frame_head(cmd: RemotingCommand) -> bytes:
+    """The head of ``cmd``'s frame: ``encode_frame(cmd)`` less ``cmd.body``, which
+    follows it on the wire as it is (the head's lengths count it). For a writer that
+    copies a big body once, where it writes from, not into a frame first."""
     _check_int32("code", cmd.code)
     _check_int32("version", cmd.version)
     _check_int32("opaque", cmd.opaque)
@@ -374,11 +381,10 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
                                    f"(expected one of {SERIALIZE_TYPES})")
     if len(header) > 0xFFFFFF:
         raise ProtocolError(f"header of {len(header)} bytes exceeds the 24-bit header length")
-    body = cmd.body or b""
-    length = 4 + len(header) + len(body)
+    length = 4 + len(header) + len(cmd.body or b"")
     if length > _INT32_MAX - 4:
         raise ProtocolError(f"frame of {length} bytes does not fit the int32 length field")
-    return b"".join((struct.pack(">ii", length, (stype << 24) | len(header)), header, body))
+    return struct.pack(">ii", length, (stype << 24) | len(header)) + header
 
 
 # ---------------------------------------------------------------- streaming

@@ -299,8 +299,7 @@ class EngineServerApp(NameServerApp):
                     self._answered, conn, rest, out, error, f))
                 return
             if resp is not None:
-                out.append(encode_answer(self, cmd, resp, conn.peer))
-                size += len(out[-1])
+                size += encode_answer(self, cmd, resp, conn.peer, out)
         self._send(conn, out, error)
 
     def _in_table_thread(self, conn, cmds):
@@ -323,8 +322,7 @@ class EngineServerApp(NameServerApp):
                 self._turn(conn, out, self._send_answers, (answered[i:], [], error))
                 return
             if resp is not None:
-                out.append(encode_answer(self, cmd, resp, conn.peer))
-                size += len(out[-1])
+                size += encode_answer(self, cmd, resp, conn.peer, out)
         self._send(conn, out, error)
 
     def _turn(self, conn, out, go_on, args):

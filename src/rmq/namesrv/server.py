@@ -70,7 +70,7 @@ import sys
 import threading
 
 import rmq
-from rmq.codec import FrameDecoder, encode_frame
+from rmq.codec import FrameDecoder, encode_frame, encode_frame_head
 from rmq.namesrv import acl, snapshot
 from rmq.namesrv.handlers import NEEDS_TABLE
 from rmq.namesrv.metrics import MetricsServer
@@ -224,7 +224,7 @@ class Connection(asyncio.Protocol):
     def _answer(self, cmds):
         processor = self.server.processor
         out = []
-        out_bytes = 0
+        out_bytes = answers = 0
         for i, cmd in enumerate(cmds):
             if cmd.is_response:          # a NameServer sends no requests: nothing to match
                 continue
@@ -241,18 +241,17 @@ class Connection(asyncio.Protocol):
                 self._offload(cmds[i:i + TABLE_BATCH])
                 return
             if resp is not None:
-                frame = self._encode(cmd, resp)
-                out.append(frame)
-                out_bytes += len(frame)
+                out_bytes += self._encode(cmd, resp, out)
+                answers += 1
             if self.writing_paused:
                 self.pending.extend(cmds[i + 1:])
                 break
-            if len(out) >= TURN_ANSWERS or out_bytes >= TURN_BYTES:
+            if answers >= TURN_ANSWERS or out_bytes >= TURN_BYTES:
                 # Let flow control see the output, and the other connections have
                 # their turn: the rest of this read waits for the next loop iteration.
                 self._send(out)
                 out = []
-                out_bytes = 0
+                out_bytes = answers = 0
                 if self.closing:            # aborted by the total output budget
                     return
                 if i + 1 < len(cmds):
@@ -265,6 +264,7 @@ class Connection(asyncio.Protocol):
         self.last_active = self.server.loop.time()
 
     def _send(self, frames):
+        # (``frames``: encode_answer's parts, a big body apart from its head)
         # One write(), not writelines(): asyncio's writelines skips flow control in
         # some releases (3.12.1 and 3.13.0 here: no pause_writing however much is
         # queued), which would let a client that does not read grow memory unbounded.
@@ -273,8 +273,8 @@ class Connection(asyncio.Protocol):
         self.counters.bytes_out += len(data)
         self.server.output.note(len(data))
 
-    def _encode(self, cmd, resp):
-        return encode_answer(self.server, cmd, resp, self.peer)
+    def _encode(self, cmd, resp, out):
+        return encode_answer(self.server, cmd, resp, self.peer, out)
 
     def _offload(self, cmds):
         self.busy = True
@@ -310,8 +310,10 @@ class Connection(asyncio.Protocol):
         # connection_closed queued behind it in the table thread.
         if self.closing:
             return
-        frames = [self._encode(cmd, resp) for cmd, resp in zip(cmds, resps)
-                  if resp is not None]
+        frames = []
+        for cmd, resp in zip(cmds, resps):
+            if resp is not None:
+                self._encode(cmd, resp, frames)
         if frames:
             self._send(frames)
             self.last_active = self.server.loop.time()
@@ -333,16 +335,26 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
 
-def encode_answer(app, cmd, resp, peer):
-    """The frame of Python's answer ``resp`` to ``cmd``, counted. Every answer written
-    in Python passes here (the processor's, the gates', the ACL's), on either network
-    layer: in the NameServer's own serialize type, whatever the request used, as Java
-    5.x answers (its responses keep RemotingCommand's serializeTypeConfigInThisServer;
-    4.9 copied the request's)."""
+def encode_answer(app, cmd, resp, peer, out):
+    """Append the frame of Python's answer ``resp`` to ``cmd`` to ``out``, counted, and
+    return its length. Every answer written in Python passes here (the processor's, the
+    gates', the ACL's), on either network layer: in the NameServer's own serialize
+    type, whatever the request used, as Java 5.x answers (its responses keep
+    RemotingCommand's serializeTypeConfigInThisServer; 4.9 copied the request's).
+
+    A body of SHARED_BODY bytes or more (a cached topic list: one answer to a 206 on
+    a big table is megabytes) goes to ``out`` as it is, after its frame's head: the
+    network layer copies it once, where it writes from, and no frame is built for it
+    (a fresh allocation of the body's size, page-faulted, per answer)."""
     app.counters.answered(cmd, resp)
     resp.serialize_type = app.settings.serialize_type
     try:
-        return encode_frame(resp)
+        body = resp.body
+        if body is not None and len(body) >= SHARED_BODY:
+            head = encode_frame_head(resp)
+            out += (head, body)
+            return len(head) + len(body)
+        frame = encode_frame(resp)
     except Exception:
         # e.g. a lone surrogate (a "\ud800" escape in a JSON header) echoed in a
         # remark: answer anyway rather than let the exception escape the network
@@ -351,7 +363,14 @@ def encode_answer(app, cmd, resp, peer):
         log.exception("cannot encode the answer to request %d from %s", cmd.code, peer)
         resp = cmd.response(ResponseCode.SYSTEM_ERROR, "the answer cannot be encoded")
         resp.serialize_type = app.settings.serialize_type
-        return encode_frame(resp)
+        frame = encode_frame(resp)
+    out.append(frame)
+    return len(frame)
+
+
+#: The body size from which an answer's body is written as it is, after its head
+#: (encode_answer).
+SHARED_BODY = 64 * 1024
 
 
 #: Answers (count, bytes) written for one connection before the other connections
