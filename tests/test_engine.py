@@ -501,6 +501,40 @@ def test_many_connections_and_threads_while_the_table_changes():
         assert counts["served"] == 8 * 20 * 100 and counts["not_found"] == 8 * 20 * 50
 
 
+def test_the_event_fd_is_readable_while_events_are_queued():
+    """An event loop waits on event_fd and takes the events with events(0): readable
+    once an event is queued, not after the take; events(0) never waits, events(t)
+    waits up to t for the first."""
+    import select
+    rt = table()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        e = core.Engine(rt._tt, listener)
+        try:
+            fd = e.event_fd
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            assert poller.poll(0) == []
+            t = time.monotonic()
+            assert e.events(0) == [] and time.monotonic() - t < 0.05
+            t = time.monotonic()
+            assert e.events(0.2) == [] and time.monotonic() - t >= 0.19
+            with socket.create_connection(listener.getsockname()) as c:
+                assert poller.poll(5000) == [(fd, select.POLLIN)]
+                assert [k for k, _, _ in e.events(0)] == ["open"]
+                assert poller.poll(0) == []
+                c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=1)) * 3)
+                got = []
+                while len(got) < 1:         # (one batch: a connection's frames wait for it)
+                    assert poller.poll(5000) == [(fd, select.POLLIN)]
+                    got += [d for k, _, d in e.events(0) if k == "frame"]
+                one = len(core.encode_frame(core.RemotingCommand(106, opaque=1)))
+                assert len(got[0]) in (one, 2 * one, 3 * one)
+                got = None
+            assert [k for k, _, _ in e.events(5)] == ["closed"]
+        finally:
+            e.stop()
+
+
 def test_bad_settings_are_refused():
     rt = table()
     with socket.create_server(("127.0.0.1", 0)) as listener:

@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -150,7 +151,7 @@ struct rmq_engine {
     int64_t out_total;              /* atomic: unsent bytes of all connections */
     uint64_t trace_epoch;           /* atomic: when the last re_trace_watermark began */
     pthread_mutex_t qm;             /* guards the event queue */
-    pthread_cond_t qc;
+    int evfd;                       /* readable while events may be queued (re_event_fd) */
     re_event *head, *tail;
     int nthreads;
     re_thread threads[];
@@ -159,6 +160,21 @@ struct rmq_engine {
 
 /* epoll data tags of the listening socket and of a thread's wake-up eventfd */
 static char LISTEN_TAG, WAKE_TAG;
+
+static double monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Make an eventfd readable (a full counter: it is readable anyway) */
+static void signal_fd(int fd)
+{
+    uint64_t one = 1;
+    ssize_t w = write(fd, &one, sizeof one);
+    (void)w;
+}
 
 /* ---------------------------------------------------------------- events for Python */
 
@@ -185,13 +201,18 @@ static int queue_event(rmq_engine *e, int kind, uint64_t conn, char *own, size_t
         ev->bytes[len] = 0;
     }
     pthread_mutex_lock(&e->qm);
+    int was_empty = e->head == NULL;
     if (e->tail)
         e->tail->next = ev;
     else
         e->head = ev;
     e->tail = ev;
-    pthread_cond_signal(&e->qc);
     pthread_mutex_unlock(&e->qm);
+    /* Only the first event of a chain signals: the taker resets the eventfd before it
+     * takes the chain (re_next), so an event linked after its take finds the queue
+     * empty and signals again. (A spurious signal costs the taker an empty take.) */
+    if (was_empty)
+        signal_fd(e->evfd);
     return 0;
 }
 
@@ -202,19 +223,27 @@ static int push_event(rmq_engine *e, int kind, uint64_t conn, const void *data, 
 
 re_event *re_next(rmq_engine *e, double timeout)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = (long long)(timeout * 1e9) + until.tv_nsec;
-    until.tv_sec += (time_t)(ns / 1000000000LL);
-    until.tv_nsec = (long)(ns % 1000000000LL);
-    pthread_mutex_lock(&e->qm);
-    while (!e->head && !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
-        if (pthread_cond_timedwait(&e->qc, &e->qm, &until) == ETIMEDOUT)
-            break;
-    re_event *chain = e->head;
-    e->head = e->tail = NULL;
-    pthread_mutex_unlock(&e->qm);
-    return chain;
+    double until = monotonic() + timeout;
+    for (;;) {
+        uint64_t n;
+        (void)!read(e->evfd, &n, sizeof n);     /* reset first: see queue_event */
+        pthread_mutex_lock(&e->qm);
+        re_event *chain = e->head;
+        e->head = e->tail = NULL;
+        pthread_mutex_unlock(&e->qm);
+        double left = until - monotonic();
+        if (chain || left <= 0 || __atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
+            return chain;
+        struct pollfd p = {.fd = e->evfd, .events = POLLIN};
+        struct timespec ts = {.tv_sec = (time_t)left,
+                              .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        (void)ppoll(&p, 1, &ts, NULL);
+    }
+}
+
+int re_event_fd(const rmq_engine *e)
+{
+    return e->evfd;
 }
 
 void re_free_event(re_event *ev)
@@ -340,13 +369,6 @@ static re_conn *find_conn(re_thread *th, uint64_t id)
     while (c && c->id != id)
         c = c->next;
     return c;
-}
-
-static double monotonic(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* A connection's output not yet written (over TLS: not yet sealed) */
@@ -1249,9 +1271,7 @@ static void *thread_main(void *arg)
 
 static void wake(re_thread *th)
 {
-    uint64_t one = 1;
-    ssize_t w = write(th->wakefd, &one, sizeof one);
-    (void)w;                        /* full counter: the thread is awake anyway */
+    signal_fd(th->wakefd);
 }
 
 /* Hand a command to the thread that owns its connection. */
@@ -1388,9 +1408,7 @@ void re_stop(rmq_engine *e)
     __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < e->nthreads; i++)
         wake(&e->threads[i]);
-    pthread_mutex_lock(&e->qm);
-    pthread_cond_broadcast(&e->qc);
-    pthread_mutex_unlock(&e->qm);
+    signal_fd(e->evfd);             /* a taker waiting in re_next returns */
     for (int i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i].th, NULL);
     for (int i = 0; i < e->nthreads; i++)
@@ -1398,7 +1416,7 @@ void re_stop(rmq_engine *e)
     if (e->cfg.tls_ctx)
         tl_ctx_release(e->cfg.tls_ctx);
     re_free_events(e->head);
-    pthread_cond_destroy(&e->qc);
+    close(e->evfd);
     pthread_mutex_destroy(&e->qm);
     free(e);
 }
@@ -1440,8 +1458,16 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
         errno = EINVAL;
         return NULL;
     }
+    e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->evfd < 0) {
+        int err = errno;
+        if (cfg->tls_ctx)
+            tl_ctx_release(cfg->tls_ctx);
+        free(e);
+        errno = err;
+        return NULL;
+    }
     pthread_mutex_init(&e->qm, NULL);
-    pthread_cond_init(&e->qc, NULL);
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
     int started = 0, err = 0;
     for (int i = 0; i < cfg->threads; i++) {
@@ -1484,7 +1510,7 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
             free_thread(&e->threads[i]);
         if (cfg->tls_ctx)
             tl_ctx_release(cfg->tls_ctx);
-        pthread_cond_destroy(&e->qc);
+        close(e->evfd);
         pthread_mutex_destroy(&e->qm);
         free(e);
         errno = err;

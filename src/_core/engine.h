@@ -107,6 +107,9 @@ void re_stop(rmq_engine *e);
 /* The queued events, oldest first (a chain the caller frees with re_free_events),
  * waiting up to timeout seconds for one; NULL when none came or the engine stops. */
 re_event *re_next(rmq_engine *e, double timeout);
+/* An eventfd that is readable while events may be queued, for an event loop to wait
+ * on (it then calls re_next with timeout 0, which resets it). Owned by the engine. */
+int re_event_fd(const rmq_engine *e);
 void re_free_events(re_event *ev);      /* a chain */
 void re_free_event(re_event *ev);       /* one, taken out of its chain */
 

@@ -197,10 +197,18 @@ cdef class Engine:
             raise ValueError("the engine is stopped")
         return self.e
 
+    @property
+    def event_fd(self):
+        """A descriptor that is readable while events may be queued: an event loop
+        waits on it (``loop.add_reader``) and then takes them with ``events(0)``,
+        which makes it unreadable again (an eventfd; the engine closes it)."""
+        return re_event_fd(self._running())
+
     def events(self, double timeout=1.0):
         """The events queued since the last call, oldest first, waiting up to
         ``timeout`` seconds (the GIL released) for one: ``[(kind, conn, data)]``; a
-        "frame" event's data is a read-only memoryview of the frames (not a copy)."""
+        "frame" event's data is a read-only memoryview of the frames (not a copy).
+        With ``timeout`` 0: what is queued, at once."""
         cdef rmq_engine* e = self._running()
         cdef re_event* chain
         cdef re_event* ev

@@ -6,11 +6,11 @@ answers route queries (GET_ROUTEINFO_BY_TOPIC, found or TOPIC_NOT_EXIST, zone mo
 both serialize types) from the route table under its read lock and writes, in
 ``serverIoThreads`` threads that never take the GIL. Every other frame comes here
 whole, with its connection's id, through the engine's bounded queue (one batch of
-frames per connection at a time: the connection is not read meanwhile); a pump
-thread waits on it with the GIL released and hands the events to the event loop,
-where the requests are answered as on the asyncio server (``processor.quick``, else
-the table thread) and the answers go back with ``Engine.send``, which lets the
-connection go on.
+frames per connection at a time: the connection is not read meanwhile). The event
+loop waits on the queue's descriptor (``Engine.event_fd``) with its other sockets
+and takes the events there, in order: the requests are answered as on the asyncio
+server (``processor.quick``, else the table thread) and the answers go back with
+``Engine.send``, which lets the connection go on.
 
 What stays where:
 - In C, where the bytes are: maxFrameLength (close after the answers before the bad
@@ -34,7 +34,6 @@ What stays where:
   Python, a statically linked OpenSSL), ``make_app`` serves on asyncio and logs why.
 """
 
-import asyncio
 import logging
 import socket
 import threading
@@ -50,9 +49,6 @@ from rmq.protocol import IN, OUT, RequestCode
 
 log = logging.getLogger(__name__)
 
-#: How long the pump waits for the engine's events per call (seconds): bounds how long
-#: a shutdown waits for the pump to notice.
-PUMP_WAIT = 0.05
 #: Answers (bytes) Python hands the engine for one connection at a time: past them, the
 #: rest of its batch waits until the engine says the connection's output drained (a
 #: batch of 64 big answers, e.g. 206s to a client that does not read, is not built
@@ -114,8 +110,7 @@ class EngineServerApp(NameServerApp):
         self.engine = None
         self._sock = None
         self._by_id = {}            # connection id -> EngineConnection
-        self._pump = None
-        self._pump_stop = False
+        self._stopping = False      # the trace drainer's last pass
         self._drainer = None
         self._last_counts = None    # the engine's, as it stopped (scrapes never go back)
         # route queries signed for the ACL: every one goes to the gate in Python
@@ -154,9 +149,9 @@ class EngineServerApp(NameServerApp):
             raise
         self._sock = sock
         self._apply_routes()
-        self._pump = threading.Thread(target=self._pump_events, name="rmq-engine-events",
-                                      daemon=True)
-        self._pump.start()
+        # (the loop thread itself takes the events: no thread between the I/O threads
+        # and the loop, whose hand-over would cost every Python request a wake-up)
+        self.loop.add_reader(self.engine.event_fd, self._take_events)
         if self.trace is not None:
             self._drainer = threading.Thread(target=self._drain_trace, name="rmq-engine-trace",
                                              daemon=True)
@@ -207,7 +202,7 @@ class EngineServerApp(NameServerApp):
         engine, record = self.engine, self.trace.record
         peers = {}
         while True:
-            stopping = self._pump_stop
+            stopping = self._stopping
             for t, conn, kind, data in engine.trace_take(flush=stopping):
                 if kind == "open":
                     peers[conn] = data
@@ -226,13 +221,9 @@ class EngineServerApp(NameServerApp):
 
     # ---------------------------------------------------------------- events
 
-    def _pump_events(self):
-        """The pump thread: the engine's events to the loop, in order."""
-        engine, loop = self.engine, self.loop
-        while not self._pump_stop:
-            events = engine.events(PUMP_WAIT)
-            if events:
-                loop.call_soon_threadsafe(self._dispatch, events)
+    def _take_events(self):
+        """The engine's events, on the loop (its descriptor is readable)."""
+        self._dispatch(self.engine.events(0))
 
     def _dispatch(self, events):
         for kind, conn_id, data in events:
@@ -392,11 +383,11 @@ class EngineServerApp(NameServerApp):
         engine.stop_accepting()
         log.info("stopped accepting connections")
         await self._close_each_connection()     # the engine's stop closes the rest
-        self._pump_stop = True
-        await self.loop.run_in_executor(None, self._pump.join)
+        self.loop.remove_reader(engine.event_fd)
+        self._stopping = True
         if self._drainer is not None:       # (its last pass takes what is left)
             await self.loop.run_in_executor(None, self._drainer.join)
-        await asyncio.sleep(0)      # the pump's last events
+        self._dispatch(engine.events(0))    # the last events
         self._last_counts = engine.counts()
         self.engine = None
         await self.loop.run_in_executor(None, engine.stop)
