@@ -274,9 +274,14 @@ cdef class Engine:
                 for part in parts:
                     view = part
                     n = view.shape[0]
-                    if n:
+                    if n >= 65536:
+                        # (a 206's megabytes: the table thread's registration goes
+                        # on meanwhile; the view holds the part's buffer)
+                        with nogil:
+                            memcpy(buf + off, &view[0], n)
+                    elif n:
                         memcpy(buf + off, &view[0], n)
-                        off += n
+                    off += n
             except BaseException:
                 rp_give(buf, total)
                 raise
