@@ -760,7 +760,7 @@ def check_engine(inp):
                 s.sendall(piece)
         except OSError:             # closed by the engine before all was sent
             pass
-        s.settimeout(2.0)
+        s.settimeout(10.0)          # (on a loaded machine: only a failure waits it out)
         try:
             while len(got) < len(expected):
                 chunk = s.recv(1 << 16)
@@ -779,8 +779,12 @@ def check_engine(inp):
         except OSError:             # reset: closed
             closed = True
     if bytes(got) != expected or closed != closes:
+        at = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b),
+                  min(len(expected), len(got)))
         return [(("engine", "disagree"),
-                 {"expected": _short(repr(expected), 300), "got": _short(repr(bytes(got)), 300),
+                 {"bytes": [len(expected), len(got)], "first_difference": at,
+                  "expected": _short(repr(expected[at:]), 300),
+                  "got": _short(repr(bytes(got[at:])), 300),
                   "closes": closes, "closed": closed})]
     return []
 
