@@ -127,9 +127,10 @@ wheel-test:
 wheel-test-py314:
 	tools/wheel-test-sid.sh
 
-# rmq._core built for aarch64 in an arm64 Debian root and cibuildwheel's aarch64
-# test-command (pyproject.toml), the ARMv8 CRC32 kernels included, run under QEMU user
-# emulation (root; docs/aarch64.md has what it does and how long it takes).
+# rmq._core cross-compiled for aarch64 on the host (Debian's aarch64 gcc, an arm64
+# Debian root as sysroot) and cibuildwheel's aarch64 test-command (pyproject.toml), the
+# ARMv8 CRC32 kernels included, run in that root under QEMU user emulation (root; ~7-8 min
+# with a fresh root; docs/aarch64.md has what it does and how long it takes).
 # AARCH64_TEST_ARGS replaces the test-command by pytest arguments.
 aarch64-test:
 	tools/aarch64-test.sh $(AARCH64_TEST_ARGS)

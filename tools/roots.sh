@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts in tools/ (set TOOL, the name their log lines carry, and
 # START, the epoch second their clock starts at, first): their log lines, and the
 # Debian roots that tools/aarch64-test.sh and tools/wheel-test-sid.sh run things in.
@@ -11,6 +12,13 @@ die() { log "FAILED: $*"; exit 1; }
 # root_stamp's "SUITE PACKAGES", so that the caller can tell a root made for another
 # package list. It never deletes a directory it did not make: an unfinished root is
 # ROOT.tmp.
+#
+# With ROOT_BETWEEN_STAGES set to a command, debootstrap runs in its two stages: the
+# first (--foreign: the packages downloaded into ROOT.tmp/var/cache/apt/archives and the
+# essential ones unpacked, on the host), then that command with ROOT.tmp as its argument
+# (tools/aarch64-test.sh starts its cross build there, on the packages), then the second
+# stage (their installation: dpkg and the packages' scripts in ROOT.tmp, under QEMU for a
+# foreign architecture).
 root_stamp() { echo "$2 $3"; }      # ROOT SUITE PACKAGES: what .rmq-rootfs says when current
 
 make_root() {
@@ -22,9 +30,22 @@ make_root() {
     rm -rf --one-file-system "$root.tmp"
     mkdir -p "$(dirname "$root")"
     t=$(date +%s)
-    debootstrap "$@" --variant=minbase --include="$packages" "$suite" "$root.tmp" "$mirror" \
-        > "$root.debootstrap.log" 2>&1 \
-        || { tail -20 "$root.debootstrap.log" >&2; die "debootstrap (log: $root.debootstrap.log)"; }
+    if [[ -z "${ROOT_BETWEEN_STAGES:-}" ]]; then
+        debootstrap "$@" --variant=minbase --include="$packages" "$suite" "$root.tmp" "$mirror" \
+            > "$root.debootstrap.log" 2>&1 \
+            || { tail -20 "$root.debootstrap.log" >&2; die "debootstrap (log: $root.debootstrap.log)"; }
+    else
+        debootstrap --foreign "$@" --variant=minbase --include="$packages" "$suite" "$root.tmp" "$mirror" \
+            > "$root.debootstrap.log" 2>&1 \
+            || { tail -20 "$root.debootstrap.log" >&2; die "debootstrap --foreign (log: $root.debootstrap.log)"; }
+        log "first stage (packages downloaded, essential ones unpacked) in $(( $(date +%s) - t )) s"
+        "$ROOT_BETWEEN_STAGES" "$root.tmp"
+        # run on the host, as debootstrap runs its second stage itself (in the root, its
+        # shell script would run under QEMU too, and take twice as long)
+        DEBOOTSTRAP_DIR="$root.tmp/debootstrap" "$root.tmp/debootstrap/debootstrap" --second-stage \
+            --second-stage-target="$root.tmp" >> "$root.debootstrap.log" 2>&1 \
+            || { tail -20 "$root.debootstrap.log" >&2; die "debootstrap --second-stage (log: $root.debootstrap.log)"; }
+    fi
     mv "$root.tmp" "$root"
     root_stamp "$root" "$suite" "$packages" > "$root/.rmq-rootfs"
     log "root created in $(( $(date +%s) - t )) s"
