@@ -562,25 +562,23 @@ cdef int encode_into(WBuf* b, RemotingCommand cmd, bint with_body=True) except -
     return 0
 
 
-def encode_frame(RemotingCommand cmd):
-    """Encode ``cmd`` as a complete frame in its own serialize type."""
+cdef bytes frame_bytes(RemotingCommand cmd, bint with_body):
     cdef WBuf b
-    wb_init(&b, 256 + (len(cmd.body) if cmd.body is not None else 0))
+    wb_init(&b, 256 + (len(cmd.body) if with_body and cmd.body is not None else 0))
     try:
-        encode_into(&b, cmd)
+        encode_into(&b, cmd, with_body)
         return wb_bytes(&b)
     finally:
         wb_free(&b)
+
+
+def encode_frame(RemotingCommand cmd):
+    """Encode ``cmd`` as a complete frame in its own serialize type."""
+    return frame_bytes(cmd, True)
 
 
 def encode_frame_head(RemotingCommand cmd):
     """The head of ``cmd``'s frame: ``encode_frame(cmd)`` less ``cmd.body``, which
     follows it on the wire as it is (the head's lengths count it). For a writer that
     copies a big body once, where it writes from, not into a frame first."""
-    cdef WBuf b
-    wb_init(&b, 256)
-    try:
-        encode_into(&b, cmd, False)
-        return wb_bytes(&b)
-    finally:
-        wb_free(&b)
+    return frame_bytes(cmd, False)

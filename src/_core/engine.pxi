@@ -107,6 +107,10 @@ def engine_tls(context):
     return None
 
 
+cdef enum:
+    NOGIL_COPY = 65536      # Engine.send copies a part of this size or more without the GIL
+
+
 cdef class Engine:
     """I/O threads serving a listening socket from ``table`` (a TopicTable): route
     queries (found, TOPIC_NOT_EXIST) are answered in C in the table's answer
@@ -274,7 +278,7 @@ cdef class Engine:
                 for part in parts:
                     view = part
                     n = view.shape[0]
-                    if n >= 65536:
+                    if n >= NOGIL_COPY:
                         # (a 206's megabytes: the table thread's registration goes
                         # on meanwhile; the view holds the part's buffer)
                         with nogil:
