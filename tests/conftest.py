@@ -25,6 +25,7 @@ import re
 import pytest
 from hypothesis import settings
 
+import dists
 import parts
 from nameserver import DEFAULT_SERVER, LOOPS, SERVERS
 from support import PUREPYTHON, load_compiled, load_fallback, route_table
@@ -145,6 +146,15 @@ def bodies(impl):
         for name in _BODIES_FROM_CORE:
             mp.setattr(rmq.bodies, name, getattr(impl, name))
         yield rmq.bodies
+
+
+@pytest.fixture(scope="session")
+def release_dists(tmp_path_factory):
+    """(sdist, wheel, the build's output) of this tree, built once for the whole session
+    whatever the xdist worker (tests/dists.py)."""
+    parts.require("build")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMQ_PUREPYTHON")}
+    return dists.build(dists.shared_dir(tmp_path_factory), env=env)
 
 
 @pytest.fixture(params=SERVERS)

@@ -2,8 +2,8 @@
 and a packed rmq environment to ship to it (tests/test_spark_cluster.py, and
 bench/cluster.py, which imports it from here).
 
-:func:`pack_environment` builds the rmq wheel from this tree, installs it into a fresh
-venv and packs that with venv-pack: the executors import the compiled core from the
+:func:`pack_environment` installs an rmq wheel of this tree (built here, or the one
+the test session built already: tests/dists.py) into a fresh venv and packs that with venv-pack: the executors import the compiled core from the
 archive, with rmq not installed where the workers run. :class:`StandaloneCluster`
 starts ``spark-class ...deploy.master.Master`` and N ``...deploy.worker.Worker``
 processes (separate JVMs, each worker with its own work directory), all bound to
@@ -51,11 +51,13 @@ def clean_env(**more):
     return env
 
 
-def pack_environment(directory):
-    """``directory``/rmq_env.tar.gz (see the module doc); (its path, seconds to pack)."""
+def pack_environment(directory, wheel=None):
+    """``directory``/rmq_env.tar.gz (see the module doc) with ``wheel`` installed, or
+    one built from this tree; (its path, seconds to pack)."""
     d = Path(directory)
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", d / "wheel", ROOT])
-    [wheel] = (d / "wheel").glob("rmq-*.whl")
+    if wheel is None:
+        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", d / "wheel", ROOT])
+        [wheel] = (d / "wheel").glob("rmq-*.whl")
     # the driver's Python version: a Python worker must match the driver's minor version
     run([sys.executable, "-m", "venv", d / "venv"])
     # pyarrow: the tasks decode into Arrow batches and write frames.parquet with it

@@ -1,10 +1,12 @@
 """The release as a user gets it: the sdist builds from scratch, the wheel holds exactly
 the ``rmq`` package (the stripped extension, the stub, py.typed and the licence), and
-each installs into a fresh venv where ``rmq`` runs a NameServer session. And every
-file the build, cibuildwheel, the Makefile, the scripts and the docs name exists.
+the wheel built from the sdist installs into a fresh venv where ``rmq`` runs a
+NameServer session. And every file the build, cibuildwheel, the Makefile, the scripts
+and the docs name exists.
 
-The builds are slow (two builds of the core, two venvs from PyPI): marked ``slow``, and
-everything here runs once, in the compiled pass of ``make test``.
+The build is slow (the core compiled in an isolated environment from PyPI, a venv):
+marked ``slow``, made once per session (tests/dists.py: the Spark cluster test ships
+the same wheel), and everything here runs once, in the compiled pass of ``make test``.
 """
 
 import fnmatch
@@ -102,35 +104,11 @@ def test_supported_pythons_agree():
 
 
 @pytest.fixture(scope="module")
-def dists(tmp_path_factory):
+def dists(release_dists):
     """``python -m build``: the sdist from this tree, then the wheel from the sdist
-    (in an isolated build environment), so the wheel proves the sdist complete."""
-    parts.require("build")
-    out = tmp_path_factory.mktemp("dist")
-    # A copy of the tree (MANIFEST.in still decides what the sdist holds): the build
-    # writes egg-info and a release tree into the directory it builds, which another
-    # build of the same tree (nox, a developer) must not meet.
-    tree = tmp_path_factory.mktemp("tree") / "rmq"
-    shutil.copytree(ROOT, tree, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".nox", "build", "dist", "node_modules", "*.egg-info", "*.so",
-        "_core.c", "__pycache__", ".mypy_cache", ".hypothesis", ".benchmarks"))
-    proc = _run([sys.executable, "-m", "build", "--outdir", out, tree], cwd=tree, timeout=900)
-    sdist, = out.glob("rmq-*.tar.gz")
-    wheel, = out.glob("rmq-*.whl")
-    return sdist, wheel, proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def venvs(tmp_path_factory):
-    made = {}
-
-    def venv(name):
-        if name not in made:
-            path = tmp_path_factory.mktemp(f"venv-{name}")
-            _run([sys.executable, "-m", "venv", path])
-            made[name] = path
-        return made[name]
-    return venv
+    (in an isolated build environment, as pip builds an sdist it installs), so the
+    wheel proves the sdist complete; built once per session (tests/dists.py)."""
+    return release_dists
 
 
 @slow
@@ -197,13 +175,14 @@ def test_wheel_extension_is_stripped(dists, tmp_path):
 
 
 @slow
-@pytest.mark.parametrize("artifact", ["wheel", "sdist"])
-def test_installs_into_a_fresh_venv_and_serves(dists, venvs, artifact, tmp_path):
-    sdist, wheel, _ = dists
-    venv = venvs(artifact)
+def test_installs_into_a_fresh_venv_and_serves(dists, tmp_path_factory, tmp_path):
+    # The wheel only: the sdist's own build is the one that made it (installing the
+    # sdist would be a second, identical PEP 517 build of the core).
+    _, wheel, _ = dists
+    venv = tmp_path_factory.mktemp("venv-wheel")
+    _run([sys.executable, "-m", "venv", venv])
     bin_ = venv / "bin"
-    _run([bin_ / "python", "-m", "pip", "install", "-q", wheel if artifact == "wheel" else sdist],
-         timeout=900)
+    _run([bin_ / "python", "-m", "pip", "install", "-q", wheel], timeout=900)
 
     assert _run([bin_ / "rmq", "--version"]).stdout.strip() == f"rmq {rmq.__version__}"
     version = _run([bin_ / "rmq", "version"]).stdout

@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.once,
 
 
 @pytest.fixture(scope="module")
-def packed_env(tmp_path_factory):
-    archive, seconds = pack_environment(tmp_path_factory.mktemp("env"))
+def packed_env(tmp_path_factory, release_dists):
+    _, wheel, _ = release_dists
+    archive, seconds = pack_environment(tmp_path_factory.mktemp("env"), wheel)
     print(f"packed environment: {archive.stat().st_size / 1e6:.1f} MB in {seconds:.1f} s")
     return archive
 
