@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum {
@@ -97,4 +98,28 @@ void rp_stats(size_t *buffers, size_t *bytes)
     *buffers = pool_count;
     *bytes = pool_bytes;
     pthread_mutex_unlock(&pool_m);
+}
+
+rp_shared *rp_shared_new(const void *data, size_t len)
+{
+    rp_shared *s = malloc(sizeof *s + (len ? len : 1));
+    if (!s)
+        return NULL;
+    s->refs = 1;
+    s->len = len;
+    if (len)
+        memcpy(s->data, data, len);
+    return s;
+}
+
+void rp_shared_hold(rp_shared *s)
+{
+    __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+void rp_shared_drop(rp_shared *s)
+{
+    /* (acquire-release: the last holder's free comes after every other's reads) */
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(s);
 }

@@ -40,4 +40,19 @@ void rp_trim(double now);
 /* What is kept now: buffers and bytes (tests, metrics). */
 void rp_stats(size_t *buffers, size_t *bytes);
 
+/* Bytes shared by the outputs of many connections: a cached answer's body (one 206
+ * answer on a big table is megabytes, and a client may pipeline hundreds) written as
+ * it is, never copied per answer. Counted references, taken and dropped on any
+ * thread; the last drop frees it. */
+typedef struct rp_shared {
+    size_t refs;
+    size_t len;
+    char data[];
+} rp_shared;
+
+/* A copy of data's len bytes, one reference held. NULL: out of memory. */
+rp_shared *rp_shared_new(const void *data, size_t len);
+void rp_shared_hold(rp_shared *s);
+void rp_shared_drop(rp_shared *s);      /* (NULL: nothing) */
+
 #endif

@@ -8,3 +8,10 @@ cdef extern from "bufpool.h" nogil:
     void rp_give(void* p, size_t cap)
     void rp_trim(double now)
     void rp_stats(size_t* buffers, size_t* bytes)
+    ctypedef struct rp_shared:
+        size_t refs
+        size_t len
+        char* data
+    rp_shared* rp_shared_new(const void* data, size_t len)
+    void rp_shared_hold(rp_shared* s)
+    void rp_shared_drop(rp_shared* s)

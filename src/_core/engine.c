@@ -63,9 +63,19 @@ enum { IO_AGAIN = -1, IO_GONE = -2, IO_TLS_ERROR = -3 };
  * milliseconds of page faults, every other connection of it waiting). */
 typedef struct re_block {
     struct re_block *next;
-    char *data;                     /* from the buffer pool, given back once written */
+    char *data;                     /* from the buffer pool, given back once written; */
     size_t off, len, cap;           /* not yet written: data[off..len) */
+    rp_shared *shared;              /* or within this, dropped once written */
 } re_block;
+
+static void free_block(re_block *b)
+{
+    if (b->shared)
+        rp_shared_drop(b->shared);
+    else
+        rp_give(b->data, b->cap);
+    free(b);
+}
 
 typedef struct re_conn {
     struct re_conn *next;           /* hash chain */
@@ -108,11 +118,26 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
     sem_t *done;
     size_t len;
     char *data;                     /* malloc'd: the command owns it */
+    re_part *parts;                 /* or these, in order (re_send_parts): owned too */
+    size_t nparts;
 } re_cmd;
+
+static void free_parts(re_part *parts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (parts[i].shared)
+            rp_shared_drop(parts[i].shared);
+        else
+            rp_give(parts[i].data, parts[i].len);
+    }
+    free(parts);
+}
 
 static void free_cmd(re_cmd *cmd)
 {
     rp_give(cmd->data, cmd->len);   /* (Python's buffer: from the pool when big) */
+    if (cmd->parts)
+        free_parts(cmd->parts, cmd->nparts);
     free(cmd);
 }
 
@@ -408,9 +433,23 @@ static void plain_done(re_conn *c, size_t w)
         c->ahead = b->next;
         if (!c->ahead)
             c->ahead_tail = NULL;
-        rp_give(b->data, b->cap);
-        free(b);
+        free_block(b);
     }
+}
+
+static int queue_ahead(re_conn *c, re_block block)
+{
+    re_block *b = malloc(sizeof *b);
+    if (!b)
+        return -1;
+    *b = block;
+    if (c->ahead_tail)
+        c->ahead_tail->next = b;
+    else
+        c->ahead = b;
+    c->ahead_tail = b;
+    c->ahead_bytes += b->len - b->off;
+    return 0;
 }
 
 /* out, unless empty, queued ahead as it is: out starts again empty. -1: no memory. */
@@ -418,16 +457,8 @@ static int out_ahead(re_conn *c)
 {
     if (c->out_len == c->out_off)
         return 0;
-    re_block *b = malloc(sizeof *b);
-    if (!b)
+    if (queue_ahead(c, (re_block){NULL, c->out, c->out_off, c->out_len, c->out_cap, NULL}) < 0)
         return -1;
-    *b = (re_block){NULL, c->out, c->out_off, c->out_len, c->out_cap};
-    if (c->ahead_tail)
-        c->ahead_tail->next = b;
-    else
-        c->ahead = b;
-    c->ahead_tail = b;
-    c->ahead_bytes += c->out_len - c->out_off;
     c->out = NULL;
     c->out_off = c->out_len = c->out_cap = 0;
     return 0;
@@ -438,8 +469,7 @@ static void free_ahead(re_conn *c)
     while (c->ahead) {
         re_block *b = c->ahead;
         c->ahead = b->next;
-        rp_give(b->data, b->cap);
-        free(b);
+        free_block(b);
     }
     c->ahead_tail = NULL;
     c->ahead_bytes = 0;
@@ -1074,6 +1104,44 @@ static void accept_all(re_thread *th)
     }
 }
 
+/* Output from Python for c (len bytes at *data), traced and queued: a small one
+ * copied into out; a big one (a batch of 206s) becomes the output, not copied again
+ * (*data taken: NULL after); a shared one (a cached answer's body, its reference
+ * taken over) is queued where it is. What was unwritten goes ahead of either. -1:
+ * out of memory, c closed. */
+static int take_output(re_thread *th, re_conn *c, char **data, size_t len, rp_shared *shared)
+{
+    if (!len) {
+        rp_shared_drop(shared);
+        return 0;
+    }
+    trace_put(th, RE_TRACE_OUT, c->id, *data, len);
+    if (shared) {
+        if (out_ahead(c) < 0 || queue_ahead(c, (re_block){NULL, *data, 0, len, 0, shared}) < 0) {
+            rp_shared_drop(shared);
+            goto no_memory;
+        }
+    } else if (len >= READ_CHUNK) {
+        if (out_ahead(c) < 0)
+            goto no_memory;
+        rp_give(c->out, c->out_cap);
+        c->out = *data;
+        c->out_off = 0;
+        c->out_len = c->out_cap = len;
+        *data = NULL;
+    } else {
+        if (out_room(c, len) < 0)
+            goto no_memory;
+        memcpy(c->out + c->out_len, *data, len);
+        c->out_len += len;
+    }
+    return 0;
+no_memory:
+    c->why = RE_WHY_NO_MEMORY;
+    conn_close(th, c, 1);
+    return -1;
+}
+
 /* Python's answers and closes for this thread's connections; re_stop_accepting. */
 static void run_cmds(re_thread *th)
 {
@@ -1108,31 +1176,13 @@ static void run_cmds(re_thread *th)
         if (c) {
             int gone = 0;
             c->last_active = th->now;       /* Python answered: not idle */
-            if (cmd->len)
-                trace_put(th, RE_TRACE_OUT, c->id, cmd->data, cmd->len);
-            if (cmd->len >= READ_CHUNK) {
-                /* a big answer (a batch of 206s): its buffer becomes the output,
-                 * not copied again; what was unwritten goes ahead of it */
-                if (out_ahead(c) < 0) {
-                    c->why = RE_WHY_NO_MEMORY;
-                    conn_close(th, c, 1);
-                    gone = 1;
-                } else {
-                    rp_give(c->out, c->out_cap);
-                    c->out = cmd->data;
-                    c->out_off = 0;
-                    c->out_len = c->out_cap = cmd->len;
-                    cmd->data = NULL;
-                }
-            } else if (cmd->len) {
-                if (out_room(c, cmd->len) < 0) {
-                    c->why = RE_WHY_NO_MEMORY;
-                    conn_close(th, c, 1);
-                    gone = 1;
-                } else {
-                    memcpy(c->out + c->out_len, cmd->data, cmd->len);
-                    c->out_len += cmd->len;
-                }
+            if (cmd->len && take_output(th, c, &cmd->data, cmd->len, NULL) < 0)
+                gone = 1;
+            for (size_t i = 0; !gone && i < cmd->nparts; i++) {
+                re_part *part = &cmd->parts[i];
+                gone = take_output(th, c, &part->data, part->len, part->shared) < 0;
+                if (part->shared)
+                    *part = (re_part){NULL, 0, NULL};   /* (its reference taken over) */
             }
             if (!gone) {
                 if (cmd->notify)
@@ -1156,7 +1206,6 @@ static void run_cmds(re_thread *th)
     }
 }
 
-/* Every scan period: idle connections closed, closes pending too long aborted. */
 /* Every scan period: idle connections closed, closes pending too long aborted, and
  * the record buffers of TLS connections quiet for a period given back. */
 static void scan_idle(re_thread *th, double period)
@@ -1296,7 +1345,21 @@ int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resu
         free(data);
         return index < e->nthreads ? -1 : 0;
     }
-    *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, len, data};
+    *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, len, data, NULL, 0};
+    post(&e->threads[index], cmd);
+    return 0;
+}
+
+int re_send_parts(rmq_engine *e, uint64_t conn, re_part *parts, size_t n, int resume,
+                  int notify)
+{
+    int index = (int)(conn & 0xFF);
+    re_cmd *cmd = index < e->nthreads ? malloc(sizeof *cmd) : NULL;
+    if (!cmd) {
+        free_parts(parts, n);
+        return index < e->nthreads ? -1 : 0;
+    }
+    *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, 0, NULL, parts, n};
     post(&e->threads[index], cmd);
     return 0;
 }
@@ -1320,7 +1383,7 @@ int re_close(rmq_engine *e, uint64_t conn)
     re_cmd *cmd = malloc(sizeof *cmd);
     if (!cmd)
         return -1;
-    *cmd = (re_cmd){NULL, conn, 0, 1, 0, NULL, NULL, 0, NULL};
+    *cmd = (re_cmd){NULL, conn, 0, 1, 0, NULL, NULL, 0, NULL, NULL, 0};
     post(th, cmd);
     return 0;
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bufpool.h"
 #include "routetable.h"
 #include "serve.h"
 
@@ -121,6 +122,22 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
 /* re_send of a malloc'd buffer the engine takes over (freed by it in every case):
  * a big answer is then written from it, not copied again. */
 int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume,
+                  int notify);
+
+/* One part of an output for re_send_parts: len bytes at data, malloc'd or from the
+ * buffer pool (bufpool.h) when shared is NULL; else within shared, one reference to
+ * which the part holds. */
+typedef struct {
+    char *data;
+    size_t len;
+    rp_shared *shared;
+} re_part;
+
+/* re_send_owned of parts written one after the other, taken over (in every case:
+ * buffers given back, references dropped once written): a shared part (a cached
+ * answer's body) is written from where it is, whatever the number of connections
+ * it goes to. */
+int re_send_parts(rmq_engine *e, uint64_t conn, re_part *parts, size_t n, int resume,
                   int notify);
 
 /* Close a connection after its queued output is sent. */

@@ -3,6 +3,7 @@
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
+from bufpool cimport rp_shared
 from routetable cimport rt_table
 
 cdef extern from "engine.h" nogil:
@@ -70,6 +71,12 @@ cdef extern from "engine.h" nogil:
     void re_free_event(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)
     int re_send_owned(rmq_engine* e, uint64_t conn, char* data, size_t len, int resume,
+                      int notify)
+    ctypedef struct re_part:
+        char* data
+        size_t len
+        rp_shared* shared
+    int re_send_parts(rmq_engine* e, uint64_t conn, re_part* parts, size_t n, int resume,
                       int notify)
     int re_close(rmq_engine* e, uint64_t conn)
     ctypedef struct re_trace_head:

@@ -10,7 +10,8 @@ from libc.errno cimport errno
 from cpython.buffer cimport PyBuffer_FillInfo
 
 from engine cimport *
-from bufpool cimport rp_take, rp_give, rp_trim, rp_stats
+from bufpool cimport (rp_take, rp_give, rp_trim, rp_stats, rp_shared, rp_shared_new,
+                     rp_shared_hold, rp_shared_drop)
 from tls cimport tl_load, tl_ctx_matches
 
 cdef extern from *:
@@ -109,6 +110,69 @@ def engine_tls(context):
 
 cdef enum:
     NOGIL_COPY = 65536      # Engine.send copies a part of this size or more without the GIL
+
+
+@cython.final
+cdef class SharedBytes:
+    """Bytes in the core's memory that ``Engine.send`` queues as they are, however many
+    connections they go to: a cached answer's body (one 206 answer on a big table is
+    megabytes, and a client may pipeline hundreds of them) copied once, here, instead
+    of once per answer. Each queued send holds a reference, dropped by the I/O thread
+    once written; the memory goes with the last. A read-only buffer."""
+    cdef rp_shared* _s
+
+    def __cinit__(self, data):
+        cdef const uint8_t[::1] view = data
+        cdef size_t n = view.shape[0]
+        with nogil:
+            self._s = rp_shared_new(&view[0] if n else NULL, n)
+        if self._s == NULL:
+            raise MemoryError()
+
+    def __len__(self):
+        return self._s.len
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        PyBuffer_FillInfo(buf, self, self._s.data, <Py_ssize_t>self._s.len, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        pass
+
+    def __dealloc__(self):
+        rp_shared_drop(self._s)
+
+
+cdef char* _joined(parts, Py_ssize_t start, Py_ssize_t stop, size_t* total) except? NULL:
+    """parts[start:stop] (bytes-like) copied one after the other into one buffer for
+    the engine (from its pool of big buffers when big; NULL when empty), its length in
+    ``total``."""
+    cdef const uint8_t[::1] view
+    cdef size_t off = 0, n, cap
+    cdef char* buf
+    total[0] = 0
+    for i in range(start, stop):
+        total[0] += len(parts[i])
+    if total[0] == 0:
+        return NULL
+    buf = <char*>rp_take(total[0], &cap)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        for i in range(start, stop):
+            view = parts[i]
+            n = view.shape[0]
+            if n >= NOGIL_COPY:
+                # (a 206's megabytes: the table thread's registration goes on
+                # meanwhile; the view holds the part's buffer)
+                with nogil:
+                    memcpy(buf + off, &view[0], n)
+            elif n:
+                memcpy(buf + off, &view[0], n)
+            off += n
+    except BaseException:
+        rp_give(buf, total[0])
+        raise
+    return buf
 
 
 cdef class Engine:
@@ -255,42 +319,55 @@ cdef class Engine:
         return out
 
     def send(self, uint64_t conn, data, bint resume=True, bint notify=False):
-        """Queue ``data`` (bytes, or a list or tuple of bytes, written one after the
-        other) for connection ``conn`` and, with ``resume``, let it go on with its next
-        frames; with ``notify``, a ``("drained", conn, None)`` event comes once its
-        unsent output is down to ``resume_output``. A connection gone meanwhile is
-        ignored."""
+        """Queue ``data`` (bytes or a SharedBytes, or a list or tuple of them, written
+        one after the other) for connection ``conn`` and, with ``resume``, let it go on
+        with its next frames; with ``notify``, a ``("drained", conn, None)`` event comes
+        once its unsent output is down to ``resume_output``. A connection gone
+        meanwhile is ignored. Bytes are copied once, into the buffer the engine writes
+        from (no join in Python); a SharedBytes is not copied at all."""
         cdef rmq_engine* e = self._running()
-        cdef const uint8_t[::1] view
-        cdef size_t total = 0, off = 0, n, cap
-        cdef char* buf = NULL
+        cdef size_t total, n = 0
+        cdef char* buf
+        cdef re_part* arr
+        cdef rp_shared* shared
+        cdef Py_ssize_t i = 0, j, count
         cdef int rc
         parts = data if isinstance(data, (list, tuple)) else (data,)
-        for part in parts:
-            total += len(part)
-        if total:
-            # one copy, into the buffer the engine writes from (no join in Python); a
-            # big one (a turn of 206 answers) from the engine's pool of big buffers
-            buf = <char*>rp_take(total, &cap)
-            if buf == NULL:
+        count = len(parts)
+        if not any(type(part) is SharedBytes for part in parts):
+            buf = _joined(parts, 0, count, &total)
+            with nogil:
+                rc = re_send_owned(e, conn, buf, total, resume, notify)
+        else:
+            # runs of bytes joined, each SharedBytes a part of its own (referenced)
+            arr = <re_part*>malloc(count * sizeof(re_part))
+            if arr == NULL:
                 raise MemoryError()
             try:
-                for part in parts:
-                    view = part
-                    n = view.shape[0]
-                    if n >= NOGIL_COPY:
-                        # (a 206's megabytes: the table thread's registration goes
-                        # on meanwhile; the view holds the part's buffer)
-                        with nogil:
-                            memcpy(buf + off, &view[0], n)
-                    elif n:
-                        memcpy(buf + off, &view[0], n)
-                    off += n
+                while i < count:
+                    if type(parts[i]) is SharedBytes:
+                        shared = (<SharedBytes>parts[i])._s
+                        rp_shared_hold(shared)
+                        arr[n] = re_part(shared.data, shared.len, shared)
+                        i += 1
+                    else:
+                        j = i + 1
+                        while j < count and type(parts[j]) is not SharedBytes:
+                            j += 1
+                        buf = _joined(parts, i, j, &total)
+                        arr[n] = re_part(buf, total, NULL)
+                        i = j
+                    n += 1
             except BaseException:
-                rp_give(buf, total)
+                for i in range(n):
+                    if arr[i].shared != NULL:
+                        rp_shared_drop(arr[i].shared)
+                    else:
+                        rp_give(arr[i].data, arr[i].len)
+                free(arr)
                 raise
-        with nogil:
-            rc = re_send_owned(e, conn, buf, total, resume, notify)
+            with nogil:
+                rc = re_send_parts(e, conn, arr, n, resume, notify)
         if rc < 0:
             raise MemoryError()
 

@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 #: batch of 64 big answers, e.g. 206s to a client that does not read, is not built
 #: whole while its output is backed up).
 TURN_BYTES = 1024 * 1024
+#: Big answer bodies (a cached topic list) kept as the engine writes them, the
+#: latest kept (EngineServerApp.shared_body): the current lists, and a few that a
+#: change just replaced.
+SHARED_BODIES = 4
 #: Trace recording: each I/O thread's ring (bytes), drained this often (seconds).
 TRACE_RING_BYTES = 16 * 1024 * 1024
 TRACE_DRAIN = 0.05
@@ -116,6 +120,7 @@ class EngineServerApp(NameServerApp):
         # route queries signed for the ACL: every one goes to the gate in Python
         self._acl_routes = bool(self.config.aclEnable and self.processor.checker.checks_routes)
         self._routes_in_c = True    # until needWaitForService or GO_AWAY says otherwise
+        self._shared = {}           # id(body) -> (body, its SharedBytes), SHARED_BODIES
 
     # ---------------------------------------------------------------- listening
 
@@ -339,6 +344,19 @@ class EngineServerApp(NameServerApp):
             self.counters.refused["bad_frame"] += 1
             log.warning("closing %s: %s", conn.peer, error)
             conn.close()
+
+    def shared_body(self, body):
+        """``body`` as a SharedBytes, made once per body (a cached topic list is the
+        same object until the table changes): the engine writes it from where it is
+        to every connection that asks, not a copy per answer. The event loop's
+        thread only."""
+        entry = self._shared.get(id(body))
+        if entry is None:
+            from rmq import _core
+            entry = self._shared[id(body)] = (body, _core.SharedBytes(body))
+            while len(self._shared) > SHARED_BODIES:
+                del self._shared[next(iter(self._shared))]
+        return entry[1]
 
     def _closed(self, conn_id, reason, detail):
         conn = self._by_id.pop(conn_id, None)

@@ -343,16 +343,17 @@ def encode_answer(app, cmd, resp, peer, out):
     RemotingCommand's serializeTypeConfigInThisServer; 4.9 copied the request's).
 
     A body of SHARED_BODY bytes or more (a cached topic list: one answer to a 206 on
-    a big table is megabytes) goes to ``out`` as it is, after its frame's head: the
-    network layer copies it once, where it writes from, and no frame is built for it
-    (a fresh allocation of the body's size, page-faulted, per answer)."""
+    a big table is megabytes) goes to ``out`` after its frame's head, as the network
+    layer holds it (``app.shared_body``: the engine's writes it from where it is),
+    and no frame is built for it (a fresh allocation of the body's size,
+    page-faulted, per answer)."""
     app.counters.answered(cmd, resp)
     resp.serialize_type = app.settings.serialize_type
     try:
         body = resp.body
         if body is not None and len(body) >= SHARED_BODY:
             head = encode_frame_head(resp)
-            out += (head, body)
+            out += (head, app.shared_body(body))
             return len(head) + len(body)
         frame = encode_frame(resp)
     except Exception:
@@ -760,6 +761,11 @@ class NameServerApp:
         """Whether the core answers route queries (else the gate, in Python)."""
         self.served_routes = (self._served_routes if on
                               else functools.partial(_no_room, self._served_routes))
+
+    def shared_body(self, body):
+        """A big answer body as the network layer writes it (encode_answer): asyncio
+        joins it to its head as it is."""
+        return body
 
     def trace_dropped(self):
         """Traced frames dropped (0 when not tracing)."""
