@@ -437,6 +437,7 @@ static void plain_done(re_conn *c, size_t w)
     }
 }
 
+/* block queued last ahead of out (written before it). -1: no memory, nothing queued. */
 static int queue_ahead(re_conn *c, re_block block)
 {
     re_block *b = malloc(sizeof *b);
