@@ -101,8 +101,10 @@ def _check_cluster_output(out, local_run, cluster):
     _same_tables(out, local_run)
 
 
-def test_rmq_trace_analyze_on_the_cluster_equals_local(tmp_path, cluster, packed_env, trace,
-                                                      local_run):
+# (packed_env last: the cluster, the trace and the local run are made while the
+# session's wheel is built, on another worker, tests/dists.py)
+def test_rmq_trace_analyze_on_the_cluster_equals_local(tmp_path, cluster, trace, local_run,
+                                                      packed_env):
     out = tmp_path / "out"
     run([sys.executable, "-m", "rmq", "trace", "analyze", trace, "--out", out,
           "--master", cluster.url, "--conf", f"spark.archives={packed_env}#environment",
@@ -110,8 +112,8 @@ def test_rmq_trace_analyze_on_the_cluster_equals_local(tmp_path, cluster, packed
     _check_cluster_output(out, local_run, cluster)
 
 
-def test_spark_submit_of_the_job_file_on_the_cluster_equals_local(tmp_path, cluster,
-                                                                 packed_env, trace, local_run):
+def test_spark_submit_of_the_job_file_on_the_cluster_equals_local(tmp_path, cluster, trace,
+                                                                 local_run, packed_env):
     out = tmp_path / "out"
     job = Path(rmq.trace.analyze.__file__)
     # as docs/trace.md says: the workers' Python from the archive, the driver's here
