@@ -89,6 +89,8 @@ typedef struct re_conn {
     size_t out_off, out_len, out_cap;
     char *sealed;                   /* TLS: records not yet written, [sealed_off..sealed_len) */
     size_t sealed_off, sealed_len, sealed_cap;
+    tl_sink sink;                   /* TLS: where OpenSSL puts them (sealed_write) */
+    uint8_t sink_failed;            /* TLS: sealed_write found no memory */
     int with_python;                /* one of its frames is with Python */
     int closing;                    /* close once out is written */
     int paused;                     /* unsent bytes reached max_output: not read until
@@ -487,7 +489,6 @@ static void account(re_thread *th, re_conn *c, size_t now)
 }
 
 static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t more);
-static int seal(re_conn *c);
 
 /* Close now (what is unsent is dropped) and, with tell, report the close with c->why.
  * c stays allocated until the end of the thread's epoll batch, which may still hold
@@ -528,7 +529,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
         if (c->closing && (c->why == RE_WHY_CLOSED || c->why == RE_WHY_IDLE ||
                            c->why == RE_WHY_BAD_FRAME))
             tl_shutdown(c->tls);
-        if (c->why != RE_WHY_PEER && seal(c) == 0 && c->sealed_len > c->sealed_off)
+        if (c->why != RE_WHY_PEER && c->sealed_len > c->sealed_off)
             (void)!send(c->fd, c->sealed + c->sealed_off, c->sealed_len - c->sealed_off,
                         MSG_NOSIGNAL | MSG_DONTWAIT);
         tl_free(c->tls);
@@ -808,6 +809,10 @@ static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
             if (r > 0)
                 got += (size_t)r;
         } while (r > 0 && got < n);
+        if (c->sink_failed) {                   /* (the handshake's answer is lost) */
+            c->why = RE_WHY_NO_MEMORY;
+            return IO_GONE;
+        }
         if (!c->tls_shaken && r != TL_ERROR)    /* (a fatal error resets OpenSSL's state) */
             c->tls_shaken = (uint8_t)tl_handshake_done(c->tls);
         if (r == TL_ERROR)
@@ -847,16 +852,17 @@ static void conn_failed(re_thread *th, re_conn *c, ssize_t r)
     conn_close(th, c, 1);
 }
 
-/* TLS: the records OpenSSL sealed (answers, the handshake's messages, alerts) moved to
- * c->sealed, to be written. -1: out of memory. */
-static int seal(re_conn *c)
+/* TLS (a tl_sink's write): records OpenSSL sealed (answers, the handshake's messages,
+ * alerts) appended to c->sealed, to be written. -1: out of memory. */
+static int sealed_write(void *arg, const char *data, size_t n)
 {
-    size_t n = tl_sealed(c->tls);
-    if (!n)
-        return 0;
-    if (make_room(&c->sealed, &c->sealed_off, &c->sealed_len, &c->sealed_cap, n) < 0)
+    re_conn *c = arg;
+    if (make_room(&c->sealed, &c->sealed_off, &c->sealed_len, &c->sealed_cap, n) < 0) {
+        c->sink_failed = 1;
         return -1;
-    c->sealed_len += tl_take(c->tls, c->sealed + c->sealed_len, n);
+    }
+    memcpy(c->sealed + c->sealed_len, data, n);
+    c->sealed_len += n;
     return 0;
 }
 
@@ -870,6 +876,8 @@ static int encrypt(re_conn *c)
         size_t n;
         const char *p = plain_next(c, &n);
         ssize_t w = tl_write(c->tls, p, n < SEAL_BYTES ? n : SEAL_BYTES);
+        if (c->sink_failed)
+            return -1;
         if (w == TL_WANT_READ)          /* the handshake is not done: no output yet */
             c->tls_wants_read = 1;
         else if (w < 0)
@@ -877,7 +885,7 @@ static int encrypt(re_conn *c)
         else
             plain_done(c, (size_t)w);
     }
-    return seal(c);
+    return 0;
 }
 
 /* Write what is pending, WRITE_TURN bytes at most: the rest once the thread's other
@@ -945,7 +953,8 @@ static int sniff(re_thread *th, re_conn *c)
     }
     c->sniff = 0;
     if (first == TLS_HANDSHAKE_RECORD) {
-        if (!(c->tls = tl_new(th->e->cfg.tls_ctx, c->fd))) {
+        c->sink = (tl_sink){sealed_write, c};
+        if (!(c->tls = tl_new(th->e->cfg.tls_ctx, c->fd, &c->sink))) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
             return -1;

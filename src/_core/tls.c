@@ -20,7 +20,8 @@ enum {
     SSL_CTRL_SET_READ_AHEAD = 41,
     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER = 0x2,
     BIO_NOCLOSE = 0,
-    BIO_CTRL_PENDING = 10,
+    BIO_CTRL_FLUSH = 11,
+    BIO_TYPE_SOURCE_SINK = 0x0400,
 };
 /* OpenSSL 3: an EOF without close_notify reads as a close, as on a plain socket (1.1.1
  * reports it as SSL_ERROR_SYSCALL with errno 0, taken as a close below) */
@@ -50,12 +51,16 @@ static struct {
     long (*SSL_get_verify_result)(const void *ssl);
     void *(*BIO_new_socket)(int sock, int close_flag);
     void *(*BIO_new)(const void *method);
-    const void *(*BIO_s_mem)(void);
-    int (*BIO_read)(void *bio, void *buf, int len);
-    long (*BIO_ctrl)(void *bio, int cmd, long larg, void *parg);
     int (*BIO_free)(void *bio);
+    int (*BIO_get_new_index)(void);
+    void *(*BIO_meth_new)(int type, const char *name);
+    int (*BIO_meth_set_write)(void *method, int (*write)(void *bio, const char *data, int n));
+    int (*BIO_meth_set_ctrl)(void *method, long (*ctrl)(void *bio, int cmd, long larg,
+                                                        void *parg));
+    void (*BIO_set_data)(void *bio, void *data);
+    void *(*BIO_get_data)(void *bio);
+    void (*BIO_set_init)(void *bio, int init);
     void (*SSL_set_bio)(void *ssl, void *rbio, void *wbio);
-    void *(*SSL_get_wbio)(const void *ssl);
     int (*SSL_free_buffers)(void *ssl);
     const char *(*X509_verify_cert_error_string)(long n);
     /* a function in OpenSSL 3 only (a macro before): NULL on 1.1.1 */
@@ -64,6 +69,32 @@ static struct {
 
 /* OpenSSL's reads and writes take an int */
 static int clamp(size_t n) { return n > INT_MAX ? INT_MAX : (int)n; }
+
+/* The BIO every SSL writes to: its writes go to the connection's tl_sink. */
+static void *sink_method;
+
+static int sink_write(void *bio, const char *data, int n)
+{
+    tl_sink *sink = ossl.BIO_get_data(bio);
+    return n <= 0 ? 0 : sink->write(sink->arg, data, (size_t)n) < 0 ? -1 : n;
+}
+
+static long sink_ctrl(void *bio, int cmd, long larg, void *parg)
+{
+    (void)bio, (void)larg, (void)parg;
+    return cmd == BIO_CTRL_FLUSH;   /* (written already); nothing pending, no other control */
+}
+
+static int make_sink_method(void)
+{
+    sink_method = ossl.BIO_meth_new(ossl.BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                                    "rmq engine output");
+    if (!sink_method)
+        return -1;
+    ossl.BIO_meth_set_write(sink_method, sink_write);
+    ossl.BIO_meth_set_ctrl(sink_method, sink_ctrl);
+    return 0;
+}
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static int load_state;              /* 0 not tried, 1 loaded, -1 failed */
@@ -93,8 +124,9 @@ int tl_load(const char *module_path, char *err, size_t errlen)
                 FN(SSL_CTX_get_verify_mode), FN(ERR_clear_error), FN(ERR_get_error),
                 FN(ERR_error_string_n), FN(SSL_get_verify_result),
                 FN(X509_verify_cert_error_string), FN(BIO_new_socket), FN(BIO_new),
-                FN(BIO_s_mem), FN(BIO_read), FN(BIO_ctrl), FN(BIO_free), FN(SSL_set_bio),
-                FN(SSL_get_wbio), FN(SSL_free_buffers),
+                FN(BIO_free), FN(BIO_get_new_index), FN(BIO_meth_new), FN(BIO_meth_set_write),
+                FN(BIO_meth_set_ctrl), FN(BIO_set_data), FN(BIO_get_data), FN(BIO_set_init),
+                FN(SSL_set_bio), FN(SSL_free_buffers),
 #undef FN
                 {"SSL_set_options", (void **)&ossl.SSL_set_options, 1},
             };
@@ -112,6 +144,10 @@ int tl_load(const char *module_path, char *err, size_t errlen)
             if (load_state == 1 && ossl.OpenSSL_version_num() < 0x10101000UL) {
                 snprintf(load_why, sizeof load_why, "OpenSSL %#lx is older than 1.1.1",
                          ossl.OpenSSL_version_num());
+                load_state = -1;
+            }
+            if (load_state == 1 && make_sink_method() < 0) {
+                snprintf(load_why, sizeof load_why, "OpenSSL made no BIO method (out of memory)");
                 load_state = -1;
             }
             /* h stays open: the functions are used until the process ends */
@@ -134,11 +170,11 @@ int tl_ctx_hold(void *ctx) { return ossl.SSL_CTX_up_ref(ctx) == 1 ? 0 : -1; }
 
 void tl_ctx_release(void *ctx) { ossl.SSL_CTX_free(ctx); }
 
-void *tl_new(void *ctx, int fd)
+void *tl_new(void *ctx, int fd, tl_sink *sink)
 {
     void *ssl = ossl.SSL_new(ctx);
     void *rbio = ossl.BIO_new_socket(fd, BIO_NOCLOSE);
-    void *wbio = ossl.BIO_new(ossl.BIO_s_mem());
+    void *wbio = ossl.BIO_new(sink_method);
     if (!ssl || !rbio || !wbio) {
         if (ssl)
             ossl.SSL_free(ssl);
@@ -149,6 +185,8 @@ void *tl_new(void *ctx, int fd)
         ossl.ERR_clear_error();
         return NULL;
     }
+    ossl.BIO_set_data(wbio, sink);
+    ossl.BIO_set_init(wbio, 1);
     ossl.SSL_set_bio(ssl, rbio, wbio);      /* (the SSL owns them now) */
     ossl.SSL_set_accept_state(ssl);
     ossl.SSL_ctrl(ssl, SSL_CTRL_MODE,
@@ -159,18 +197,6 @@ void *tl_new(void *ctx, int fd)
     if (ossl.SSL_set_options)
         ossl.SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
     return ssl;
-}
-
-size_t tl_sealed(void *ssl)
-{
-    long n = ossl.BIO_ctrl(ossl.SSL_get_wbio(ssl), BIO_CTRL_PENDING, 0, NULL);
-    return n > 0 ? (size_t)n : 0;
-}
-
-size_t tl_take(void *ssl, char *buf, size_t n)
-{
-    int r = ossl.BIO_read(ossl.SSL_get_wbio(ssl), buf, clamp(n));
-    return r > 0 ? (size_t)r : 0;
 }
 
 void tl_free(void *ssl)

@@ -11,9 +11,10 @@
  * without callbacks).
  *
  * A connection's SSL reads its socket itself (a socket BIO, non-blocking, reading
- * ahead) and writes its records to memory (a memory BIO): the engine takes them
- * (tl_take) and sends them itself, many records in one send, as it sends a plain
- * connection's answers. */
+ * ahead) and writes its records to the engine (a BIO of ours whose writes go to a
+ * tl_sink: the engine's output buffer), which sends them itself, many records in one
+ * send, as it sends a plain connection's answers. (OpenSSL's memory BIO cost a
+ * zeroing and two copies of every record more: bench/README.md.) */
 #ifndef RMQ_TLS_H
 #define RMQ_TLS_H
 
@@ -34,10 +35,17 @@ int tl_ctx_matches(void *ctx, uint64_t options, int verify_mode);
 int tl_ctx_hold(void *ctx);
 void tl_ctx_release(void *ctx);
 
-/* A server-side SSL on socket fd (the handshake runs in the first tl_read); NULL out
- * of memory. What it has to send (the handshake's messages, records, alerts,
- * close_notify) waits in memory for tl_take. */
-void *tl_new(void *ctx, int fd);
+/* Where a connection's SSL puts what it has to send (the handshake's messages,
+ * records, alerts, close_notify), as OpenSSL seals it: write appends n bytes for arg's
+ * connection, 0, or -1 out of memory (the SSL call under way then fails). */
+typedef struct {
+    int (*write)(void *arg, const char *data, size_t n);
+    void *arg;
+} tl_sink;
+
+/* A server-side SSL on socket fd (the handshake runs in the first tl_read), sending
+ * through sink (which outlives it); NULL out of memory. */
+void *tl_new(void *ctx, int fd, tl_sink *sink);
 void tl_free(void *ssl);
 
 /* What tl_read / tl_write return besides a count of bytes (> 0) */
@@ -53,13 +61,9 @@ enum {
  * TL_WANT_READ before waiting. */
 ssize_t tl_read(void *ssl, char *buf, size_t n);
 
-/* Plaintext written, all n bytes (sealed in records for tl_take), or TL_WANT_READ
+/* Plaintext written, all n bytes (sealed in records to the sink), or TL_WANT_READ
  * while the handshake is not done, or TL_ERROR. */
 ssize_t tl_write(void *ssl, const char *buf, size_t n);
-
-/* The bytes sealed, waiting to be sent; and up to n of them moved to buf. */
-size_t tl_sealed(void *ssl);
-size_t tl_take(void *ssl, char *buf, size_t n);
 
 /* The SSL's record buffers given back while unused (a quiet connection's). */
 void tl_trim(void *ssl);
