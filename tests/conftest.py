@@ -54,6 +54,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires(*parts): needs these parts (tests/parts.py): "
                                        "fails without one when CI is set, else skips")
     parts.RUNS_REQUIRED = _selects(config.option.markexpr, "requires")
+    # pytest-xdist's loadscope hands out modules biggest (in tests) first unless told
+    # not to, which started the modules that take minutes (LONG_MODULES: a few tests
+    # each) last, on a worker that then ran alone for minutes: the collection's order
+    # instead (a compiled pass of 504 s then).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def _selects(markexpr, marker):
@@ -92,8 +98,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 #: The modules that take minutes (a Spark cluster, package builds, spark-submit runs),
-#: run first: pytest-xdist's loadscope hands modules out in collection order, and one of
-#: them started last would be the suite's tail.
+#: run first: pytest-xdist's loadscope hands modules out in collection order (see
+#: pytest_configure), and one of them started last would be the suite's tail.
 LONG_MODULES = ("test_spark_cluster.py", "test_packaging.py", "test_analyze.py")
 
 
