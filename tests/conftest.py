@@ -159,8 +159,7 @@ def release_dists(tmp_path_factory):
     """(sdist, wheel, the build's output) of this tree, built once for the whole session
     whatever the xdist worker (tests/dists.py)."""
     parts.require("build")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMQ_PUREPYTHON")}
-    return dists.build(dists.shared_dir(tmp_path_factory), env=env)
+    return dists.build(dists.shared_dir(tmp_path_factory))
 
 
 @pytest.fixture(params=SERVERS)

@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: What a build or a fresh venv sees: not this tree (PYTHONPATH), and the compiled core
+#: whatever the test pass runs.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMQ_PUREPYTHON")}
 
 
 def shared_dir(tmp_path_factory):
@@ -30,7 +33,7 @@ def shared_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("shared-dists")
 
 
-def build(directory, env=None, timeout=900):
+def build(directory, env=CLEAN_ENV, timeout=900):
     """(sdist, wheel, the build's output) in ``directory``, built there by the first
     caller; an AssertionError with the output if the build failed (for every caller)."""
     d = Path(directory)

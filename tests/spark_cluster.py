@@ -3,8 +3,9 @@ and a packed rmq environment to ship to it (tests/test_spark_cluster.py, and
 bench/cluster.py, which imports it from here).
 
 :func:`pack_environment` installs an rmq wheel of this tree (built here, or the one
-the test session built already: tests/dists.py) into a fresh venv and packs that with venv-pack: the executors import the compiled core from the
-archive, with rmq not installed where the workers run. :class:`StandaloneCluster`
+the test session built already: tests/dists.py) into a fresh venv and packs that with
+venv-pack: the executors import the compiled core from the archive, with rmq not
+installed where the workers run. :class:`StandaloneCluster`
 starts ``spark-class ...deploy.master.Master`` and N ``...deploy.worker.Worker``
 processes (separate JVMs, each worker with its own work directory), all bound to
 127.0.0.1, every wait bounded, and stops them on exit.

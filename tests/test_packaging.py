@@ -10,7 +10,6 @@ the same wheel), and everything here runs once, in the compiled pass of ``make t
 """
 
 import fnmatch
-import os
 import re
 import shlex
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+import dists
 import parts
 
 import rmq
@@ -75,9 +75,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-#: The fresh venvs see only what is installed in them: not this tree (PYTHONPATH), and
-#: the compiled core whatever this pass runs.
-CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMQ_PUREPYTHON")}
+#: The fresh venvs see only what is installed in them.
+CLEAN_ENV = dists.CLEAN_ENV
 
 
 def _run(args, **kw):

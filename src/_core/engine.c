@@ -68,12 +68,18 @@ typedef struct re_block {
     rp_shared *shared;              /* or within this, dropped once written */
 } re_block;
 
+/* Output done with: a shared part's reference dropped, else its buffer given back. */
+static void give_back(char *data, size_t cap, rp_shared *shared)
+{
+    if (shared)
+        rp_shared_drop(shared);
+    else
+        rp_give(data, cap);
+}
+
 static void free_block(re_block *b)
 {
-    if (b->shared)
-        rp_shared_drop(b->shared);
-    else
-        rp_give(b->data, b->cap);
+    give_back(b->data, b->cap, b->shared);
     free(b);
 }
 
@@ -126,12 +132,8 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
 
 static void free_parts(re_part *parts, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (parts[i].shared)
-            rp_shared_drop(parts[i].shared);
-        else
-            rp_give(parts[i].data, parts[i].len);
-    }
+    for (size_t i = 0; i < n; i++)
+        give_back(parts[i].data, parts[i].len, parts[i].shared);
     free(parts);
 }
 
