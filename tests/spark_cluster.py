@@ -52,20 +52,30 @@ def clean_env(**more):
     return env
 
 
-def pack_environment(directory, wheel=None):
-    """``directory``/rmq_env.tar.gz (see the module doc) with ``wheel`` installed, or
-    one built from this tree; (its path, seconds to pack)."""
+def environment_venv(directory):
+    """``directory``/venv: a fresh venv with what the tasks need besides rmq. Made apart
+    from :func:`pack_environment`, so that a test can make it while the wheel builds."""
+    venv = Path(directory) / "venv"
+    # the driver's Python version: a Python worker must match the driver's minor version
+    run([sys.executable, "-m", "venv", venv])
+    # pyarrow: the tasks decode into Arrow batches and write frames.parquet with it
+    run([venv / "bin" / "python", "-m", "pip", "install", "-q", "pyarrow"])
+    return venv
+
+
+def pack_environment(directory, wheel=None, venv=None):
+    """``directory``/rmq_env.tar.gz (see the module doc): ``venv`` (one
+    :func:`environment_venv` made) with ``wheel`` installed, or one built from this tree;
+    (its path, seconds to pack)."""
     d = Path(directory)
     if wheel is None:
         run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", d / "wheel", ROOT])
         [wheel] = (d / "wheel").glob("rmq-*.whl")
-    # the driver's Python version: a Python worker must match the driver's minor version
-    run([sys.executable, "-m", "venv", d / "venv"])
-    # pyarrow: the tasks decode into Arrow batches and write frames.parquet with it
-    run([d / "venv" / "bin" / "python", "-m", "pip", "install", "-q", wheel, "pyarrow"])
+    venv = venv or environment_venv(d)
+    run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel])
     archive = d / "rmq_env.tar.gz"
     started = time.monotonic()
-    run([Path(sys.executable).parent / "venv-pack", "-p", d / "venv", "-o", archive, "-q"])
+    run([Path(sys.executable).parent / "venv-pack", "-p", venv, "-o", archive, "-q"])
     return archive, time.monotonic() - started
 
 
