@@ -4,13 +4,16 @@ servers share run on both in the end-to-end, hardening, shutdown, metrics, ACL,
 zone-mode and vector-replay modules (``each_server`` / ``loop`` fixtures)."""
 
 import logging
+import os
+import socket
 import threading
 
 import pytest
 
 import rmq
 from rmq import bodies
-from nameserver import Client, register_broker, running_namesrv, wait_for
+from nameserver import (Client, call_in_loop, parse_json_body, register_broker, running_namesrv,
+                        wait_for)
 from rmq.namesrv import DefaultRequestProcessor
 from rmq.namesrv.config import ConfigError, NamesrvConfig
 from rmq.namesrv.kvconfig import KVConfig
@@ -253,3 +256,175 @@ def test_frames_after_one_that_does_not_decode_are_never_answered(tmp_path):
         with pytest.raises(ConnectionError):
             c.receive(timeout=5)
         assert app.counters.refused["bad_frame"] == 1
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_trace_records_bigger_than_the_ring_are_counted_by_the_server(tmp_path, monkeypatch):
+    """Records that do not fit the I/O thread's trace ring (here: the smallest ring,
+    and frames bigger than it) are counted in the server's trace_dropped (the
+    rmq_trace_frames_dropped metric), the answers sent all the same. Exactly those:
+    the rest (~1 KB) fits even when the drainer took nothing yet."""
+    from rmq.namesrv import dataplane
+    from rmq.trace.segments import IN, OUT, TraceRecorder, read_records, segment_files
+    monkeypatch.setattr(dataplane, "TRACE_RING_BYTES", 4096)
+    big = "C" * 5000            # (the cluster's name is in the registration and the route)
+    recorder = TraceRecorder(tmp_path / "trace")
+    sent = []
+    with running_namesrv(tmp_path, loop="engine", trace=recorder, serverIoThreads=1) as app:
+        with Client(app.address) as b, Client(app.address) as c:
+            # its frame (> 4096 bytes): dropped; the answer (Python's) recorded
+            assert register_broker(b, "b", "10.0.0.1:10911", cluster=big,
+                                   topics=["T1", "T2"]).code == 0
+            for _ in range(5):  # the queries recorded, their answers (> 4096) dropped
+                r = c.request(105, {"topic": "T1"})
+                assert r.code == 0 and big.encode() in r.body
+                sent.append(c.last_sent)
+            assert app.engine.counts()["trace_dropped"] == 1 + 5
+            assert app.trace_dropped() == 1 + 5
+        assert wait_for(lambda: not app.connections, 5)
+    recorder.close()
+    assert recorder.dropped == 0
+    records = [r for path in segment_files([tmp_path / "trace"]) for r in read_records(path)]
+    ins = [r[4] for r in records if r[3] == IN]
+    outs = [rmq.decode_frame(r[4]) for r in records if r[3] == OUT]
+    assert ins == [rmq.encode_frame(cmd) for cmd in sent]
+    assert [(a.code, a.body or b"") for a in outs] == [(0, b"")]    # the registration's
+
+
+def accepted_socket(client):
+    """The server's end of ``client``'s connection (the server runs in this process):
+    a duplicate of it, found among this process's descriptors by its two addresses
+    (the caller closes it). On either server, whatever object holds the socket."""
+    want = (client.getpeername(), client.getsockname())
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(int(name)))
+        except OSError:             # (closed meanwhile)
+            continue
+        try:
+            if (s.getsockname(), s.getpeername()) == want:
+                return s
+        except OSError:             # (a listening or unconnected socket)
+            pass
+        s.close()
+    raise LookupError(f"no socket of this process is the server's end of {want}")
+
+
+# ---------------------------------------------------------------- on both servers
+# (here beside the engine's own: these hold for every network layer, each checked
+# where it is set, in engine.c or by the event loop's transport)
+
+@pytest.mark.once
+def test_accepted_sockets_do_not_delay_small_answers(tmp_path, loop):
+    """TCP_NODELAY on the server's end of every connection: a route answer is not
+    held back by Nagle's algorithm waiting for the client's ACK."""
+    with running_namesrv(tmp_path, loop=loop) as app, Client(app.address) as c:
+        assert c.request(105, {"topic": "nope"}).code == 17       # (accepted by now)
+        with accepted_socket(c.sock) as s:
+            assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+@pytest.mark.once
+@pytest.mark.usefixtures("each_server")
+def test_connections_over_the_limit_are_counted_as_refused(tmp_path):
+    """maxConnections 2: three more connections are closed at once and counted,
+    each, in rmq_refused_total{reason="connection_limit"}; the two are served on."""
+    from rmq.namesrv.metrics import MetricsServer
+    with running_namesrv(tmp_path, maxConnections=2) as app:
+        registry = MetricsServer(app).registry
+
+        def refused():
+            return call_in_loop(app, registry.get_sample_value, "rmq_refused_total",
+                                {"reason": "connection_limit"})
+
+        assert refused() == 0
+        with Client(app.address) as a, Client(app.address) as b:
+            for c in (a, b):
+                assert c.request(105, {"topic": "nope"}).code == 17
+            for _ in range(3):
+                with Client(app.address) as extra:
+                    assert extra.closed_by_peer(timeout=5)
+            # (the engine counts it just after the close)
+            assert wait_for(lambda: refused() == 3, 5), refused()
+            for c in (a, b):
+                assert c.request(105, {"topic": "nope"}).code == 17
+            assert refused() == 3
+
+
+# ---------------------------------------------------------------- route queries in C
+
+@pytestmark_engine
+@pytest.mark.once
+def test_route_answers_past_a_tiny_cache_budget_are_built_in_c(tmp_path):
+    """routeCacheBytes far below the answers' size: the answers the cache does not
+    hold are built per query by the I/O threads, never by Python, and equal those
+    of a server with the default budget (that holds them all), in both forms."""
+    budget = 4096
+    topics = [f"T{k}" for k in range(120)]
+    # (each topic its own number of queues: 120 different answers, none shared)
+    configs = [bodies.topic_config(t, k + 1, k + 1) for k, t in enumerate(topics)]
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "ref").mkdir()
+    with running_namesrv(tmp_path / "tiny", loop="engine", routeCacheBytes=budget) as tiny, \
+            running_namesrv(tmp_path / "ref", loop="engine") as ref, \
+            Client(tiny.address) as t, Client(ref.address) as r:
+        for c in (t, r):
+            assert register_broker(c, "b", "10.0.0.1:10911", topics=configs).code == 0
+        asked = 0
+        for _ in range(2):                  # the second pass: evicted answers again
+            for topic in topics:
+                for version in (0, 413):    # legacy and standard form
+                    got = t.request(105, {"topic": topic}, version=version)
+                    want = r.request(105, {"topic": topic}, version=version)
+                    assert (got.code, got.body) == (want.code, want.body) and want.code == 0
+                    asked += 1
+        assert tiny.counters.requests[105] == 0             # none went to Python
+        assert tiny.engine.counts()["served"] == asked
+        st = tiny.processor.routes.cache_stats()
+        assert st["budget"] == budget and st["bytes"] <= budget
+        assert st["evictions"] + st["refused"] > 0
+        assert ref.processor.routes.cache_stats()["evictions"] == 0
+
+
+@pytestmark_engine
+@pytest.mark.once
+@pytest.mark.parametrize("answer_type", ["JSON", "ROCKETMQ"])
+@pytest.mark.parametrize("serialize_type", ["JSON", "ROCKETMQ"])
+def test_zone_mode_route_queries_are_answered_in_c(tmp_path, serialize_type, answer_type):
+    """Zone mode (__ZONE_MODE, __ZONE_NAME) route queries, in either serialize type,
+    answered by the I/O threads in the server's serialize type: the zone's brokers and
+    those without a master, in the legacy form; none reach Python."""
+    with running_namesrv(tmp_path, loop="engine",
+                         **{"rocketmq.serialize.type": answer_type}) as app, \
+            Client(app.address) as broker, Client(app.address) as c:
+        for name, addr, zone, broker_id in (("a1", "10.0.0.1:10911", "zone-a", 0),
+                                            ("b1", "10.0.0.2:10911", "zone-b", 0),
+                                            ("s1", "10.0.0.3:10911", "zone-b", 1)):
+            # (with enableActingMaster, s1 is a 5.x broker: its topics count as a
+            # prime slave's, s1 in the route without a master)
+            assert register_broker(broker, name, addr, broker_id=broker_id,
+                                   topics=["ZT", "SELF_TEST_TOPIC"],
+                                   ext={"__ZONE_NAME": zone,
+                                        "enableActingMaster": "false"}).code == 0
+        asked = 0
+        for version in (0, 413):
+            for zone, kept in (("ZONE-A", ["a1", "s1"]), ("zone-b", ["b1", "s1"]),
+                               ("zone-x", ["s1"])):
+                for _ in range(2):          # built, then answered from the cache
+                    r = c.request(105, {"topic": "ZT", "__ZONE_MODE": "true",
+                                        "__ZONE_NAME": zone},
+                                  serialize_type=serialize_type, version=version)
+                    assert (r.code, r.serialize_type) == (0, answer_type), r
+                    route, legacy = parse_json_body(r.body)
+                    assert legacy
+                    assert sorted(bd["brokerName"] for bd in route["brokerDatas"]) == kept
+                    asked += 1
+        r = c.request(105, {"topic": "Nope", "__ZONE_MODE": "true", "__ZONE_NAME": "zone-a"},
+                      serialize_type=serialize_type)
+        assert (r.code, r.serialize_type) == (17, answer_type)
+        assert app.counters.requests[105] == 0              # none went to Python
+        counts = app.engine.counts()
+        assert (counts["served"], counts["not_found"]) == (asked, 1)

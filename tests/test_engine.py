@@ -418,6 +418,39 @@ def test_trace_records_come_in_time_order_across_takes_and_threads():
     assert ins == outs and sum(1 for r in taken if r[2] == "open") == 6
 
 
+def test_a_full_trace_ring_drops_and_counts_records_and_never_makes_the_thread_wait():
+    # The smallest ring (4096 bytes: a few route queries' records) and nobody taking
+    # the trace: the thread drops what does not fit, counts it, and answers on. What
+    # it kept are the first records, each whole; after a take the ring records again.
+    rt = table()
+    queries = 200
+    with Served(rt, trace_bytes=4096) as s, socket.create_connection(s.address) as c:
+        for i in range(queries):            # one at a time: one "in" and one "out" each
+            c.sendall(route_query("T1", i))
+            (got,) = read_answers(c, 1)
+            assert (got.opaque, got.code, got.body) == (i, 0, rt.route_body("T1"))
+        dropped = s.engine.counts()["trace_dropped"]
+        taken = s.engine.trace_take(flush=True)
+        # every record was kept or counted: the open, and an in and an out per query
+        assert dropped > 0 and len(taken) + dropped == 1 + 2 * queries
+        assert taken[0][2] == "open"
+        ins = [data for _, _, kind, data in taken if kind == "in"]
+        outs = [core.decode_frame(data) for _, _, kind, data in taken if kind == "out"]
+        # the first ones, none overwritten by later ones, each a whole frame
+        assert ins == [route_query("T1", i) for i in range(len(ins))]
+        assert [a.opaque for a in outs] == list(range(len(outs)))
+        assert all(a.body == rt.route_body("T1") for a in outs)
+        assert 0 < len(outs) <= len(ins) < queries
+        c.sendall(route_query("T2", queries))
+        assert read_answers(c, 1)[0].opaque == queries
+        again = s.engine.trace_take(flush=True)
+        assert [kind for _, _, kind, _ in again] == ["in", "out"]
+        assert again[0][3] == route_query("T2", queries)
+        answer = core.decode_frame(again[1][3])
+        assert (answer.opaque, answer.body) == (queries, rt.route_body("T2"))
+        assert s.engine.counts()["trace_dropped"] == dropped
+
+
 def test_a_closed_connection_is_told():
     rt = table()
     with Served(rt) as s:

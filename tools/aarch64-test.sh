@@ -5,6 +5,7 @@
 #
 #   tools/aarch64-test.sh                  # cibuildwheel's aarch64 test-command
 #   tools/aarch64-test.sh tests/test_crc32.py -k armv8    # other pytest arguments
+#   tools/aarch64-test.sh --prepare        # steps 1-5 only (.ci/run: beside make test)
 #
 # What it does (docs/aarch64.md has the details and the measured times). Only the
 # tests run under QEMU; the build runs natively on the host, with Debian's cross
@@ -85,11 +86,18 @@ print(sys.executable)" 2> /dev/null) || continue
     return 1
 }
 
+# --prepare: everything but the tests (the root, the venv, the build), for a later run
+# to reuse; .ci/run does it at the lowest priority while the host's suite runs.
+PREPARE=0
+[[ "${1:-}" == "--prepare" ]] && PREPARE=1
+[[ "${1:-}" == "--in-namespace" && "${2:-}" == "--prepare" ]] && PREPARE=1
+
 # ------------------------------------------------------------------ inside the namespace
 # The second half runs under `unshare --mount`: its mounts (proc, sys, dev in the
 # rootfs) vanish with it, even when it is killed.
 if [[ "${1:-}" == "--in-namespace" ]]; then
     shift
+    (( PREPARE )) && shift
     mount --make-rprivate /       # before debootstrap's own mounts (mount_root does it too)
     in_root() {        # a command in the arm64 rootfs, with the venv first on PATH
         in_root_of "$ROOT" PATH=/opt/rmq-venv/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
@@ -315,6 +323,10 @@ assert platform.machine() == "aarch64", platform.machine()
 assert _core.__file__.endswith("-aarch64-linux-gnu.so"), _core.__file__
 assert rmq.CRC32_KERNEL == "armv8", "the armv8 CRC32 kernel is not selected: no HWCAP_CRC32?"
 EOF' || die "the core does not run with the armv8 kernel on aarch64"
+    if (( PREPARE )); then
+        log "prepared (--prepare): the root, the venv and the build, for the next run"
+        exit 0
+    fi
 
     # 6. the tests: cibuildwheel's command as it runs it, or the arguments given
     XDIST=()
