@@ -181,6 +181,8 @@ PARTS = {p.name: p for p in [
     Part("promtool", "the alert rules' unit tests (test_metrics)", functools.partial(
         _program, "promtool"), debian=("prometheus",)),
     Part("tcpdump", "a real capture of a session (test_pcap)", _tcpdump, debian=("tcpdump",)),
+    Part("ss", "the listening socket's backlog, as the kernel holds it (test_namesrv_shutdown)",
+         functools.partial(_runs, ["ss", "-V"]), debian=("iproute2",)),
     Part("systemd-analyze", "the unit file's check (test_operating)", functools.partial(
         _runs, ["systemd-analyze", "--version"]), debian=("systemd",)),
     Part("pyspark", "the trace job (test_analyze, test_trace_cli, test_spark_cluster)",

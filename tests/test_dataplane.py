@@ -14,6 +14,7 @@ import rmq
 from rmq import bodies
 from nameserver import (Client, call_in_loop, parse_json_body, register_broker, running_namesrv,
                         wait_for)
+from test_metrics import CountingSocketClient
 from rmq.namesrv import DefaultRequestProcessor
 from rmq.namesrv.config import ConfigError, NamesrvConfig
 from rmq.namesrv.kvconfig import KVConfig
@@ -182,6 +183,61 @@ def test_many_clients_on_two_io_threads(tmp_path):
         assert errors == []
         assert app.engine.counts()["served"] == 16 * 300
         assert app.engine.config["threads"] == 2
+
+
+@pytestmark_engine
+@pytest.mark.once
+def test_a_scrape_sums_what_every_io_thread_counted(tmp_path):
+    """Connections that come one at a time spread evenly over two I/O threads (a
+    connection id's low byte names its thread), each asking its own number of route
+    queries: the scrape's counters are the sums over the threads, exactly
+    (rmq_route_queries_total, the bytes)."""
+    from rmq.namesrv.metrics import MetricsServer
+    with running_namesrv(tmp_path, loop="engine", serverIoThreads=2) as app, \
+            Client(app.address) as broker:
+        assert register_broker(broker, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        registry = MetricsServer(app).registry
+
+        def sample(name, **labels):
+            return call_in_loop(app, registry.get_sample_value, name, labels)
+
+        before = {k: sample(*k[:1], **dict(k[1:])) for k in (
+            ("rmq_route_queries_total", ("result", "found")),
+            ("rmq_route_queries_total", ("result", "not_found")),
+            ("rmq_received_bytes_total",), ("rmq_sent_bytes_total",))}
+        clients = []
+        try:
+            # (an idle thread is the one epoll wakes to accept: without the engine's
+            # balance, every one of these would land on the same thread)
+            for _ in range(6):
+                clients.append(CountingSocketClient(app.address))
+                assert clients[-1].request(105, {"topic": "nope"}).code == 17
+            assert wait_for(lambda: len(app.connections) == len(clients) + 1, 5)
+            on_thread = [sum(1 for conn in list(app.connections) if conn.id & 0xFF == t)
+                         for t in (0, 1)]
+            assert sorted(on_thread) == [3, 4], on_thread       # (and the broker's)
+            found = not_found = 0
+            for k, c in enumerate(clients):
+                for i in range(3 * k + 1):
+                    if c.request(105, {"topic": "T1" if i % 3 else "no"}).code == 0:
+                        found += 1
+                    else:
+                        not_found += 1
+            assert found and not_found
+            assert app.counters.requests[105] == 0          # all of them in C
+            assert sample("rmq_route_queries_total", result="found") \
+                - before[("rmq_route_queries_total", ("result", "found"))] == found
+            assert sample("rmq_route_queries_total", result="not_found") \
+                - before[("rmq_route_queries_total", ("result", "not_found"))] \
+                == not_found + len(clients)                 # (and the first "nope"s)
+            # every byte each client sent and received, on whichever thread
+            assert sample("rmq_received_bytes_total") - before[("rmq_received_bytes_total",)] \
+                == sum(c.sent for c in clients)
+            assert sample("rmq_sent_bytes_total") - before[("rmq_sent_bytes_total",)] \
+                == sum(c.received for c in clients)
+        finally:
+            for c in clients:
+                c.close()
 
 
 @pytestmark_engine

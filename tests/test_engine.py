@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rmq import bodies
+from nameserver import wait_for
 from support import load_compiled, route_table
 
 pytestmark = pytest.mark.once
@@ -490,6 +491,45 @@ def test_a_bad_first_frame_is_reported_as_the_first():
         assert wait_log(s, "closed")        # (its event may come after the EOF)
     (why,) = [data for k, _, data in s.log if k == "closed"]
     assert why == ("bad_frame", (True, hello[:16]))
+
+
+def test_connections_go_to_the_thread_with_the_fewest():
+    """Connections that come one at a time (each served before the next: the accepting
+    thread is always the idle one epoll wakes) spread over the threads; after closes,
+    the next ones fill the thread that lost them. A connection id's low byte is its
+    thread."""
+    rt = table()
+
+    def opened(s, n):
+        assert wait_for(lambda: len([k for k, _, _ in s.log if k == "open"]) == n)
+        return [conn for k, conn, _ in s.log if k == "open"]
+
+    def threads(conns):
+        return sorted(conn & 0xFF for conn in conns)
+
+    with Served(rt, threads=3) as s:
+        socks = []
+        try:
+            for k in range(6):
+                socks.append(socket.create_connection(s.address))
+                socks[-1].sendall(route_query("T1", k))
+                assert read_answers(socks[-1], 1)[0].code == 0
+            ids = opened(s, 6)
+            assert threads(ids) == [0, 0, 1, 1, 2, 2]
+            # the two on thread 1 go; the next two come there
+            gone = [i for i, conn in enumerate(ids) if conn & 0xFF == 1]
+            for i in gone:
+                socks[i].close()
+            assert wait_for(lambda: s.engine.counts()["connections"] == 4)
+            for k in range(2):
+                socks.append(socket.create_connection(s.address))
+                socks[-1].sendall(route_query("T2", 10 + k))
+                assert read_answers(socks[-1], 1)[0].code == 0
+            assert threads(opened(s, 8)[6:]) == [1, 1]
+            assert s.engine.counts()["accepted"] == 8
+        finally:
+            for sock in socks:
+                sock.close()
 
 
 def test_connections_above_the_limit_are_closed():

@@ -135,13 +135,22 @@ def test_need_wait_for_service(tmp_path, loop):
                 r = client.request(105, {"topic": "T"}, version=version)
                 assert (r.code, r.remark) == (1, "name server not ready"), r
             assert time.monotonic() - started < wait      # (still in the window)
+            # every one held back by the gate in Python: none written by the core
+            assert app.network_counts()["served"] == 0
             # after waitSecondsForService: answered, again and again (Java's first
             # version stayed "not ready" for good once a route was found: #9182)
             assert wait_for(lambda: client.request(105, {"topic": "T"}).code == 0,
                             wait + SLACK)
             assert time.monotonic() - started >= wait - 0.05
+            # and by the core again once the gate is gone (with the engine: in C,
+            # Python's request count standing still)
+            assert wait_for(lambda: app.processor is app._processor, SLACK)
+            served, in_python = app.network_counts()["served"], app.counters.requests[105]
             for _ in range(3):
                 assert client.request(105, {"topic": "T"}).code == 0
+            assert app.network_counts()["served"] == served + 3
+            if loop == "engine":
+                assert in_python >= 4 and app.counters.requests[105] == in_python
             assert client.request(105, {"topic": "nope"}).code == 17
 
 
@@ -195,6 +204,30 @@ def test_socket_buffer_sizes_default(tmp_path, loop):
             finally:
                 probe.close()
             assert sockopt(app, socket.SO_SNDBUF) >= default
+
+
+def listen_backlog(port):
+    """The accept-queue bound of the socket listening on 127.0.0.1:``port``, as the
+    kernel holds it (``ss``'s Send-Q of a listening socket)."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout.split()
+    # State Recv-Q Send-Q Local-Address:Port Peer-Address:Port
+    assert out[0] == "LISTEN" and out[3] == f"127.0.0.1:{port}", out
+    return int(out[2])
+
+
+@pytest.mark.requires("ss")
+@pytest.mark.parametrize("backlog", [None, 7])
+def test_server_socket_backlog(tmp_path, loop, backlog):
+    """serverSocketBacklog bounds the listening socket's queue of connections not yet
+    accepted (Java's SO_BACKLOG, 1024 by default)."""
+    with open("/proc/sys/net/core/somaxconn") as f:
+        somaxconn = int(f.read())       # (the kernel's cap on any backlog)
+    more = {} if backlog is None else {"serverSocketBacklog": backlog}
+    with running_namesrv(tmp_path, loop=loop, **more) as app:
+        want = app.config.serverSocketBacklog
+        assert want == (1024 if backlog is None else backlog)
+        assert listen_backlog(app.sockets[0].getsockname()[1]) == min(want, somaxconn)
 
 
 @pytest.mark.parametrize("high, low, expected", [

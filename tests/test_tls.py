@@ -174,10 +174,22 @@ def test_permissive_serves_plain_and_tls_clients_on_one_port(tmp_path, certs, lo
 
 
 def test_enforcing_serves_tls_and_refuses_plain_with_a_clear_line(tmp_path, certs, loop, caplog):
+    in_c = loop == "engine" and rmq.IMPLEMENTATION == "compiled"
     with tls_server(tmp_path, certs, "enforcing", loop=loop) as app:
+        if in_c:        # served by the I/O threads, not handed to asyncio
+            from rmq.namesrv.dataplane import EngineServerApp
+            assert type(app) is EngineServerApp
+
         def check():
             with TlsClient(app.address, client_ctx(certs)) as tls:
-                assert_route(tls.call(route_query()))
+                served = app.network_counts()["served"]
+                for _ in range(5):
+                    assert_route(tls.call(route_query()))
+                if in_c:    # the five answered in C, on a TLS connection of the engine
+                    assert app.network_counts()["served"] == served + 5
+                    assert wait_for(lambda: len(app.connections) == 2, 5)  # (and the broker's)
+                    assert [app.engine.connection_state(conn.id)["tls"]
+                            for conn in list(app.connections)] == [True, True]
             with Client(app.address) as plain:
                 plain.send(route_query())
                 assert plain.closed_by_peer()

@@ -128,6 +128,8 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
     char *data;                     /* malloc'd: the command owns it */
     re_part *parts;                 /* or these, in order (re_send_parts): owned too */
     size_t nparts;
+    int adopt, fd;                  /* or a socket accepted by another thread for this
+                                       one (accept_all), its peer's address in data */
 } re_cmd;
 
 static void free_parts(re_part *parts, size_t n)
@@ -156,6 +158,8 @@ typedef struct {
     re_conn *dead;                  /* closed in this epoll batch, freed after it */
     uint64_t next_seq;
     int listening;                  /* the listening socket is in epfd */
+    int nconns;                     /* atomic: its connections, and those on the way to
+                                       it (least_loaded) */
     double now;                     /* monotonic seconds, read after each epoll_wait */
     double next_scan;               /* of idle connections */
     double next_trim;               /* of bufpool.h's pool */
@@ -507,6 +511,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     c->fd_closed = 1;
     account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&th->nconns, 1, __ATOMIC_RELAXED);
     RMQ_COUNT(th->stats.closed[c->why], 1);
     trace_put(th, RE_TRACE_CLOSE, c->id, NULL, 0);
     if (tell) {
@@ -1053,6 +1058,67 @@ static int conn_read(re_thread *th, re_conn *c)
     return 0;
 }
 
+/* Take an accepted socket (counted in e->connections and th->nconns) as one of this
+ * thread's connections: its options set, in this thread's epoll, announced to Python. */
+static void adopt(re_thread *th, int fd, const char *peer)
+{
+    rmq_engine *e = th->e;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (e->cfg.sndbuf)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &e->cfg.sndbuf, sizeof e->cfg.sndbuf);
+    if (e->cfg.rcvbuf)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &e->cfg.rcvbuf, sizeof e->cfg.rcvbuf);
+    re_conn *c = calloc(1, sizeof *c);
+    if (c) {
+        c->fd = fd;
+        c->sniff = e->cfg.tls_ctx != NULL;
+        c->id = (++th->next_seq << 8) | (uint64_t)th->index;
+        c->interest = EPOLLIN | EPOLLRDHUP;
+        c->last_active = th->now;
+        struct epoll_event ev = {.events = c->interest, .data.ptr = c};
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            free(c);
+            c = NULL;
+        }
+    }
+    if (!c) {
+        __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&th->nconns, 1, __ATOMIC_RELAXED);
+        close(fd);
+        return;
+    }
+    size_t b = (c->id >> 8) % CONN_BUCKETS;
+    c->next = th->conns[b];
+    th->conns[b] = c;
+    RMQ_COUNT(th->stats.accepted, 1);
+    push_event(e, RE_OPEN, c->id, peer, strlen(peer));
+    trace_put(th, RE_TRACE_OPEN, c->id, peer, strlen(peer));
+}
+
+static void post(re_thread *th, re_cmd *cmd);
+
+/* The thread a new connection goes to: the one with the fewest, this one on a tie.
+ * epoll wakes one waiter of the listening socket (EPOLLEXCLUSIVE), and an idle
+ * thread is woken first: without this, connections that come one at a time (clients
+ * starting over minutes, as they do) would all land on one thread, one core. */
+static re_thread *least_loaded(re_thread *th)
+{
+    rmq_engine *e = th->e;
+    re_thread *to = th;
+    int least = __atomic_load_n(&th->nconns, __ATOMIC_RELAXED);
+    for (int i = 0; i < e->nthreads && least > 0; i++) {
+        int n = __atomic_load_n(&e->threads[i].nconns, __ATOMIC_RELAXED);
+        if (n < least) {
+            least = n;
+            to = &e->threads[i];
+        }
+    }
+    /* counted now, not when it adopts: the next accept of this burst sees it */
+    __atomic_fetch_add(&to->nconns, 1, __ATOMIC_RELAXED);
+    return to;
+}
+
 static void accept_all(re_thread *th)
 {
     rmq_engine *e = th->e;
@@ -1072,34 +1138,6 @@ static void accept_all(re_thread *th)
             RMQ_COUNT(th->stats.refused, 1);
             continue;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (e->cfg.sndbuf)
-            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &e->cfg.sndbuf, sizeof e->cfg.sndbuf);
-        if (e->cfg.rcvbuf)
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &e->cfg.rcvbuf, sizeof e->cfg.rcvbuf);
-        re_conn *c = calloc(1, sizeof *c);
-        if (!c) {
-            __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->sniff = e->cfg.tls_ctx != NULL;
-        c->id = (++th->next_seq << 8) | (uint64_t)th->index;
-        c->interest = EPOLLIN | EPOLLRDHUP;
-        c->last_active = th->now;
-        struct epoll_event ev = {.events = c->interest, .data.ptr = c};
-        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
-            close(fd);
-            free(c);
-            continue;
-        }
-        size_t b = (c->id >> 8) % CONN_BUCKETS;
-        c->next = th->conns[b];
-        th->conns[b] = c;
-        RMQ_COUNT(th->stats.accepted, 1);
         char peer[INET6_ADDRSTRLEN + 8] = "";
         char host[INET6_ADDRSTRLEN] = "";
         if (sa.ss_family == AF_INET) {
@@ -1111,8 +1149,23 @@ static void accept_all(re_thread *th)
             inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
             snprintf(peer, sizeof peer, "[%s]:%u", host, ntohs(in6->sin6_port));
         }
-        push_event(e, RE_OPEN, c->id, peer, strlen(peer));
-        trace_put(th, RE_TRACE_OPEN, c->id, peer, strlen(peer));
+        re_thread *to = least_loaded(th);
+        if (to == th) {
+            adopt(th, fd, peer);
+            continue;
+        }
+        re_cmd *cmd = malloc(sizeof *cmd);
+        char *copy = strdup(peer);
+        if (!cmd || !copy) {
+            free(cmd);
+            free(copy);
+            __atomic_fetch_sub(&to->nconns, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&th->nconns, 1, __ATOMIC_RELAXED);
+            adopt(th, fd, peer);
+            continue;
+        }
+        *cmd = (re_cmd){.len = strlen(copy), .data = copy, .adopt = 1, .fd = fd};
+        post(to, cmd);
     }
 }
 
@@ -1170,6 +1223,12 @@ static void run_cmds(re_thread *th)
     pthread_mutex_unlock(&th->m);
     while (cmd) {
         re_cmd *next = cmd->next;
+        if (cmd->adopt) {
+            adopt(th, cmd->fd, cmd->data);
+            free_cmd(cmd);
+            cmd = next;
+            continue;
+        }
         re_conn *c = find_conn(th, cmd->conn);
         if (cmd->state) {
             if (c) {
@@ -1467,6 +1526,10 @@ static void free_thread(re_thread *th)
         re_cmd *next = cmd->next;
         if (cmd->state)
             sem_post(cmd->done);    /* not found: the engine stopped */
+        if (cmd->adopt) {           /* accepted, never served */
+            close(cmd->fd);
+            __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
+        }
         free_cmd(cmd);
         cmd = next;
     }

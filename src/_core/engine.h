@@ -3,8 +3,10 @@
  * every other frame goes to Python whole, through a bounded event queue, with its
  * connection's id, and Python's answers come back to the connection's thread.
  *
- * A connection belongs to the thread that accepted it (each thread waits on the
- * listening socket with EPOLLEXCLUSIVE). While one of its frames is with Python, the
+ * Each thread waits on the listening socket with EPOLLEXCLUSIVE; the one woken accepts
+ * and hands each connection to the thread holding the fewest (itself on a tie), which
+ * owns it to its close: an idle thread is the one woken, so connections that come one
+ * at a time would otherwise all land on one thread. While one of its frames is with Python, the
  * connection is neither read nor split further (as the asyncio server does): queued
  * work is one batch of frames per connection, and the queue holds at most an open, a
  * batch and a close per connection. Reading also pauses once a connection's unsent
