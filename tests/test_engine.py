@@ -501,7 +501,7 @@ def test_connections_go_to_the_thread_with_the_fewest():
     rt = table()
 
     def opened(s, n):
-        assert wait_for(lambda: len([k for k, _, _ in s.log if k == "open"]) == n)
+        assert wait_for(lambda: len([k for k, _, _ in s.log if k == "open"]) == n, 10)
         return [conn for k, conn, _ in s.log if k == "open"]
 
     def threads(conns):
@@ -520,7 +520,7 @@ def test_connections_go_to_the_thread_with_the_fewest():
             gone = [i for i, conn in enumerate(ids) if conn & 0xFF == 1]
             for i in gone:
                 socks[i].close()
-            assert wait_for(lambda: s.engine.counts()["connections"] == 4)
+            assert wait_for(lambda: s.engine.counts()["connections"] == 4, 10)
             for k in range(2):
                 socks.append(socket.create_connection(s.address))
                 socks[-1].sendall(route_query("T2", 10 + k))
