@@ -201,10 +201,12 @@ def test_a_scrape_sums_what_every_io_thread_counted(tmp_path):
         def sample(name, **labels):
             return call_in_loop(app, registry.get_sample_value, name, labels)
 
-        before = {k: sample(*k[:1], **dict(k[1:])) for k in (
-            ("rmq_route_queries_total", ("result", "found")),
-            ("rmq_route_queries_total", ("result", "not_found")),
-            ("rmq_received_bytes_total",), ("rmq_sent_bytes_total",))}
+        def counters():
+            return (sample("rmq_route_queries_total", result="found"),
+                    sample("rmq_route_queries_total", result="not_found"),
+                    sample("rmq_received_bytes_total"), sample("rmq_sent_bytes_total"))
+
+        before = counters()
         clients = []
         try:
             # (an idle thread is the one epoll wakes to accept: without the engine's
@@ -225,16 +227,13 @@ def test_a_scrape_sums_what_every_io_thread_counted(tmp_path):
                         not_found += 1
             assert found and not_found
             assert app.counters.requests[105] == 0          # all of them in C
-            assert sample("rmq_route_queries_total", result="found") \
-                - before[("rmq_route_queries_total", ("result", "found"))] == found
-            assert sample("rmq_route_queries_total", result="not_found") \
-                - before[("rmq_route_queries_total", ("result", "not_found"))] \
-                == not_found + len(clients)                 # (and the first "nope"s)
+            found_n, not_found_n, received_n, sent_n = (
+                a - b for a, b in zip(counters(), before))
+            assert found_n == found
+            assert not_found_n == not_found + len(clients)      # (and the first "nope"s)
             # every byte each client sent and received, on whichever thread
-            assert sample("rmq_received_bytes_total") - before[("rmq_received_bytes_total",)] \
-                == sum(c.sent for c in clients)
-            assert sample("rmq_sent_bytes_total") - before[("rmq_sent_bytes_total",)] \
-                == sum(c.received for c in clients)
+            assert received_n == sum(c.sent for c in clients)
+            assert sent_n == sum(c.received for c in clients)
         finally:
             for c in clients:
                 c.close()

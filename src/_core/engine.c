@@ -1058,6 +1058,15 @@ static int conn_read(re_thread *th, re_conn *c)
     return 0;
 }
 
+/* An accepted socket counted for th (e->connections, th->nconns) that will not be
+ * served (out of memory, or the engine stopped first): closed and uncounted. */
+static void unaccept(re_thread *th, int fd)
+{
+    __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&th->nconns, 1, __ATOMIC_RELAXED);
+    close(fd);
+}
+
 /* Take an accepted socket (counted in e->connections and th->nconns) as one of this
  * thread's connections: its options set, in this thread's epoll, announced to Python. */
 static void adopt(re_thread *th, int fd, const char *peer)
@@ -1083,9 +1092,7 @@ static void adopt(re_thread *th, int fd, const char *peer)
         }
     }
     if (!c) {
-        __atomic_fetch_sub(&e->connections, 1, __ATOMIC_RELAXED);
-        __atomic_fetch_sub(&th->nconns, 1, __ATOMIC_RELAXED);
-        close(fd);
+        unaccept(th, fd);
         return;
     }
     size_t b = (c->id >> 8) % CONN_BUCKETS;
@@ -1155,13 +1162,10 @@ static void accept_all(re_thread *th)
             continue;
         }
         re_cmd *cmd = malloc(sizeof *cmd);
-        char *copy = strdup(peer);
-        if (!cmd || !copy) {
+        char *copy = cmd ? strdup(peer) : NULL;
+        if (!copy) {
             free(cmd);
-            free(copy);
-            __atomic_fetch_sub(&to->nconns, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&th->nconns, 1, __ATOMIC_RELAXED);
-            adopt(th, fd, peer);
+            unaccept(to, fd);
             continue;
         }
         *cmd = (re_cmd){.len = strlen(copy), .data = copy, .adopt = 1, .fd = fd};
@@ -1526,10 +1530,8 @@ static void free_thread(re_thread *th)
         re_cmd *next = cmd->next;
         if (cmd->state)
             sem_post(cmd->done);    /* not found: the engine stopped */
-        if (cmd->adopt) {           /* accepted, never served */
-            close(cmd->fd);
-            __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
-        }
+        if (cmd->adopt)
+            unaccept(th, cmd->fd);
         free_cmd(cmd);
         cmd = next;
     }
