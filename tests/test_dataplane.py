@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -206,7 +207,20 @@ def test_a_scrape_sums_what_every_io_thread_counted(tmp_path):
                     sample("rmq_route_queries_total", result="not_found"),
                     sample("rmq_received_bytes_total"), sample("rmq_sent_bytes_total"))
 
-        before = counters()
+        def settled():
+            """The counters once two reads a moment apart agree: a thread counts the
+            bytes of a write after write() returns, which may be after its reader has
+            them."""
+            last = counters()
+            for _ in range(100):
+                time.sleep(0.05)
+                now = counters()
+                if now == last:
+                    break
+                last = now
+            return last
+
+        before = settled()
         clients = []
         try:
             # (an idle thread is the one epoll wakes to accept: without the engine's
@@ -228,7 +242,7 @@ def test_a_scrape_sums_what_every_io_thread_counted(tmp_path):
             assert found and not_found
             assert app.counters.requests[105] == 0          # all of them in C
             found_n, not_found_n, received_n, sent_n = (
-                a - b for a, b in zip(counters(), before))
+                a - b for a, b in zip(settled(), before))
             assert found_n == found
             assert not_found_n == not_found + len(clients)      # (and the first "nope"s)
             # every byte each client sent and received, on whichever thread
