@@ -9,9 +9,11 @@ GIL, for ``--seconds``:
 - ``batch``: 4,096 pipelined queries per call, as a connection's read brings them:
   the read lock is taken once per 64 KiB of answers;
 - ``single``: the same queries one per call: the lock taken and released per
-  answer, its cost and its contention in full view.
+  answer, its cost and its contention in full view;
+- ``lock``: the read lock taken and released once per query, nothing answered: the
+  lock alone under N reader threads (lock pairs/s).
 
-Prints answers/s per thread count and the ratio to N x one thread's rate::
+Prints answers/s (lock pairs/s) per thread count and the ratio to N x one thread's rate::
 
     PYTHONPATH=src .venv/bin/python bench/scaling.py            # N = 1, 2, ... cores, 2 x cores
     PYTHONPATH=src .venv/bin/python bench/scaling.py --threads 1 2 4 --seconds 5
@@ -55,18 +57,19 @@ def main():
     data = b"".join(requests)
     report = {"cores": cores, "seconds": args.seconds, "modes": {}}
     print(f"rmq from {rmq.__file__}; {cores} CPUs; {args.seconds:g} s per run")
-    for mode in ("batch", "single"):
+    for mode in ("batch", "single", "lock"):
         rows = report["modes"][mode] = []
         one = None
         for n in args.threads:
-            per_thread = _core._serve_threads(rt._tt, data, n, args.seconds, mode == "single")
+            per_thread = _core._serve_threads(rt._tt, data, n, args.seconds, mode)
             rate = sum(per_thread) / args.seconds
             one = rate if n == 1 else one
             ratio = rate / (n * one) if one else None
             rows.append({"threads": n, "answers_per_s": round(rate), "ratio_to_n_x_one":
                          None if ratio is None else round(ratio, 3),
                          "per_thread": [round(a / args.seconds) for a in per_thread]})
-            print(f"{mode:6} {n:3} threads {rate:>13,.0f} answers/s"
+            unit = "lock pairs/s" if mode == "lock" else "answers/s"
+            print(f"{mode:6} {n:3} threads {rate:>13,.0f} {unit}"
                   + ("" if ratio is None else f"   {ratio:.2f} x (N x one thread)"))
     if args.json_out:
         with open(args.json_out, "w") as f:

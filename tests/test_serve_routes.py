@@ -270,17 +270,20 @@ def test_a_route_query_behind_a_change_waits_for_it(impl, rt):
 # ---------------------------------------------------------------- threads (compiled)
 
 @pytest.mark.once
-def test_threads_serve_from_one_table_while_it_changes():
+@pytest.mark.parametrize("mode", ["batch", "single", "lock"])
+def test_threads_serve_from_one_table_while_it_changes(mode):
     """serve.c's loop in C threads without the GIL (the I/O threads' loop, and
     bench/scaling.py's): every pass over the frames answers all of them, found and
-    missing, while registrations change the table under its write lock."""
+    missing, while registrations change the table under its write lock (the readers'
+    fast path and the writer's gate, per read or per answer)."""
     import threading
     c = load_compiled()
     rt = table(c)
     frames = [route_request(c, t, opaque=i) for i, t in enumerate(["T1", "T3", "nope", "Tü"])]
     data = b"".join(c.encode_frame(f) for f in frames)
     out = []
-    th = threading.Thread(target=lambda: out.append(c._serve_threads(rt._tt, data, 2, 0.5)))
+    th = threading.Thread(
+        target=lambda: out.append(c._serve_threads(rt._tt, data, 2, 0.5, mode)))
     th.start()
     flips = 0
     while th.is_alive():
@@ -305,3 +308,35 @@ def test_threads_refuse_frames_the_loop_leaves_to_python():
         c._serve_threads(rt._tt, data, 1, 0.05)
     with pytest.raises(ValueError, match="at least 1"):
         c._serve_threads(rt._tt, data, 0, 0.05)
+    with pytest.raises(ValueError, match="'sometimes'"):
+        c._serve_threads(rt._tt, data, 1, 0.05, "sometimes")
+
+
+@pytest.mark.once
+def test_answers_evicted_while_others_read_are_freed_once_no_reader_holds_them():
+    """Under a budget that holds a few answers, two threads answering one query per
+    read take turns evicting what the other may be writing: an answer evicted while
+    another reader is in waits in the graveyard (still counted), and goes once a
+    reader leaving finds no reader in. The answers stay whole (the debug build's
+    sanitizer run sees no use after free), and the graveyard empties."""
+    c = load_compiled()
+    rt = route_table(c)()
+    topics = [f"T{i}" for i in range(64)]
+    for k, name in enumerate(["broker-a", "broker-b"]):
+        addr = f"10.0.0.{k + 1}:10911"
+        b = bodies.register_broker_body(
+            [bodies.topic_config(t, 4 + (i % 5), 4, 6) for i, t in enumerate(topics)],
+            {"counter": 1, "timestamp": 1})
+        rt.register_broker("C", addr, name, 0, addr, body=b, now_ms=0)
+    one = len(rt.route_body("T1"))
+    rt.cache_budget = 4 * one
+    data = b"".join(c.encode_frame(route_request(c, t, opaque=i)) for i, t in enumerate(topics))
+    answers = c._serve_threads(rt._tt, data, 2, 0.5, "single")
+    assert all(a > 0 and a % len(topics) == 0 for a in answers)
+    buried, _ = rt._tt._buried()
+    assert buried > 0
+    # the readers are gone: whatever the last of them could not free, the next
+    # reader's release does (this one's, reading alone)
+    assert rt._tt._buried() == (buried, 0)
+    st = rt.cache_stats()
+    assert st["bytes"] <= st["budget"], st

@@ -19,7 +19,7 @@ from rmq._wire import route_zone as _route_zone, topic_not_exist as _topic_not_e
 
 from routetable cimport *
 from bufpool cimport rp_give
-from serve cimport rs_counts, rs_serve_routes, rs_serve_threads
+from serve cimport RS_BATCH, RS_LOCK, RS_SINGLE, rs_counts, rs_serve_routes, rs_serve_threads
 
 
 cdef enum:
@@ -376,6 +376,18 @@ cdef class TopicTable:
     def _work(self):
         """Entries probed and topics walked since start: what operations cost, for tests."""
         return rt_work(self.t)
+
+    def _buried(self):
+        """Answers evicted while another reader was in (they wait in the graveyard
+        until no reader is): (since start, in the graveyard now), for tests. Read
+        under the read lock, before its release may empty the graveyard."""
+        cdef uint64_t since_start
+        cdef size_t now
+        with nogil:
+            rt_rdlock(self.t)
+            rt_buried(self.t, &since_start, &now)
+            rt_rdunlock(self.t)
+        return since_start, now
 
     def encode_topic_route_data(self, route, legacy=False):
         return encode_topic_route_data(route, legacy)
@@ -962,14 +974,19 @@ cdef Py_ssize_t serve_cached_routes(const uint8_t* p, Py_ssize_t n, Py_ssize_t m
 
 
 
-def _serve_threads(TopicTable tt, data, int threads, double seconds, bint single=False):
+def _serve_threads(TopicTable tt, data, int threads, double seconds, mode="batch"):
     """Bench hook (bench/scaling.py): ``threads`` C threads, without the GIL, each
-    answering the route queries of ``data`` (complete frames, all answered by
-    serve.c's loop) over and over from ``tt`` for ``seconds``, all per call or with
-    ``single`` one per call; the answers each wrote. ValueError when a frame is left
-    to Python."""
+    going over the route queries of ``data`` (complete frames, all answered by
+    serve.c's loop) again and again from ``tt`` for ``seconds``: ``mode`` "batch"
+    answers all of them per call, "single" one per call (the read lock per answer),
+    "lock" only takes and releases the read lock once per frame. What each thread did
+    (answers, or lock pairs). ValueError when a frame is left to Python."""
+    modes = {"batch": RS_BATCH, "single": RS_SINGLE, "lock": RS_LOCK}
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
+    if mode not in modes:
+        raise ValueError(f"mode must be one of {sorted(modes)}, not {mode!r}")
+    cdef int cmode = modes[mode]
     cdef const uint8_t[::1] view = data
     cdef uint64_t* answers = <uint64_t*>calloc(threads, sizeof(uint64_t))
     cdef int rc
@@ -978,7 +995,7 @@ def _serve_threads(TopicTable tt, data, int threads, double seconds, bint single
     try:
         with nogil:
             rc = rs_serve_threads(tt.t, tt.answer_stype, &view[0], view.shape[0], threads,
-                                  seconds, single, answers)
+                                  seconds, cmode, answers)
         if rc != 0:
             raise ValueError("a thread failed: a frame the loop leaves to Python, or no "
                              "memory or thread")

@@ -25,16 +25,66 @@
  * next writer, so a registration applied in slices (routes.pxi's APPLY_SLICE: the
  * writer takes the lock again at once) cannot starve them either: a route query
  * waits for one slice at most. A writer holds the lock only for the apply, never
- * for decoding. */
+ * for decoding.
+ *
+ * Those rules live under the mutex; readers take it only when the gate is closed.
+ * With no writer near, a reader counts itself in its thread's slot and looks at the
+ * gate; a writer closes the gate and then counts the slots. Each puts a full fence
+ * between its write and its look (Dekker's pattern; C11's fence-to-fence rule): either
+ * the reader sees the gate closed, steps back and takes the mutex, or the writer sees
+ * the reader's count and waits for it to leave. So a route query on the fast path
+ * writes only its own slot's cache line: the readers of many cores share no written
+ * line (a mutex or one shared count would move between their caches on every query). */
+
+/* glibc keeps room for a module's few initial-exec bytes when it is loaded later: a
+ * load relative to the thread pointer, not a call to __tls_get_addr per query. musl
+ * does not promise that room: the general model there. */
+#ifdef __GLIBC__
+#define RT_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define RT_TLS_MODEL
+#endif
+static __thread int thread_slot RT_TLS_MODEL = -1;
+static unsigned slots_given;
+
+/* The calling thread's slot (threads take them in turn, for every lock). */
+static inline int my_slot(void)
+{
+    if (thread_slot < 0)
+        thread_slot = (int)(__atomic_fetch_add(&slots_given, 1, __ATOMIC_RELAXED)
+                            % RT_READER_SLOTS);
+    return thread_slot;
+}
+
+/* The readers in, as the slots show them (after the caller's full fence, or under
+ * the mutex for the readers it let in). */
+static uint32_t readers_in(rt_rwlock *l)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < RT_READER_SLOTS; i++)
+        n += __atomic_load_n(&l->slots[i].n, __ATOMIC_ACQUIRE);
+    return n;
+}
+
+/* [m] From now on, arriving readers take the mutex. */
+static void close_gate(rt_rwlock *l)
+{
+    __atomic_store_n(&l->gate, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* [m] What the writer changed is seen by every reader that finds the gate open. */
+static void open_gate(rt_rwlock *l)
+{
+    __atomic_store_n(&l->gate, 0, __ATOMIC_RELEASE);
+}
 
 void rt_lock_init(rt_rwlock *l)
 {
+    memset(l, 0, sizeof *l);
     pthread_mutex_init(&l->m, NULL);
     pthread_cond_init(&l->readers_cv, NULL);
     pthread_cond_init(&l->writers_cv, NULL);
-    l->readers = l->writer = l->waiting_writers = 0;
-    l->waiting_readers = l->turn = 0;
-    l->releases = 0;
 }
 
 void rt_lock_destroy(rt_rwlock *l)
@@ -44,8 +94,27 @@ void rt_lock_destroy(rt_rwlock *l)
     pthread_mutex_destroy(&l->m);
 }
 
+/* A reader out of its slot; a writer waiting for the slots hears of it. */
+static void leave(rt_rwlock *l, int slot)
+{
+    __atomic_fetch_sub(&l->slots[slot].n, 1, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&l->gate, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&l->m);
+        if (l->waiting_writers)
+            pthread_cond_signal(&l->writers_cv);
+        pthread_mutex_unlock(&l->m);
+    }
+}
+
 void rt_lock_read(rt_rwlock *l)
 {
+    int slot = my_slot();
+    __atomic_fetch_add(&l->slots[slot].n, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&l->gate, __ATOMIC_ACQUIRE))
+        return;
+    leave(l, slot);                 /* the gate is closed: by the rules, under the mutex */
     pthread_mutex_lock(&l->m);
     uint64_t since = l->releases;
     int waited = 0;
@@ -62,23 +131,23 @@ void rt_lock_read(rt_rwlock *l)
         if (l->releases != since)
             l->turn--;              /* it was waiting at the last release: counted there */
     }
-    l->readers++;
+    __atomic_fetch_add(&l->slots[slot].n, 1, __ATOMIC_RELAXED);
+    /* as the fast path's: alone() relies on every reader's fence after its count */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&l->m);
 }
 
 void rt_unlock_read(rt_rwlock *l)
 {
-    pthread_mutex_lock(&l->m);
-    if (--l->readers == 0 && l->waiting_writers)
-        pthread_cond_signal(&l->writers_cv);
-    pthread_mutex_unlock(&l->m);
+    leave(l, my_slot());
 }
 
 void rt_lock_write(rt_rwlock *l)
 {
     pthread_mutex_lock(&l->m);
     l->waiting_writers++;
-    while (l->writer || l->readers || l->turn)
+    close_gate(l);
+    while (l->writer || l->turn || readers_in(l))
         pthread_cond_wait(&l->writers_cv, &l->m);
     l->waiting_writers--;
     l->writer = 1;
@@ -92,6 +161,8 @@ void rt_unlock_write(rt_rwlock *l)
     l->writer = 0;
     l->releases++;
     l->turn = l->waiting_readers;   /* the readers waiting now go before the next writer */
+    if (!l->waiting_writers)
+        open_gate(l);
     if (l->turn || !l->waiting_writers)
         pthread_cond_broadcast(&l->readers_cv);
     else
@@ -102,7 +173,7 @@ void rt_unlock_write(rt_rwlock *l)
 /* RMQ_DEBUG: [W] functions run with the write lock held by this thread, [R] ones
  * with some lock held (a reader's identity is not kept). */
 #define HOLDS_WRITE(t) RMQ_ASSERT((t)->lock.writer && pthread_equal((t)->lock.owner, pthread_self()))
-#define HOLDS_LOCK(t) RMQ_ASSERT((t)->lock.writer || (t)->lock.readers > 0)
+#define HOLDS_LOCK(t) RMQ_ASSERT((t)->lock.writer || readers_in(&(t)->lock) > 0)
 
 static void free_grave(rt_blob *b)
 {
@@ -118,7 +189,7 @@ static void free_grave(rt_blob *b)
 static rt_blob *take_grave(rt_table *t)
 {
     rt_blob *grave = t->grave;
-    t->grave = NULL;
+    __atomic_store_n(&t->grave, NULL, __ATOMIC_RELAXED);
     for (rt_blob *b = grave; b; b = b->next)
         t->bytes -= b->size;
     return grave;
@@ -126,17 +197,23 @@ static rt_blob *take_grave(rt_table *t)
 
 void rt_rdlock(rt_table *t) { rt_lock_read(&t->lock); }
 
-/* The last reader out frees what readers evicted: no one can hold those answers
- * any more (readers use an answer only while they hold the lock). */
+/* A reader leaving with answers in the graveyard frees them if it can have the table
+ * to itself for a moment: it closes the gate and counts the slots (as a writer does),
+ * and takes the graveyard when no reader is in; readers arriving meanwhile wait for
+ * the mutex it holds. Only one tries at a time (trylock) and never with a writer near
+ * (the writer frees the graveyard itself): a stream of readers cannot queue behind it. */
 void rt_rdunlock(rt_table *t)
 {
     rt_rwlock *l = &t->lock;
+    leave(l, my_slot());
+    if (!__atomic_load_n(&t->grave, __ATOMIC_RELAXED) || pthread_mutex_trylock(&l->m))
+        return;
     rt_blob *grave = NULL;
-    pthread_mutex_lock(&l->m);
-    if (--l->readers == 0) {
-        grave = take_grave(t);
-        if (l->waiting_writers)
-            pthread_cond_signal(&l->writers_cv);
+    if (!l->writer && !l->waiting_writers) {
+        close_gate(l);
+        if (!readers_in(l))
+            grave = take_grave(t);
+        open_gate(l);
     }
     pthread_mutex_unlock(&l->m);
     free_grave(grave);
@@ -149,6 +226,17 @@ void rt_wrlock(rt_table *t)
 }
 
 void rt_wrunlock(rt_table *t) { rt_unlock_write(&t->lock); }
+
+void rt_buried(rt_table *t, uint64_t *since_start, size_t *now)
+{
+    HOLDS_LOCK(t);
+    pthread_mutex_lock(&t->cache_m);
+    *since_start = t->buried;
+    *now = 0;
+    for (rt_blob *b = t->grave; b; b = b->next)
+        ++*now;
+    pthread_mutex_unlock(&t->cache_m);
+}
 
 uint64_t rt_work(const rt_table *t) { return __atomic_load_n(&t->work, __ATOMIC_RELAXED); }
 
@@ -1341,10 +1429,10 @@ static rt_blob *answer_find(const rt_table *t, uint64_t hash, const int32_t *key
  * answer it unlinked, and it may free it at once. */
 static int alone(rt_table *t)
 {
-    pthread_mutex_lock(&t->lock.m);
-    int r = t->lock.readers == 1 && !t->lock.writer;
-    pthread_mutex_unlock(&t->lock.m);
-    return r;
+    /* the unlink, then the count, as a writer's gate and count: a reader arriving
+     * after the count finds the answer gone */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return readers_in(&t->lock) == 1;
 }
 
 /* Drop one topic form's reference; the last one unlinks the answer and frees it
@@ -1360,7 +1448,8 @@ static void answer_release(rt_table *t, rt_blob *a, int reading)
     t->nanswers--;
     if (reading && !alone(t)) {
         a->next = t->grave;         /* still counted in bytes until freed */
-        t->grave = a;
+        __atomic_store_n(&t->grave, a, __ATOMIC_RELAXED);   /* (rt_rdunlock's look) */
+        t->buried++;
     } else {
         t->bytes -= a->size;
         free(a);
@@ -1477,6 +1566,14 @@ static void drop_zone_answers(rt_table *t)
     t->version++;
 }
 
+static uint64_t hits(rt_table *t)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < RT_READER_SLOTS; i++)
+        n += __atomic_load_n(&t->hits[i].n, __ATOMIC_RELAXED);
+    return n;
+}
+
 static inline unsigned heat(const rt_topic *e)
 {
     return __atomic_load_n(&e->freq, __ATOMIC_RELAXED);
@@ -1517,7 +1614,7 @@ static int make_room(rt_table *t, size_t size, unsigned freq)
  * (times 8) have been counted since the last time: counts follow the present. */
 static void age(rt_table *t)
 {
-    uint64_t seen = __atomic_load_n(&t->hits, __ATOMIC_RELAXED) + t->misses;
+    uint64_t seen = hits(t) + t->misses;
     if (seen - t->since_aging < (t->count * 8 > AGING_MIN ? t->count * 8 : AGING_MIN))
         return;
     t->since_aging = seen;
@@ -1570,7 +1667,7 @@ const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int
         __atomic_store_n(&e->freq, (uint8_t)(f + 1), __ATOMIC_RELAXED);
     const rt_blob *cached = cached_answer(e, form);
     if (cached) {
-        __atomic_fetch_add(&t->hits, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&t->hits[my_slot()].n, 1, __ATOMIC_RELAXED);
         *status = RT_OK;
         return cached;
     }
@@ -1710,7 +1807,7 @@ void rt_get_cache_stats(rt_table *t, rt_cache_stats *out)
 {
     HOLDS_LOCK(t);
     pthread_mutex_lock(&t->cache_m);
-    *out = (rt_cache_stats){__atomic_load_n(&t->hits, __ATOMIC_RELAXED), t->misses, t->shared,
+    *out = (rt_cache_stats){hits(t), t->misses, t->shared,
                             t->evictions, t->refused, t->bytes, t->budget, t->nanswers,
                             t->nring};
     pthread_mutex_unlock(&t->cache_m);

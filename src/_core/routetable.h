@@ -23,15 +23,29 @@
 
 #include "wire.h"
 
+/* Readers count themselves in their thread's slot, each slot on a cache line of its
+ * own (the stride keeps the counters apart whatever the struct's alignment): readers
+ * on different cores never write a line another reader writes. Threads past
+ * RT_READER_SLOTS share slots (a count, not a flag): correct, only contended. */
+#define RT_READER_SLOTS 64
+
 typedef struct {
+    uint32_t n;
+    char pad[64 - sizeof(uint32_t)];
+} rt_reader_slot;
+
+typedef struct {
+    int gate;                       /* atomic; nonzero: readers take the mutex (a writer
+                                       waits or holds, or a reader frees the graveyard) */
     pthread_mutex_t m;
     pthread_cond_t readers_cv, writers_cv;
-    int readers, writer, waiting_writers;
+    int writer, waiting_writers;
     int waiting_readers;            /* readers waiting for the lock */
     int turn;                       /* of those waiting at the last write release, the
                                        ones not yet in: they go before the next writer */
     uint64_t releases;              /* write releases so far */
     pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
+    rt_reader_slot slots[RT_READER_SLOTS];
 } rt_rwlock;
 
 /* A route answer (GET_ROUTEINFO_BY_TOPIC body). A cached one is shared by every
@@ -154,7 +168,13 @@ typedef struct {
     rt_cref *ring;                  /* every cached topic form */
     size_t nring, cap_ring, hand;
     rt_blob *grave;                 /* evicted under the read lock: freed once no reader is left */
-    uint64_t hits, misses, shared, evictions, refused, since_aging;
+    uint64_t buried;                /* answers that went to the graveyard (rt_buried) */
+    uint64_t misses, shared, evictions, refused, since_aging;
+    /* cache hits, counted in the reader's slot (as the lock's): summed when read */
+    struct {
+        uint64_t n;
+        char pad[64 - sizeof(uint64_t)];
+    } hits[RT_READER_SLOTS];
 } rt_table;
 
 enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
@@ -286,5 +306,8 @@ void rt_get_cache_stats(rt_table *t, rt_cache_stats *out);
 /* Operations done on the table (entries probed, topics walked) since rt_new: a
  * count that shows what an operation's cost grows with, for tests. */
 uint64_t rt_work(const rt_table *t);
+/* [R] Answers evicted while another reader was in (the graveyard's, freed later):
+ * since rt_new, and in the graveyard now. For tests. */
+void rt_buried(rt_table *t, uint64_t *since_start, size_t *now);
 
 #endif

@@ -78,6 +78,7 @@ cdef extern from "routetable.h" nogil:
     void rt_set_budget(rt_table* t, size_t budget)
     void rt_get_cache_stats(rt_table* t, rt_cache_stats* out)
     uint64_t rt_work(const rt_table* t)
+    void rt_buried(rt_table* t, uint64_t* since_start, size_t* now)
     # The route answer's JSON writer (bodies.pxi builds its pieces).
     ctypedef struct rt_span:
         const char* s

@@ -66,7 +66,7 @@ typedef struct {
     const uint8_t *data;
     size_t n;
     double seconds;
-    int single;         /* one frame per call: the read lock per answer */
+    int mode;           /* RS_BATCH, RS_SINGLE, RS_LOCK */
     uint64_t answers;
     int failed;
 } rs_reader;
@@ -92,9 +92,16 @@ static void *rs_reader_main(void *arg)
     while (!r->failed && now_s() < end) {
         for (size_t pos = 0; pos < r->n;) {     /* one read's worth, as a connection's */
             size_t n = r->n - pos;
-            if (r->single) {
+            if (r->mode != RS_BATCH) {
                 int64_t length = rmq_frame_at(r->data + pos, n, SIZE_MAX);
                 n = length < 0 ? n : 4 + (size_t)length;
+            }
+            if (r->mode == RS_LOCK) {
+                rt_rdlock(r->t);
+                rt_rdunlock(r->t);
+                counts.served++;
+                pos += n;
+                continue;
             }
             len = 0;
             size_t used = rs_serve_routes(r->t, r->stype, r->data + pos, n, SIZE_MAX,
@@ -119,7 +126,7 @@ static void *rs_reader_main(void *arg)
 }
 
 int rs_serve_threads(rt_table *t, int stype, const uint8_t *data, size_t n, int nthreads,
-                     double seconds, int single, uint64_t *answers)
+                     double seconds, int mode, uint64_t *answers)
 {
     rs_reader *readers = calloc((size_t)nthreads, sizeof *readers);
     pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
@@ -130,7 +137,7 @@ int rs_serve_threads(rt_table *t, int stype, const uint8_t *data, size_t n, int 
         return -1;
     }
     for (; started < nthreads; started++) {
-        readers[started] = (rs_reader){t, stype, data, n, seconds, single, 0, 0};
+        readers[started] = (rs_reader){t, stype, data, n, seconds, mode, 0, 0};
         if (pthread_create(&threads[started], NULL, rs_reader_main, &readers[started]) != 0) {
             rc = -1;
             break;

@@ -36,12 +36,17 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
                        rs_counts *counts);
 
 /* For the scaling measurement (rmq._core._serve_threads, bench/scaling.py): nthreads
- * threads each serving the frames data[:n] (complete route queries) over and over
- * with rs_serve_routes for `seconds`, as I/O threads would: all of them per call, or
- * with `single` one per call (the read lock taken per answer); answers[i] (nthreads
- * of them) is what thread i wrote. 0, or -1 when a thread could not start or data
- * holds a frame rs_serve_routes does not answer. */
+ * threads each going over the frames data[:n] (complete route queries) again and
+ * again for `seconds`, as I/O threads would, in one of the modes below; answers[i]
+ * (nthreads of them) is what thread i did. 0, or -1 when a thread could not start or
+ * data holds a frame rs_serve_routes does not answer. */
+enum {
+    RS_BATCH = 0,       /* all the frames per rs_serve_routes call: one read's worth */
+    RS_SINGLE = 1,      /* one frame per call: the read lock taken per answer */
+    RS_LOCK = 2         /* the read lock taken and released once per frame, nothing
+                           served: the lock alone under N readers */
+};
 int rs_serve_threads(rt_table *t, int stype, const uint8_t *data, size_t n, int nthreads,
-                     double seconds, int single, uint64_t *answers);
+                     double seconds, int mode, uint64_t *answers);
 
 #endif

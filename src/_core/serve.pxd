@@ -13,4 +13,5 @@ cdef extern from "serve.h" nogil:
                            char* out, size_t cap, size_t* len, size_t limit, size_t* need,
                            rs_counts* counts)
     int rs_serve_threads(rt_table* t, int stype, const uint8_t* data, size_t n, int nthreads,
-                         double seconds, bint single, uint64_t* answers)
+                         double seconds, int mode, uint64_t* answers)
+    enum: RS_BATCH, RS_SINGLE, RS_LOCK
