@@ -5,7 +5,7 @@
 from array import array
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import Buffer, Self
 
@@ -187,7 +187,7 @@ def _scan_register_body_count(data: Buffer, repeat: int = 1) -> int: ...
 def _scan_route_request(frame: Buffer) -> tuple[int, int, int, str, bool, str | None] | None: ...
 def _route_answer(frame: Buffer, body: Buffer | None, serialize_type: str = "JSON") -> bytes | None: ...
 def _serve_threads(tt: TopicTable, data: Buffer, threads: int, seconds: float,
-                   single: bool = False) -> list[int]: ...
+                   mode: Literal["batch", "single", "lock"] = "batch") -> list[int]: ...
 
 # ---------------------------------------------------------------- engine.pxi (compiled only)
 # (kept last: tests/test_typing.py drops this section for the pure-Python reference)
