@@ -6,6 +6,12 @@
  *     cc -O2 -DNDEBUG -Isrc/_core -o /tmp/lockpairs bench/lockpairs.c \
  *         src/_core/routetable.c src/_core/hash.c src/_core/javatable.c -lpthread
  *     /tmp/lockpairs 1; /tmp/lockpairs 2
+ *     /tmp/lockpairs wait     # a reader's wait behind a writer applying slices
+ *
+ * `wait`: one thread takes the write lock for 0.5 ms slices back to back (as a
+ * registration applied in slices does), another takes the read lock every 0.1 ms,
+ * for 3 s: the reader's mean and longest wait (the turn rule bounds it by one slice,
+ * plus the time the system takes to wake the reader).
  *
  * bench/scaling.py --threads ... (its "lock" mode) measures the built core's lock the
  * same way from Python. */
@@ -14,6 +20,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define MAX_THREADS 256
@@ -37,11 +44,67 @@ static void *reader(void *arg)
     return NULL;
 }
 
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void spin(double seconds)
+{
+    double end = now() + seconds;
+    while (now() < end)
+        ;
+}
+
+static void *slices(void *arg)
+{
+    (void)arg;
+    while (!stop) {
+        rt_wrlock(table);
+        spin(0.0005);
+        rt_wrunlock(table);
+    }
+    return NULL;
+}
+
+static int wait_behind_a_writer(void)
+{
+    pthread_t writer;
+    if (pthread_create(&writer, NULL, slices, NULL) != 0)
+        return 1;
+    double longest = 0, sum = 0, end = now() + 3;
+    unsigned long reads = 0;
+    struct timespec gap = {0, 100000};
+    while (now() < end) {
+        double t = now();
+        rt_rdlock(table);
+        double waited = now() - t;
+        rt_rdunlock(table);
+        longest = waited > longest ? waited : longest;
+        sum += waited;
+        reads++;
+        nanosleep(&gap, NULL);
+    }
+    stop = 1;
+    pthread_join(writer, NULL);
+    printf("%lu reads behind a writer: mean wait %.3f ms, max %.3f ms\n", reads,
+           sum / (double)reads * 1e3, longest * 1e3);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+        table = rt_new();
+        int rc = table ? wait_behind_a_writer() : 1;
+        rt_free(table);
+        return rc;
+    }
     int nthreads = argc > 1 ? atoi(argv[1]) : 1;
     if (nthreads < 1 || nthreads > MAX_THREADS) {
-        fprintf(stderr, "usage: %s THREADS (1-%d)\n", argv[0], MAX_THREADS);
+        fprintf(stderr, "usage: %s THREADS (1-%d) | wait\n", argv[0], MAX_THREADS);
         return 2;
     }
     table = rt_new();
