@@ -314,7 +314,8 @@ def test_threads_refuse_frames_the_loop_leaves_to_python():
 
 @pytest.mark.once
 def test_answers_evicted_while_others_read_are_freed_once_no_reader_holds_them():
-    """Under a budget that holds a few answers, two threads answering one query per
+    """Under a budget that holds a few answers, one thread alone frees what it evicts
+    at once; two threads answering one query per
     read take turns evicting what the other may be writing: an answer evicted while
     another reader is in waits in the graveyard (still counted), and goes once a
     reader leaving finds no reader in. The answers stay whole (the debug build's
@@ -331,6 +332,11 @@ def test_answers_evicted_while_others_read_are_freed_once_no_reader_holds_them()
     one = len(rt.route_body("T1"))
     rt.cache_budget = 4 * one
     data = b"".join(c.encode_frame(route_request(c, t, opaque=i)) for i, t in enumerate(topics))
+    # one thread alone frees what it evicts at once: nothing goes to the graveyard
+    evictions = rt.cache_stats()["evictions"]
+    assert c._serve_threads(rt._tt, data, 1, 0.2, "single")[0] > 0
+    assert rt.cache_stats()["evictions"] > evictions
+    assert rt._tt._buried() == (0, 0)
     answers = c._serve_threads(rt._tt, data, 2, 0.5, "single")
     assert all(a > 0 and a % len(topics) == 0 for a in answers)
     buried, _ = rt._tt._buried()
