@@ -56,14 +56,20 @@ static inline int my_slot(void)
     return thread_slot;
 }
 
+/* A count kept in slots: their sum. */
+static uint64_t slots_sum(const rt_slot_count *slots)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < RT_READER_SLOTS; i++)
+        n += __atomic_load_n(&slots[i].n, __ATOMIC_ACQUIRE);
+    return n;
+}
+
 /* The readers in, as the slots show them (after the caller's full fence, or under
  * the mutex for the readers it let in). */
-static uint32_t readers_in(rt_rwlock *l)
+static uint64_t readers_in(rt_rwlock *l)
 {
-    uint32_t n = 0;
-    for (int i = 0; i < RT_READER_SLOTS; i++)
-        n += __atomic_load_n(&l->slots[i].n, __ATOMIC_ACQUIRE);
-    return n;
+    return slots_sum(l->slots);
 }
 
 /* [m] From now on, arriving readers take the mutex. */
@@ -1566,14 +1572,6 @@ static void drop_zone_answers(rt_table *t)
     t->version++;
 }
 
-static uint64_t hits(rt_table *t)
-{
-    uint64_t n = 0;
-    for (int i = 0; i < RT_READER_SLOTS; i++)
-        n += __atomic_load_n(&t->hits[i].n, __ATOMIC_RELAXED);
-    return n;
-}
-
 static inline unsigned heat(const rt_topic *e)
 {
     return __atomic_load_n(&e->freq, __ATOMIC_RELAXED);
@@ -1614,7 +1612,7 @@ static int make_room(rt_table *t, size_t size, unsigned freq)
  * (times 8) have been counted since the last time: counts follow the present. */
 static void age(rt_table *t)
 {
-    uint64_t seen = hits(t) + t->misses;
+    uint64_t seen = slots_sum(t->hits) + t->misses;
     if (seen - t->since_aging < (t->count * 8 > AGING_MIN ? t->count * 8 : AGING_MIN))
         return;
     t->since_aging = seen;
@@ -1807,7 +1805,7 @@ void rt_get_cache_stats(rt_table *t, rt_cache_stats *out)
 {
     HOLDS_LOCK(t);
     pthread_mutex_lock(&t->cache_m);
-    *out = (rt_cache_stats){hits(t), t->misses, t->shared,
+    *out = (rt_cache_stats){slots_sum(t->hits), t->misses, t->shared,
                             t->evictions, t->refused, t->bytes, t->budget, t->nanswers,
                             t->nring};
     pthread_mutex_unlock(&t->cache_m);

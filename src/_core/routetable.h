@@ -23,16 +23,17 @@
 
 #include "wire.h"
 
-/* Readers count themselves in their thread's slot, each slot on a cache line of its
- * own (the stride keeps the counters apart whatever the struct's alignment): readers
- * on different cores never write a line another reader writes. Threads past
- * RT_READER_SLOTS share slots (a count, not a flag): correct, only contended. */
+/* What readers count (the lock's readers in, the cache's hits) they count in their
+ * thread's slot, each slot on a cache line of its own (the stride keeps the counters
+ * apart whatever the struct's alignment): readers on different cores never write a
+ * line another reader writes; the sum over the slots is the count. Threads past
+ * RT_READER_SLOTS share slots (counts, not flags): correct, only contended. */
 #define RT_READER_SLOTS 64
 
 typedef struct {
-    uint32_t n;
-    char pad[64 - sizeof(uint32_t)];
-} rt_reader_slot;
+    uint64_t n;
+    char pad[64 - sizeof(uint64_t)];
+} rt_slot_count;
 
 typedef struct {
     int gate;                       /* atomic; nonzero: readers take the mutex (a writer
@@ -45,7 +46,7 @@ typedef struct {
                                        ones not yet in: they go before the next writer */
     uint64_t releases;              /* write releases so far */
     pthread_t owner;                /* the writer, for RMQ_DEBUG's ownership checks */
-    rt_reader_slot slots[RT_READER_SLOTS];
+    rt_slot_count slots[RT_READER_SLOTS];     /* the readers in */
 } rt_rwlock;
 
 /* A route answer (GET_ROUTEINFO_BY_TOPIC body). A cached one is shared by every
@@ -170,11 +171,7 @@ typedef struct {
     rt_blob *grave;                 /* evicted under the read lock: freed once no reader is left */
     uint64_t buried;                /* answers that went to the graveyard (rt_buried) */
     uint64_t misses, shared, evictions, refused, since_aging;
-    /* cache hits, counted in the reader's slot (as the lock's): summed when read */
-    struct {
-        uint64_t n;
-        char pad[64 - sizeof(uint64_t)];
-    } hits[RT_READER_SLOTS];
+    rt_slot_count hits[RT_READER_SLOTS];      /* cache hits */
 } rt_table;
 
 enum { RT_OK = 0, RT_NOT_FOUND = 1, RT_PYTHON = 2, RT_NOMEM = -1 };
