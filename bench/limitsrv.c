@@ -3,7 +3,12 @@
  * lock, no parsing beyond the opaque: what the load generator and loopback TCP allow
  * on this machine, the ceiling rmq's figures are compared with.
  *
- *   limitsrv PORT BODYFILE      (BODYFILE: the route body every answer carries)
+ *   limitsrv PORT BODYFILE [--short-slices]
+ *
+ * BODYFILE: the route body every answer carries. --short-slices: ask the scheduler
+ * for the 100 us slices rmq's I/O threads ask for (engine.c, io_thread_setup), so
+ * that under CPU contention the two wait for a core the same way (the floor of
+ * bench/load.py --all-at-once --limit; W1's limit runs without).
  *
  * Prints "listening PORT" once ready; runs until killed. Requests in JSON headers
  * (bench/loadgen's); the answer is a JSON header as rmq writes it (code 0, flag 1,
@@ -18,6 +23,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 enum { CHUNK = 64 * 1024 };
@@ -125,12 +131,35 @@ static int serve(int ep, conn_t *c)
     return 0;
 }
 
+/* As engine.c's io_thread_setup: EEVDF's slice request (Linux 6.12 on). */
+static void ask_short_slices(void)
+{
+#ifdef SYS_sched_setattr
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a = {0};
+    if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) == 0 && a.policy == 0) {
+        a.size = sizeof a;
+        a.flags = 0;
+        a.runtime = 100 * 1000;
+        if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+            perror("sched_setattr");
+    }
+#endif
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: limitsrv PORT BODYFILE\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "--short-slices") == 0)) {
+        fprintf(stderr, "usage: limitsrv PORT BODYFILE [--short-slices]\n");
         return 2;
     }
+    if (argc == 4)
+        ask_short_slices();
     FILE *f = fopen(argv[2], "rb");
     if (!f || fseek(f, 0, SEEK_END) < 0)
         return perror(argv[2]), 1;

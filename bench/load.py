@@ -15,7 +15,12 @@ kvConfig.json, then:
    start of the send to the whole answer.
 5. Route latency while registrations run: loadgen at a fixed rate (open loop, so a
    stalled server shows in every request due during the stall), first quiet, then
-   while broker-0 re-registers every --reg-interval seconds.
+   while broker-0 re-registers every --reg-interval seconds; counted from the due
+   time, from loadgen's send, and from the send to the answer's arrival at
+   loadgen's socket (the kernel's receive timestamp: loadgen's own lateness out).
+6. With --flood206, the same while one client pipelines 206s; with --all-at-once,
+   while registrations, KV puts and 206 floods run together, and with --limit also
+   the limit server's answers while the same loads run on rmq (the floor).
 
 Prints a table and one JSON line (also written to --json-out). Bounded: every
 step has a timeout, --deadline caps the whole run, and the server is killed at
@@ -132,12 +137,14 @@ class LimitServer:
     """bench/limitsrv: one epoll thread answering every frame with ``body`` (the
     ceiling rmq is compared with), pinned like the NameServer."""
 
-    def __init__(self, workdir, body, pin_cpu=None):
+    def __init__(self, workdir, body, pin_cpu=None, short_slices=False):
         path = Path(workdir) / "limit-route.json"
         path.write_bytes(body)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         cmd = [str(build_limitsrv()), str(self.port), str(path)]
+        if short_slices:                # (as rmq's I/O threads: limitsrv.c)
+            cmd.append("--short-slices")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         if pin_cpu is not None:
             os.sched_setaffinity(self.proc.pid, {pin_cpu})
@@ -382,6 +389,15 @@ def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rat
     return result
 
 
+def arrived(r):
+    """The open-loop figure from the send to the answer's arrival in the kernel
+    (loadgen's SO_TIMESTAMPNS): what the server and the loopback took, without
+    loadgen's own lateness in reading; '' where loadgen did not measure it (TLS)."""
+    if "arrived_max_us" not in r:
+        return ""
+    return f"at the socket p99 {r['arrived_p99_us']} us, max {r['arrived_max_us']} us; "
+
+
 def summarize(times):
     ms = sorted(t * 1000 for t in times)
     if not ms:
@@ -586,7 +602,8 @@ def run(args):
             f" (from the send: max {q.get('from_send_max_us')} us); during "
             f"{len(during_times)} registrations p99 {r['p99_us']} us, max {r['max_us']} us"
             f" (from the send: p99 {r.get('from_send_p99_us')} us, max "
-            f"{r.get('from_send_max_us')} us; loadgen's send lag max {r.get('send_lag_max_us')} us)")
+            f"{r.get('from_send_max_us')} us; {arrived(r)}loadgen's send lag max "
+            f"{r.get('send_lag_max_us')} us)")
 
         # 6. route latency while one client pipelines 206s (--flood206)
         if args.flood206:
@@ -595,35 +612,46 @@ def run(args):
             log(f"routes at {args.during_rate}/s during {r['floods']} floods of "
                 f"{args.flood206} pipelined 206s: p99 {r['p99_us']} us, max {r['max_us']} us "
                 f"(from the send: p99 {r.get('from_send_p99_us')} us, max "
-                f"{r.get('from_send_max_us')} us; loadgen's send lag max "
+                f"{r.get('from_send_max_us')} us; {arrived(r)}loadgen's send lag max "
                 f"{r.get('send_lag_max_us')} us)")
 
         # 7. all at once (--all-at-once): registrations back to back, 64 KiB KV puts
-        # and the 206 floods, while loadgen asks routes
+        # and the 206 floods, while loadgen asks routes; with --limit, loadgen then asks
+        # the limit server while the same loads run on rmq: the floor of this machine
         if args.all_at_once:
-            floods, puts, regs = [], [], []
+            targets = [("routes_during_all", None)]
+            if args.limit:
+                targets.append(("limit_during_all", route_raw(
+                    server.address, topics[len(topics) // 2])))
+            for key, limit_body in targets:
+                floods, puts, regs = [], [], []
 
-            def register_now(stop):
-                t = time.monotonic()
-                reg.register(next(series), args.compressed)
-                regs.append(time.monotonic() - t)
+                def register_now(stop):
+                    t = time.monotonic()
+                    reg.register(next(series), args.compressed)
+                    regs.append(time.monotonic() - t)
 
-            sim = brokersim.SimBroker(server.address, 901).connect()
-            try:
-                r = run_loadgen_during(server, {
-                    "registration": register_now, "KV put": kvput_work(sim, puts),
-                    "206 flood": flood206_work(server, args.flood206 or 500, floods)},
-                    label="routes_during_all", **rate_args)
-            finally:
-                sim.close()
-            r.update(registrations=summarize(regs), kv_puts=summarize(puts),
-                     floods=len(floods))
-            report["routes_during_all"] = r
-            log(f"routes at {args.during_rate}/s during {len(regs)} registrations, "
-                f"{len(puts)} KV puts and {len(floods)} 206 floods at once: p99 "
-                f"{r['p99_us']} us, max {r['max_us']} us (from the send: p99 "
-                f"{r.get('from_send_p99_us')} us, max {r.get('from_send_max_us')} us; "
-                f"loadgen's send lag max {r.get('send_lag_max_us')} us)")
+                sim = brokersim.SimBroker(server.address, 901).connect()
+                limit = None if limit_body is None else LimitServer(
+                    workdir, limit_body, pin_server, short_slices=True)
+                try:
+                    r = run_loadgen_during(limit or server, {
+                        "registration": register_now, "KV put": kvput_work(sim, puts),
+                        "206 flood": flood206_work(server, args.flood206 or 500, floods)},
+                        label=key, **rate_args)
+                finally:
+                    sim.close()
+                    if limit is not None:
+                        limit.stop()
+                r.update(registrations=summarize(regs), kv_puts=summarize(puts),
+                         floods=len(floods))
+                report[key] = r
+                log(f"routes at {args.during_rate}/s {'to the limit server ' if limit_body else ''}"
+                    f"during {len(regs)} registrations, {len(puts)} KV puts and "
+                    f"{len(floods)} 206 floods at once: p99 {r['p99_us']} us, max "
+                    f"{r['max_us']} us (from the send: p99 {r.get('from_send_p99_us')} us, "
+                    f"max {r.get('from_send_max_us')} us; {arrived(r)}loadgen's send lag max "
+                    f"{r.get('send_lag_max_us')} us)")
 
         report["server"].update({"rss_end_mib": proc_status(server.pid)["VmRSS"],
                                  "hwm_end_mib": proc_status(server.pid)["VmHWM"]})
@@ -858,7 +886,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0,
                    help="its I/O threads (serverIoThreads; implies --engine; 0: one per core)")
     p.add_argument("--limit", action="store_true",
-                   help="run the route loads against the limit server too (bench/limitsrv.c)")
+                   help="run the route loads against the limit server too (bench/limitsrv.c); "
+                        "with --all-at-once, its routes while the same loads run on rmq")
     p.add_argument("--pin", action="store_true",
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],

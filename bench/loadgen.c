@@ -278,6 +278,8 @@ typedef struct {
     int inflight;
     int32_t next_opaque;
     slot_t *slots; uint32_t mask;
+    uint64_t rx_ns;          /* open loop, plain: when the kernel took in the last
+                                segment of the latest recv (SO_TIMESTAMPNS), 0 if none */
 #ifdef LOADGEN_TLS
     SSL *ssl;                /* --tls: the connection's TLS session */
 #endif
@@ -294,6 +296,8 @@ static hist_t hist;
 static hist_t lag_hist;      /* open loop: send time - due time */
 static hist_t sent_hist;     /* open loop: answer time - send time (the generator's own
                                 lateness in sending left out; not in reading) */
+static hist_t arrived_hist;  /* open loop, plain: the kernel's receive time of the answer
+                                - send time (its lateness in reading left out too) */
 #define MAX_CODES 8
 static int64_t err_code[MAX_CODES];
 static uint64_t err_count[MAX_CODES];
@@ -398,7 +402,24 @@ static inline ssize_t conn_recv(conn_t *c, char *p, size_t n) {
         return r > 0 ? r : tls_result(c, r);
     }
 #endif
-    return recv(c->fd, p, n, 0);
+    if (opt_rate <= 0) return recv(c->fd, p, n, 0);
+    /* Open loop: the kernel's receive timestamp comes with the bytes. TCP gives the
+     * one of the last segment read, so an answer read with later ones gets a later
+     * time than its own: the figure can only be too high. */
+    union { char buf[CMSG_SPACE(sizeof(struct timespec))]; struct cmsghdr align; } ctl;
+    struct iovec iov = { .iov_base = p, .iov_len = n };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+    ssize_t r = recvmsg(c->fd, &m, 0);
+    if (r > 0)
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+            if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec ts;
+                memcpy(&ts, CMSG_DATA(h), sizeof ts);
+                c->rx_ns = (uint64_t)((int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec -
+                                      real_minus_mono);
+            }
+    return r;
 }
 
 /* A short read drains a plain socket; TLS hands over one record per read. */
@@ -532,7 +553,7 @@ static void fill_rate(uint64_t now) {
             if (conns[k].state == C_OPEN && conns[k].wlen > conns[k].woff) conn_flush(&conns[k]);
 }
 
-static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
+static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now, uint64_t rx) {
     if (len < 4) { protocol_errors++; return; }
     uint32_t hw = get_be32(f);
     uint32_t ser = hw >> 24, hlen = hw & 0xFFFFFF;
@@ -563,6 +584,7 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
         measured_done++;
         hist_record(&hist, lat);
         if (opt_rate > 0) hist_record(&sent_hist, lat > s->lag ? lat - s->lag : 0);
+        if (rx) hist_record(&arrived_hist, rx > s->t + s->lag ? rx - (s->t + s->lag) : 0);
         if (!ok) { errors++; note_error_code(code); }
         if (opt_samples) note_sample(s->t, lat, s->lag, (flag & 1) ? code : -1, (int32_t)opaque, c->port);
     }
@@ -571,6 +593,7 @@ static void handle_frame(conn_t *c, const char *f, uint32_t len, uint64_t now) {
 #define MAX_RESPONSE (64u * 1024 * 1024)
 
 static void conn_read(conn_t *c) {
+    c->rx_ns = 0;
     for (;;) {
         if (c->rcap - c->rlen < 65536) {
             size_t cap = c->rcap * 2;
@@ -608,7 +631,7 @@ static void conn_read(conn_t *c) {
             }
             break;
         }
-        handle_frame(c, c->rbuf + pos + 4, len, now);
+        handle_frame(c, c->rbuf + pos + 4, len, now, c->rx_ns);
         pos += 4 + (size_t)len;
     }
     if (pos) {
@@ -624,6 +647,8 @@ static int connect_one(const struct addrinfo *ai, int timeout_ms) {
     if (fd < 0) return -errno;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (opt_rate > 0 && !opt_tls)
+        setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
         int e = errno; close(fd); return -e;
     }
@@ -928,6 +953,10 @@ int main(int argc, char **argv) {
                hist_pct(&lag_hist, 50) / us, hist_pct(&lag_hist, 99) / us, lag_hist.max / us,
                hist_pct(&sent_hist, 99) / us, hist_pct(&sent_hist, 99.9) / us,
                sent_hist.max / us);
+    if (arrived_hist.n)
+        printf(",\"arrived_p99_us\":%.1f,\"arrived_p999_us\":%.1f,\"arrived_max_us\":%.1f",
+               hist_pct(&arrived_hist, 99) / us, hist_pct(&arrived_hist, 99.9) / us,
+               arrived_hist.max / us);
     printf("}\n");
     fflush(stdout);
     int bad = errors || errors_all || timeouts || lost || conn_errors || protocol_errors || unmatched ||

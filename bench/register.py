@@ -10,6 +10,10 @@ W1's table (8 brokers x ``--topics`` topics) is registered; then broker-0 re-reg
 - through the server, per engine (``serverEngine=c`` and ``asyncio``, alternated over
   ``--rounds``): from the first byte sent to the whole answer read, the frame encoded
   beforehand, so that only the server's part and the loopback's are in the figure;
+  and of that, the time the server's handler spent in ``register_broker`` (the body
+  read and applied: the in-process part, measured in the server, from its
+  ``rmq_registration_duration_seconds`` metric), the rest being the frame's way in and the
+  answer's way out;
 - the floor (``limit``): the same frames to the limit server, which reads each and
   answers at once: what the loopback and the frame's transfer take by themselves.
 
@@ -24,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,11 +94,27 @@ def round_trip(sock, decoder, frame):
             return seconds * 1e3
 
 
+def registration_seconds(metrics_url):
+    """The server's rmq_registration_duration_seconds sum and count (its handler's time in
+    register_broker), scraped."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    found = {}
+    for line in text.splitlines():
+        for key in ("rmq_registration_duration_seconds_sum", "rmq_registration_duration_seconds_count"):
+            if line.startswith(key + " "):
+                found[key] = float(line.split()[1])
+    return found["rmq_registration_duration_seconds_sum"], found["rmq_registration_duration_seconds_count"]
+
+
 def through_server(engine, topics, count, changes_routes, pin):
-    """Milliseconds of each re-registration through a NameServer, and its CPU."""
+    """Milliseconds of each re-registration through a NameServer, its CPU, and the
+    mean milliseconds its handler spent in register_broker."""
     with tempfile.TemporaryDirectory(prefix="rmq-register-") as work:
-        server = load.Server(work, properties={"serverEngine": engine},
-                             pin_cpu=0 if pin else None).start()
+        port = load.free_port()
+        server = load.Server(work, properties={
+            "serverEngine": engine, "metricsPort": str(port), "metricsAddress": "127.0.0.1"},
+            pin_cpu=0 if pin else None).start()
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
         brokers = []
         try:
             brokers = brokersim.register_brokers(server.address, BROKERS, topics)
@@ -102,13 +123,17 @@ def through_server(engine, topics, count, changes_routes, pin):
             times = []
             cpu = 0.0
             faults = load.proc_minor_faults(server.pid)
+            in_table0, n0 = registration_seconds(metrics_url)
             for b in bodies(topics, count, changes_routes):
                 frame = encode_frame(reg.register_command(b))     # (not timed)
                 cpu0 = load.proc_cpu_seconds(server.pid)
                 times.append(round_trip(reg.sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(server.pid) - cpu0
             faults = load.proc_minor_faults(server.pid) - faults
-            return times, cpu * 1e3 / count, faults / count
+            in_table, n = registration_seconds(metrics_url)
+            if n - n0 != count:
+                raise load.BenchError(f"the server counted {n - n0} registrations, not {count}")
+            return times, cpu * 1e3 / count, faults / count, (in_table - in_table0) * 1e3 / count
         finally:
             brokersim.close_all(brokers)
             server.stop()
@@ -132,7 +157,7 @@ def through_limit(topics, count, changes_routes, pin):
                 times.append(round_trip(sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(limit.pid) - cpu0
             faults = load.proc_minor_faults(limit.pid) - faults
-            return times, cpu * 1e3 / count, faults / count
+            return times, cpu * 1e3 / count, faults / count, None
         finally:
             sock.close()
             limit.stop()
@@ -179,15 +204,20 @@ def main():
         for engine in args.engines.split(","):
             measure = through_limit if engine == "limit" else functools.partial(
                 through_server, engine)
-            times, cpu, faults = measure(topics, args.count, args.changes_routes, args.pin)
+            times, cpu, faults, in_table = measure(topics, args.count, args.changes_routes,
+                                                   args.pin)
             row[engine] = {"median_ms": median(times), "p90_ms": round(
                 statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3),
                 "faults": round(faults)}
+            if in_table is not None:
+                row[engine]["in_register_broker_ms"] = round(in_table, 3)
         report["rounds"].append(row)
         print(f"round {r + 1}: in process {row['in_process_ms']} ms; " + "; ".join(
             f"{e} {row[e]['median_ms']} ms (p90 {row[e]['p90_ms']}, server CPU "
-            f"{row[e]['cpu_ms']} ms, {row[e]['faults']} page faults) = "
-            f"{row[e]['median_ms'] / row['in_process_ms']:.2f} x"
+            f"{row[e]['cpu_ms']} ms, {row[e]['faults']} page faults"
+            + (f", in register_broker {row[e]['in_register_broker_ms']} ms (mean)"
+               if 'in_register_broker_ms' in row[e] else "")
+            + f") = {row[e]['median_ms'] / row['in_process_ms']:.2f} x"
             for e in args.engines.split(",")))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=1))
