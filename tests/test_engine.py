@@ -208,8 +208,8 @@ def sized_body(size, opaque):
     return (opaque.to_bytes(4, "big") * (size // 4 + 1))[:size]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_route_answers_and_big_answers_of_any_size_come_whole_and_in_order(seed):
+@pytest.mark.parametrize("seed,control_thread", [(0, False), (1, False), (2, False), (3, True)])
+def test_route_answers_and_big_answers_of_any_size_come_whole_and_in_order(seed, control_thread):
     # Route answers (written by the thread into its out buffer) between Python's
     # answers of every size (small ones copied in, big ones queued as they came),
     # to a client that reads in spurts: every byte in order.
@@ -230,7 +230,8 @@ def test_route_answers_and_big_answers_of_any_size_come_whole_and_in_order(seed)
                                                                ext_fields={"size": str(size)})))
             expected.append((opaque, 0, sized_body(size, opaque)))
     stream = b"".join(reqs)
-    with Sized(rt, threads=2, sndbuf=65536) as s, socket.create_connection(s.address) as c:
+    with Sized(rt, threads=2, sndbuf=65536, control_thread=control_thread) as s, \
+            socket.create_connection(s.address) as c:
         sender = threading.Thread(target=lambda: [c.sendall(stream[i:i + 50_000])
                                                   for i in range(0, len(stream), 50_000)])
         sender.start()
@@ -270,7 +271,8 @@ class SharedParts(Served):
         del shared, parts               # the engine's references are all that is left
 
 
-def test_shared_bytes_are_written_whole_in_order_after_python_dropped_them():
+@pytest.mark.parametrize("control_thread", [False, True])
+def test_shared_bytes_are_written_whole_in_order_after_python_dropped_them(control_thread):
     # Bodies sent as SharedBytes, each the same object for several answers and
     # connections, interleaved with bytes, to clients reading in spurts: every byte
     # in order, though Python let go of them before the engine wrote them (ASan
@@ -278,7 +280,7 @@ def test_shared_bytes_are_written_whole_in_order_after_python_dropped_them():
     import random
     rng = random.Random(5)
     sizes = [0, 10, 70_000, 300_000, 1_100_000]
-    with SharedParts(table(), threads=2, sndbuf=65536) as s:
+    with SharedParts(table(), threads=2, sndbuf=65536, control_thread=control_thread) as s:
         clients = [socket.create_connection(s.address) for _ in range(3)]
         try:
             expected = {}
@@ -385,6 +387,91 @@ def test_the_io_threads_are_named_and_ask_for_short_slices():
             assert set(slices.values()) == {100_000}
         assert os.getpriority(os.PRIO_PROCESS, threads["rmq-io-0"]) == os.getpriority(
             os.PRIO_PROCESS, 0)                 # its nice value kept
+
+
+def test_a_connection_that_talks_to_python_moves_to_the_control_thread_in_order():
+    # With a control thread, a connection that hands a frame to Python (a broker, an
+    # admin client) is served there from then on, its answers in order; one that only
+    # asks routes stays on the route threads, and no connection is accepted there.
+    rt = table()
+    with Served(rt, threads=2, control_thread=True) as s, \
+            socket.create_connection(s.address) as router, \
+            socket.create_connection(s.address) as talker:
+        router.sendall(route_query("T1", 1))
+        assert read_answers(router, 1)[0].code == 0
+        python = core.encode_frame(core.RemotingCommand(106, opaque=2))
+        talker.sendall(route_query("T1", 1) + python + route_query("nope", 3) + python
+                       + route_query("T2", 5))
+        got = read_answers(talker, 5)
+        assert [(a.opaque, a.code) for a in got] == [(1, 0), (2, 0), (3, 17), (2, 0), (5, 0)]
+        assert got[1].remark == got[3].remark == "python"
+        assert got[4].body == rt.route_body("T2")
+        opened = [conn for kind, conn, _ in s.log if kind == "open"]
+        states = {conn: s.engine.connection_state(conn) for conn in opened}
+        threads = sorted(state["thread"] for state in states.values())
+        assert threads[1] == 2 and threads[0] in (0, 1), states   # (the control thread: 2)
+        # its id kept: the id's low byte still names the thread that accepted it
+        assert all(conn & 0xFF in (0, 1) for conn in opened)
+        router.sendall(route_query("T2", 6))
+        assert read_answers(router, 1)[0].opaque == 6
+        assert s.engine.counts()["connections"] == 2
+
+
+def test_pythons_sends_and_close_reach_a_moved_connection_through_its_first_thread():
+    # Python answers a moved connection by its id, whose thread passes each send on to
+    # the control thread in the order Python made them (a turn at a time, as the
+    # NameServer answers big batches); its close too, and once it is closed, the
+    # first thread forgets the id.
+    rt = table()
+    turns = [bytes([65 + i]) * (200_000 + i) for i in range(4)]
+    with Turns(rt, turns, threads=2, control_thread=True) as s, \
+            socket.create_connection(s.address) as c:
+        c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=1)) + route_query("T1", 2))
+        got = read_answers(c, 5, timeout=10)
+        assert [(a.opaque, a.remark) for a in got] == [
+            (1, f"turn {i}") for i in range(4)] + [(2, None)]
+        assert [a.body for a in got[:4]] == turns
+        (opened,) = wait_log(s, "open")
+        conn = opened[1]
+        assert s.engine.connection_state(conn)["thread"] == 2
+        s.engine.close_connection(conn)
+        c.settimeout(5)
+        assert c.recv(1) == b""
+        assert ("closed", conn, ("closed", None)) in wait_log(s, "closed")
+        deadline = time.monotonic() + 5
+        while s.engine.connection_state(conn) is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.engine.connection_state(conn) is None
+        s.engine.send(conn, b"too late")        # (for an id gone: ignored)
+        assert s.engine.counts()["connections"] == 0
+
+
+def test_the_control_thread_is_named_and_keeps_the_default_slice():
+    rt = table()
+    before = {int(task.name) for task in Path("/proc/self/task").iterdir()}
+    with Served(rt, threads=1, control_thread=True) as s, socket.create_connection(s.address) as c:
+        c.sendall(route_query("T1", 1))
+        assert read_answers(c, 1)[0].code == 0
+        deadline = time.monotonic() + 5
+        while True:
+            found = {}
+            for task in Path("/proc/self/task").iterdir():
+                try:
+                    name = (task / "comm").read_text().strip()
+                except OSError:
+                    continue
+                if name.startswith("rmq-io-") and int(task.name) not in before:
+                    found[name] = int(task.name)
+            if sorted(found) == ["rmq-io-0", "rmq-io-ctl"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert sorted(found) == ["rmq-io-0", "rmq-io-ctl"]
+        ctl = _scheduler_slice(found["rmq-io-ctl"])
+        assert ctl is None or ctl != 100_000      # (not the I/O threads' short slice)
+        assert s.engine.config["control_thread"] is True
+    with socket.create_server(("127.0.0.1", 0)) as listener, \
+            pytest.raises(ValueError, match="with the control thread"):
+        core.Engine(rt._tt, listener, threads=256, control_thread=True)
 
 
 def test_trace_records_come_in_time_order_across_takes_and_threads():

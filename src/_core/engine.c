@@ -41,6 +41,8 @@ enum {
     HAND_OVER_BYTES = 256 * 1024,   /* a batch this big goes to Python in its buffer */
     IO_SLICE_NS = 100 * 1000,       /* the scheduler slice an I/O thread asks for */
     CONN_BUCKETS = 4096,            /* per thread: connection id -> connection */
+    MOVED_BUCKETS = 256,            /* per thread: ids of its connections moved away */
+    MOVES_PER_BATCH = 64,           /* connections moved away in one epoll batch, at most */
     /* Frames for Python go as one event: a frame and the complete ones after it
      * that are not route queries, up to these (a pipeline of admin requests costs
      * one round trip through Python, not one per frame) */
@@ -130,7 +132,16 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
     size_t nparts;
     int adopt, fd;                  /* or a socket accepted by another thread for this
                                        one (accept_all), its peer's address in data */
+    struct re_conn *move;           /* or a connection moved to the control thread */
+    int forget;                     /* or: conn, moved away, closed (moved_drop) */
 } re_cmd;
+
+/* The id of a connection a thread accepted and moved to the control thread: what
+ * Python sends to that id comes to this thread (the id names it) and goes on there. */
+typedef struct re_moved {
+    struct re_moved *next;
+    uint64_t id;
+} re_moved;
 
 static void free_parts(re_part *parts, size_t n)
 {
@@ -156,6 +167,10 @@ typedef struct {
     re_cmd *cmds, *cmds_tail;
     re_conn *conns[CONN_BUCKETS];
     re_conn *dead;                  /* closed in this epoll batch, freed after it */
+    re_moved *moved[MOVED_BUCKETS]; /* its connections now on the control thread */
+    re_conn *left[MOVES_PER_BATCH]; /* moved away in this epoll batch: its events
+                                       for them are skipped (never dereferenced) */
+    int nleft;
     uint64_t next_seq;
     int listening;                  /* the listening socket is in epfd */
     int nconns;                     /* atomic: its connections, and those on the way to
@@ -186,6 +201,8 @@ struct rmq_engine {
     pthread_mutex_t qm;             /* guards the event queue */
     int evfd;                       /* readable while events may be queued (re_event_fd) */
     re_event *head, *tail;
+    re_thread *ctl;                 /* the control thread (re_config.control_thread), the
+                                       last of threads[], or NULL */
     int nthreads;
     re_thread threads[];
 };
@@ -495,6 +512,66 @@ static void account(re_thread *th, re_conn *c, size_t now)
 }
 
 static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t more);
+static void post(re_thread *th, re_cmd *cmd);
+
+/* c out of th's table and epoll (closed, or moved to the control thread). */
+static void unlink_conn(re_thread *th, re_conn *c)
+{
+    re_conn **pp = &th->conns[(c->id >> 8) % CONN_BUCKETS];
+    while (*pp != c)
+        pp = &(*pp)->next;
+    *pp = c->next;
+    epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+}
+
+/* ---------------------------------------------------------------- moved connections */
+
+static int moved_add(re_thread *th, uint64_t id)
+{
+    re_moved *m = malloc(sizeof *m);
+    if (!m)
+        return -1;
+    re_moved **b = &th->moved[(id >> 8) % MOVED_BUCKETS];
+    m->id = id;
+    m->next = *b;
+    *b = m;
+    return 0;
+}
+
+static int moved_has(const re_thread *th, uint64_t id)
+{
+    for (const re_moved *m = th->moved[(id >> 8) % MOVED_BUCKETS]; m; m = m->next)
+        if (m->id == id)
+            return 1;
+    return 0;
+}
+
+static void moved_drop(re_thread *th, uint64_t id)
+{
+    for (re_moved **pp = &th->moved[(id >> 8) % MOVED_BUCKETS]; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == id) {
+            re_moved *m = *pp;
+            *pp = m->next;
+            free(m);
+            return;
+        }
+}
+
+/* A moved connection closed (on the control thread): the thread that accepted it, and
+ * passes on what Python sends to its id, forgets the id. Not once the engine stops
+ * (the threads' moved ids go with them: free_thread). */
+static void forget_moved(re_thread *th, uint64_t id)
+{
+    rmq_engine *e = th->e;
+    if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE))
+        return;
+    re_cmd *cmd = calloc(1, sizeof *cmd);
+    if (!cmd)
+        return;                     /* (the id stays known there: harmless) */
+    cmd->conn = id;
+    cmd->forget = 1;
+    post(&e->threads[id & 0xFF], cmd);
+}
 
 /* Close now (what is unsent is dropped) and, with tell, report the close with c->why.
  * c stays allocated until the end of the thread's epoll batch, which may still hold
@@ -503,11 +580,9 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
 {
     if (c->fd_closed)
         return;
-    re_conn **pp = &th->conns[(c->id >> 8) % CONN_BUCKETS];
-    while (*pp != c)
-        pp = &(*pp)->next;
-    *pp = c->next;
-    epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    unlink_conn(th, c);
+    if ((int)(c->id & 0xFF) != th->index)
+        forget_moved(th, c->id);
     c->fd_closed = 1;
     account(th, c, 0);
     __atomic_fetch_sub(&th->e->connections, 1, __ATOMIC_RELAXED);
@@ -737,9 +812,44 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     return 0;
 }
 
+/* c, about to hand its first frame to Python, moved to the control thread, which
+ * hands it over and serves c from then on: 1, and c is not touched here again (its
+ * events of this epoll batch skipped: left_now). 0: it stays (no control thread, this
+ * is it, too many moved in this batch, no memory). */
+static int move_to_control(re_thread *th, re_conn *c)
+{
+    rmq_engine *e = th->e;
+    if (!e->ctl || th == e->ctl || th->nleft == MOVES_PER_BATCH)
+        return 0;
+    re_cmd *cmd = calloc(1, sizeof *cmd);
+    if (!cmd || moved_add(th, c->id) < 0) {
+        free(cmd);
+        return 0;
+    }
+    unlink_conn(th, c);
+    th->left[th->nleft++] = c;
+    __atomic_fetch_sub(&th->nconns, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->ctl->nconns, 1, __ATOMIC_RELAXED);
+    cmd->conn = c->id;
+    cmd->move = c;
+    post(e->ctl, cmd);
+    return 1;
+}
+
+/* Whether c moved away in this epoll batch (compared, never dereferenced: it is the
+ * control thread's now). */
+static int left_now(const re_thread *th, const re_conn *c)
+{
+    for (int i = 0; i < th->nleft; i++)
+        if (th->left[i] == c)
+            return 1;
+    return 0;
+}
+
 /* Split what was read: route queries answered here, the first other frame to
  * Python (then nothing more until its answer), a bad length closes after the
- * answers before it. -1: out of memory (the caller closes). */
+ * answers before it. -1: out of memory (the caller closes); 1: c moved to the
+ * control thread with that frame (the caller touches it no more). */
 static int split(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
@@ -782,6 +892,8 @@ static int split(re_thread *th, re_conn *c)
         /* not a route query rs_serve_routes answers: Python's, with the complete
          * frames after it that are not route queries either (a route query after
          * them is answered here once Python's answers are queued: the order holds) */
+        if (move_to_control(th, c))
+            return 1;
         size_t batch = 4 + (size_t)length;
         int frames = 1, all = __atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED);
         while (frames < PY_BATCH_FRAMES && batch < PY_BATCH_BYTES) {
@@ -1005,11 +1117,13 @@ static int conn_read(re_thread *th, re_conn *c)
             RMQ_FRAME_INCOMPLETE) {
             /* frames a split left when the output backed up, and it has drained: they
              * go first, so that what is buffered stays within a frame and a read */
-            if (split(th, c) < 0) {
+            int r = split(th, c);
+            if (r < 0) {
                 c->why = RE_WHY_NO_MEMORY;
                 conn_close(th, c, 1);
-                return -1;
             }
+            if (r)
+                return -1;          /* (closed, or moved away) */
             if (pending(c) && flush(th, c) < 0)
                 return -1;
             continue;
@@ -1044,11 +1158,13 @@ static int conn_read(re_thread *th, re_conn *c)
         turn += (size_t)r;
         c->last_active = th->now;
         RMQ_COUNT(th->stats.bytes_in, (uint64_t)r);
-        if (split(th, c) < 0) {
+        int s = split(th, c);
+        if (s < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
-            return -1;
         }
+        if (s)
+            return -1;              /* (closed, or moved away) */
         if (pending(c) && flush(th, c) < 0)
             return -1;
     }
@@ -1115,6 +1231,8 @@ static re_thread *least_loaded(re_thread *th)
     re_thread *to = th;
     int least = __atomic_load_n(&th->nconns, __ATOMIC_RELAXED);
     for (int i = 0; i < e->nthreads && least > 0; i++) {
+        if (&e->threads[i] == e->ctl)
+            continue;               /* (it takes connections as they talk to Python) */
         int n = __atomic_load_n(&e->threads[i].nconns, __ATOMIC_RELAXED);
         if (n < least) {
             least = n;
@@ -1211,6 +1329,23 @@ no_memory:
     return -1;
 }
 
+/* The control thread: c, moved here (move_to_control), served from now on: the frame
+ * it came with handed to Python, then read as any other. */
+static void take_moved(re_thread *th, re_conn *c)
+{
+    size_t b = (c->id >> 8) % CONN_BUCKETS;
+    c->next = th->conns[b];
+    th->conns[b] = c;
+    c->interest = EPOLLRDHUP;
+    struct epoll_event ev = {.events = c->interest, .data.ptr = c};
+    if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+        c->why = RE_WHY_NO_MEMORY;
+        conn_close(th, c, 1);
+        return;
+    }
+    conn_read(th, c);       /* its frames split here, then epoll's interest */
+}
+
 /* Python's answers and closes for this thread's connections; re_stop_accepting. */
 static void run_cmds(re_thread *th)
 {
@@ -1233,7 +1368,27 @@ static void run_cmds(re_thread *th)
             cmd = next;
             continue;
         }
+        if (cmd->move) {
+            take_moved(th, cmd->move);
+            free_cmd(cmd);
+            cmd = next;
+            continue;
+        }
+        if (cmd->forget) {
+            moved_drop(th, cmd->conn);
+            free_cmd(cmd);
+            cmd = next;
+            continue;
+        }
         re_conn *c = find_conn(th, cmd->conn);
+        if (!c && moved_has(th, cmd->conn)) {
+            /* on the control thread now: there, after its move (posted before) and what
+             * this thread passed on before, in the order Python sent them */
+            cmd->next = NULL;
+            post(th->e->ctl, cmd);
+            cmd = next;
+            continue;
+        }
         if (cmd->state) {
             if (c) {
                 size_t buffers = c->out_len > c->out_off;
@@ -1241,7 +1396,7 @@ static void run_cmds(re_thread *th)
                     buffers++;
                 *cmd->state = (re_conn_state){1, pending(c), c->in_len - c->in_off, buffers,
                                               c->with_python, c->paused, c->closing,
-                                              c->tls != NULL};
+                                              c->tls != NULL, th->index};
             }
             sem_post(cmd->done);
             free_cmd(cmd);
@@ -1266,11 +1421,12 @@ static void run_cmds(re_thread *th)
                     start_close(th, c, RE_WHY_CLOSED);
                 if (cmd->resume && c->with_python) {
                     c->with_python = 0;
-                    if (split(th, c) < 0) {
+                    int r = split(th, c);
+                    if (r < 0) {
                         c->why = RE_WHY_NO_MEMORY;
                         conn_close(th, c, 1);
-                        gone = 1;
                     }
+                    gone = r != 0;  /* (closed, or moved away) */
                 }
             }
             if (!gone && flush(th, c) == 0)
@@ -1324,11 +1480,17 @@ typedef struct {
  * the tasks that run long, instead of waiting for the next tick (4 ms at HZ=250)
  * once preempted (bench/README.md, "Route latency while the control plane works").
  * Needs no privilege; its policy and nice value kept (only SCHED_OTHER and
- * SCHED_BATCH have slices); a refusal is ignored. Named for top -H and perf. */
-static void io_thread_setup(int index)
+ * SCHED_BATCH have slices); a refusal is ignored. Named for top -H and perf. The
+ * control thread ("rmq-io-ctl") keeps the default slice: its connections' work is
+ * copying megabytes, which is not to go before the route queries. */
+static void io_thread_setup(const re_thread *th)
 {
     char name[16];
-    snprintf(name, sizeof name, "rmq-io-%d", index);
+    if (th == th->e->ctl) {
+        pthread_setname_np(pthread_self(), "rmq-io-ctl");
+        return;
+    }
+    snprintf(name, sizeof name, "rmq-io-%d", th->index);
     pthread_setname_np(pthread_self(), name);
 #ifdef SYS_sched_setattr
     sched_attr_v0 a = {0};
@@ -1345,7 +1507,7 @@ static void io_thread_setup(int index)
 static void *thread_main(void *arg)
 {
     re_thread *th = arg;
-    io_thread_setup(th->index);
+    io_thread_setup(th);
     rmq_engine *e = th->e;
     struct epoll_event evs[64];
     double idle = e->cfg.idle_seconds;
@@ -1366,8 +1528,9 @@ static void *thread_main(void *arg)
                 run_cmds(th);
             } else {
                 re_conn *c = tag;
-                if (c->fd_closed)
-                    continue;       /* closed by an earlier event of this batch */
+                if (left_now(th, c) || c->fd_closed)
+                    continue;       /* moved away, or closed, by an earlier event of
+                                       this batch */
                 if ((evs[i].events & (EPOLLERR | EPOLLHUP)) ||
                     ((evs[i].events & EPOLLRDHUP) && !reading(e, c) && !c->closing)) {
                     conn_close(th, c, 1);
@@ -1387,6 +1550,7 @@ static void *thread_main(void *arg)
             th->next_scan = th->now + period;
         }
         free_dead(th);
+        th->nleft = 0;
     }
     return NULL;
 }
@@ -1521,6 +1685,21 @@ void re_stats_read(rmq_engine *e, re_stats *out, int *connections)
 
 static void free_thread(re_thread *th)
 {
+    /* connections moved here and not yet taken: closed with the others */
+    for (re_cmd *cmd = th->cmds; cmd; cmd = cmd->next)
+        if (cmd->move) {
+            re_conn *c = cmd->move;
+            size_t b = (c->id >> 8) % CONN_BUCKETS;
+            c->next = th->conns[b];
+            th->conns[b] = c;
+            cmd->move = NULL;
+        }
+    for (int b = 0; b < MOVED_BUCKETS; b++)
+        while (th->moved[b]) {
+            re_moved *m = th->moved[b];
+            th->moved[b] = m->next;
+            free(m);
+        }
     for (int b = 0; b < CONN_BUCKETS; b++)
         while (th->conns[b])
             conn_close(th, th->conns[b], 0);
@@ -1579,14 +1758,20 @@ static void map_big_buffers(void)
     }
 }
 
+int re_thread_count(const rmq_engine *e)
+{
+    return e->nthreads;
+}
+
 rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg)
 {
-    if (cfg->threads < 1 || cfg->threads > RE_MAX_THREADS || cfg->max_frame < 8) {
+    int n = cfg->threads + (cfg->control_thread != 0);
+    if (cfg->threads < 1 || n > RE_MAX_THREADS || cfg->max_frame < 8) {
         errno = EINVAL;
         return NULL;
     }
     map_big_buffers();
-    rmq_engine *e = calloc(1, sizeof *e + (size_t)cfg->threads * sizeof(re_thread));
+    rmq_engine *e = calloc(1, sizeof *e + (size_t)n * sizeof(re_thread));
     if (!e)
         return NULL;
     e->t = t;
@@ -1610,7 +1795,7 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
     pthread_mutex_init(&e->qm, NULL);
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
     int started = 0, err = 0;
-    for (int i = 0; i < cfg->threads; i++) {
+    for (int i = 0; i < n; i++) {
         re_thread *th = &e->threads[i];
         th->e = e;
         th->index = i;
@@ -1629,8 +1814,15 @@ rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg
         }
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &LISTEN_TAG};
         struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &WAKE_TAG};
-        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
-            epoll_ctl(th->epfd, EPOLL_CTL_ADD, th->wakefd, &wev) < 0) {
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, th->wakefd, &wev) < 0) {
+            err = errno;
+            break;
+        }
+        if (i == cfg->threads) {
+            e->ctl = th;            /* (the control thread accepts nothing) */
+            continue;
+        }
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0) {
             err = errno;
             break;
         }

@@ -6,7 +6,14 @@
  * Each thread waits on the listening socket with EPOLLEXCLUSIVE; the one woken accepts
  * and hands each connection to the thread holding the fewest (itself on a tie), which
  * owns it to its close: an idle thread is the one woken, so connections that come one
- * at a time would otherwise all land on one thread. While one of its frames is with Python, the
+ * at a time would otherwise all land on one thread. With a control thread
+ * (re_config.control_thread), a connection moves to it when it first hands a frame to
+ * Python: brokers, whose registrations are megabytes to read, and admin clients,
+ * whose 206s are megabytes to write, are then served apart from the clients that
+ * only ask routes, whose answers no longer wait for a core behind that copying
+ * (bench/README.md, "Connections that talk to Python on a thread of their own"). Its
+ * id stays; what Python sends to it goes through the thread that accepted it, in
+ * order. While one of its frames is with Python, the
  * connection is neither read nor split further (as the asyncio server does): queued
  * work is one batch of frames per connection, and the queue holds at most an open, a
  * batch and a close per connection. Reading also pauses once a connection's unsent
@@ -33,7 +40,10 @@
 typedef struct rmq_engine rmq_engine;
 
 typedef struct {
-    int threads;                /* I/O threads, 1 to RE_MAX_THREADS */
+    int threads;                /* I/O threads, 1 to RE_MAX_THREADS (with the control
+                                   thread: to RE_MAX_THREADS - 1) */
+    int control_thread;         /* one more thread, for the connections that talk to
+                                   Python (re_start) */
     size_t max_frame;           /* maxFrameLength: a frame with its prefix above it closes */
     size_t max_output;          /* a connection's unsent bytes at which its reading pauses */
     size_t resume_output;       /* ... and resumes (at most max_output) */
@@ -104,6 +114,9 @@ typedef struct re_event {
  * NULL on failure (errno set). */
 rmq_engine *re_start(rt_table *t, int stype, int listen_fd, const re_config *cfg);
 
+/* Its threads, the control thread included (re_trace_take's thread index). */
+int re_thread_count(const rmq_engine *e);
+
 /* Stop the threads, close every connection, free the engine and its queued events. */
 void re_stop(rmq_engine *e);
 
@@ -154,6 +167,7 @@ typedef struct {
     size_t output_buffers;          /* the buffers its unsent plaintext spans */
     int with_python, paused, closing;
     int tls;                        /* served over TLS */
+    int thread;                     /* the index of the thread serving it */
 } re_conn_state;
 
 int re_conn_state_read(rmq_engine *e, uint64_t conn, re_conn_state *out);

@@ -9,6 +9,7 @@ from routetable cimport rt_table
 cdef extern from "engine.h" nogil:
     ctypedef struct re_config:
         int threads
+        int control_thread
         size_t max_frame
         size_t max_output
         size_t resume_output
@@ -41,6 +42,7 @@ cdef extern from "engine.h" nogil:
         int paused
         int closing
         int tls
+        int thread
     ctypedef struct re_event:
         re_event* next
         int kind
@@ -64,6 +66,7 @@ cdef extern from "engine.h" nogil:
         RE_WHY_TLS_REQUIRED
         RE_WHY_COUNT
     rmq_engine* re_start(rt_table* t, int stype, int listen_fd, const re_config* cfg)
+    int re_thread_count(const rmq_engine* e)
     void re_stop(rmq_engine* e)
     re_event* re_next(rmq_engine* e, double timeout)
     int re_event_fd(const rmq_engine* e)

@@ -196,6 +196,11 @@ cdef class Engine:
     of accepted sockets (0: the OS's); ``trace_bytes``: each thread records what it
     reads and writes in a ring of that size for ``trace_take`` (0: no trace).
 
+    ``control_thread``: one more thread, to which a connection moves when it first
+    hands a frame to Python (brokers' registrations, admin clients' 206s: megabytes
+    to read and write), so that the ``threads`` serving the clients that only ask
+    routes do not copy them. Its id stays.
+
     ``tls``: an ssl.SSLContext (``engine_tls`` says whether it can be served here): a
     connection whose first byte opens a TLS handshake record is served over TLS by
     the threads, with OpenSSL on that context; with ``tls_enforcing``, any other is
@@ -215,14 +220,16 @@ cdef class Engine:
         self.e = NULL
         self._trace_held = []
 
-    def __init__(self, TopicTable table, sock, *, int threads=1,
+    def __init__(self, TopicTable table, sock, *, int threads=1, bint control_thread=False,
                  Py_ssize_t max_frame=16 * 1024 * 1024, Py_ssize_t max_output=4 * 1024 * 1024,
                  Py_ssize_t resume_output=-1, int max_connections=10_000, double idle_seconds=0,
                  Py_ssize_t max_total_output=0, int sndbuf=0, int rcvbuf=0,
                  Py_ssize_t trace_bytes=0, tls=None, bint tls_enforcing=False):
         cdef re_config cfg
-        if not 1 <= threads <= RE_MAX_THREADS:
-            raise ValueError(f"threads must be 1 to {RE_MAX_THREADS}, not {threads}")
+        if not 1 <= threads <= RE_MAX_THREADS - control_thread:
+            raise ValueError(f"threads must be 1 to {RE_MAX_THREADS - control_thread}"
+                             f"{' with the control thread' if control_thread else ''}, "
+                             f"not {threads}")
         if max_frame < 8 or max_output < 1 or max_connections < 1:
             raise ValueError(f"max_frame {max_frame}, max_output {max_output} and "
                              f"max_connections {max_connections} must be positive "
@@ -234,6 +241,7 @@ cdef class Engine:
                              f"{max_total_output}, sndbuf {sndbuf} and rcvbuf {rcvbuf} "
                              "cannot be negative")
         cfg.threads = threads
+        cfg.control_thread = control_thread
         cfg.max_frame = max_frame
         cfg.max_output = max_output
         cfg.resume_output = max_output if resume_output < 0 else min(resume_output, max_output)
@@ -246,7 +254,8 @@ cdef class Engine:
         cfg.tls_ctx = NULL if tls is None else _ssl_ctx(tls)
         cfg.tls_enforcing = tls_enforcing and tls is not None
         self.tls = tls              # its SSL_CTX is held by the engine, the object too
-        self._config = {"threads": threads, "max_frame": max_frame, "max_output": max_output,
+        self._config = {"threads": threads, "control_thread": control_thread,
+                        "max_frame": max_frame, "max_output": max_output,
                         "resume_output": cfg.resume_output,
                         "max_connections": max_connections, "idle_seconds": idle_seconds,
                         "max_total_output": max_total_output, "sndbuf": sndbuf,
@@ -386,7 +395,9 @@ cdef class Engine:
         """``conn`` as its I/O thread sees it, asked of the thread (for tests and
         debugging): ``{"queued_output", "buffered_input", "output_buffers" (the
         buffers its unsent output spans: big outputs are queued, not copied together),
-        "with_python", "paused", "closing", "tls"}``, or None when it is not open."""
+        "with_python", "paused", "closing", "tls", "thread" (the index of the thread
+        serving it: the control thread's is ``threads``)}``, or None when it is not
+        open."""
         cdef rmq_engine* e = self._running()
         cdef re_conn_state st
         cdef int rc
@@ -399,7 +410,7 @@ cdef class Engine:
         return {"queued_output": st.queued_output, "buffered_input": st.buffered_input,
                 "output_buffers": st.output_buffers,
                 "with_python": bool(st.with_python), "paused": bool(st.paused),
-                "closing": bool(st.closing), "tls": bool(st.tls)}
+                "closing": bool(st.closing), "tls": bool(st.tls), "thread": st.thread}
 
     def trace_take(self, bint flush=False):
         """The threads' trace records in time order, ``[(time_ns, conn, kind, data)]``,
@@ -411,7 +422,7 @@ cdef class Engine:
         cdef size_t cap = self._config["trace_bytes"], n, off
         cdef uint8_t* buf
         cdef re_trace_head h
-        cdef int i, threads = self._config["threads"]
+        cdef int i, threads = re_thread_count(e)
         cdef uint64_t watermark
         out, self._trace_held = self._trace_held, []
         if not cap:

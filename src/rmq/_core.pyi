@@ -204,7 +204,7 @@ class SharedBytes:
 @final
 class Engine:
     def __init__(self, table: TopicTable, sock: Any, *, threads: int = 1,
-                 max_frame: int = 16777216, max_output: int = 4194304,
+                 control_thread: bool = False, max_frame: int = 16777216, max_output: int = 4194304,
                  resume_output: int = -1, max_connections: int = 10000, idle_seconds: float = 0,
                  max_total_output: int = 0, sndbuf: int = 0, rcvbuf: int = 0,
                  trace_bytes: int = 0, tls: Any = None, tls_enforcing: bool = False) -> None: ...

@@ -141,6 +141,10 @@ class EngineServerApp(NameServerApp):
             sock.listen(self.config.serverSocketBacklog)
             self.engine = rmq._core.Engine(
                 self._processor.routes.topic_table, sock, threads=s.io_threads,
+                # brokers and admin clients (what talks to Python) on a thread of their
+                # own, the route threads left to the clients (the engine's limit is
+                # 256 threads in all: at serverIoThreads=256 there is no room for it)
+                control_thread=s.io_threads < 256,
                 max_frame=s.max_frame_length, max_output=s.write_high,
                 resume_output=s.write_low,
                 max_connections=s.max_connections, idle_seconds=max(s.idle_seconds, 0),
@@ -166,7 +170,7 @@ class EngineServerApp(NameServerApp):
         return []                   # idle connections: the engine closes them
 
     def describe(self):
-        return (f"C engine, {self.settings.io_threads} I/O threads; "
+        return (f"C engine, {self.settings.io_threads} I/O threads and a control thread; "
                 f"{type(self.loop).__module__} loop for the other requests")
 
     def _core_routes(self, on):
