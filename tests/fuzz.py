@@ -24,7 +24,7 @@ Targets:
   and rmq.bodies' decoders (TopicRouteData, ClusterInfo, KVTable, TopicList,
   DataVersion, BrokerMemberGroup) running on each core.
 - ``engine`` (inside ``frames``): the same streams sent in the same chunks over TCP
-  to rmq._core.Engine (two I/O threads) on the compiled table, every frame it hands
+  to rmq._core.Engine (two I/O threads and the control thread) on the compiled table, every frame it hands
   to Python answered as one frame at a time is (_answer: the core's serve path from
   what the table holds, else an echo; the connection closed at a frame that does not
   decode): the bytes that come back must be, exactly, what a frame-by-frame walk of
@@ -700,8 +700,10 @@ def _engine(max_len):
         import socket
         import threading
         listener = socket.create_server(("127.0.0.1", 0))
+        # (with the control thread, as the NameServer runs it: a stream with a frame
+        # for Python moves there mid-stream, its answers passed on in order)
         engine = C.Engine(_route_tables()["c"].topic_table, listener, threads=2,
-                          max_frame=max_len, max_output=1 << 30)
+                          control_thread=True, max_frame=max_len, max_output=1 << 30)
 
         def respond():
             while True:
