@@ -417,6 +417,28 @@ def test_a_connection_that_talks_to_python_moves_to_the_control_thread_in_order(
         assert s.engine.counts()["connections"] == 2
 
 
+def test_route_queries_python_answers_do_not_move_a_connection():
+    # Route queries go to Python while the NameServer waits for its brokers
+    # (needWaitForService), or while ACL checks them: their clients stay on the route
+    # threads, and are answered there by the engine once it answers routes again.
+    rt = table()
+    with Served(rt, threads=2, control_thread=True) as s, \
+            socket.create_connection(s.address) as c:
+        s.engine.route_queries_in_c(False)
+        got = []
+        for opaque, topic in ((1, "T1"), (2, "T2")):       # (Served answers one frame)
+            c.sendall(route_query(topic, opaque))
+            got += read_answers(c, 1)
+        assert [(a.opaque, a.remark) for a in got] == [(1, "python"), (2, "python")]
+        (opened,) = wait_log(s, "open")
+        assert s.engine.connection_state(opened[1])["thread"] in (0, 1)
+        s.engine.route_queries_in_c(True)
+        c.sendall(route_query("T1", 3))
+        (answer,) = read_answers(c, 1)
+        assert answer.remark is None and answer.body == rt.route_body("T1")
+        assert s.engine.connection_state(opened[1])["thread"] in (0, 1)
+
+
 def test_pythons_sends_and_close_reach_a_moved_connection_through_its_first_thread():
     # Python answers a moved connection by its id, whose thread passes each send on to
     # the control thread in the order Python made them (a turn at a time, as the

@@ -812,8 +812,9 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     return 0;
 }
 
-/* c, about to hand its first frame to Python, moved to the control thread, which
- * hands it over and serves c from then on: 1, and c is not touched here again (its
+/* c, about to hand its first frame that is not a route query to Python, moved to the
+ * control thread, which hands it over and serves c from then on: 1, and c is not
+ * touched here again (its
  * events of this epoll batch skipped: left_now). 0: it stays (no control thread, this
  * is it, too many moved in this batch, no memory). */
 static int move_to_control(re_thread *th, re_conn *c)
@@ -892,8 +893,10 @@ static int split(re_thread *th, re_conn *c)
         /* not a route query rs_serve_routes answers: Python's, with the complete
          * frames after it that are not route queries either (a route query after
          * them is answered here once Python's answers are queued: the order holds) */
-        if (move_to_control(th, c))
-            return 1;
+        rq_route first;
+        if (!rq_scan_route(p + 4, (size_t)length, &first) && move_to_control(th, c))
+            return 1;               /* (a route query Python answers does not move it:
+                                       needWaitForService, ACL, a rule-built route) */
         size_t batch = 4 + (size_t)length;
         int frames = 1, all = __atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED);
         while (frames < PY_BATCH_FRAMES && batch < PY_BATCH_BYTES) {

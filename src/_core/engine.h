@@ -7,8 +7,8 @@
  * and hands each connection to the thread holding the fewest (itself on a tie), which
  * owns it to its close: an idle thread is the one woken, so connections that come one
  * at a time would otherwise all land on one thread. With a control thread
- * (re_config.control_thread), a connection moves to it when it first hands a frame to
- * Python: brokers, whose registrations are megabytes to read, and admin clients,
+ * (re_config.control_thread), a connection moves to it when it first hands Python a
+ * frame that is not a route query: brokers, whose registrations are megabytes to read, and admin clients,
  * whose 206s are megabytes to write, are then served apart from the clients that
  * only ask routes, whose answers no longer wait for a core behind that copying
  * (bench/README.md, "Connections that talk to Python on a thread of their own"). Its

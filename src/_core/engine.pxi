@@ -197,7 +197,8 @@ cdef class Engine:
     reads and writes in a ring of that size for ``trace_take`` (0: no trace).
 
     ``control_thread``: one more thread, to which a connection moves when it first
-    hands a frame to Python (brokers' registrations, admin clients' 206s: megabytes
+    hands Python a frame that is not a route query (brokers' registrations, admin
+    clients' 206s: megabytes
     to read and write), so that the ``threads`` serving the clients that only ask
     routes do not copy them. Its id stays.
 
