@@ -441,7 +441,7 @@ def test_route_queries_python_answers_do_not_move_a_connection():
 
 def test_pythons_sends_and_close_reach_a_moved_connection_through_its_first_thread():
     # Python answers a moved connection by its id, whose thread passes each send on to
-    # the control thread in the order Python made them (a turn at a time, as the
+    # the control thread (until the move is direct) in the order Python made them (a turn at a time, as the
     # NameServer answers big batches); its close too, and once it is closed, the
     # first thread forgets the id.
     rt = table()
@@ -468,25 +468,68 @@ def test_pythons_sends_and_close_reach_a_moved_connection_through_its_first_thre
         assert s.engine.counts()["connections"] == 0
 
 
+def _tasks():
+    return {int(task.name) for task in Path("/proc/self/task").iterdir()}
+
+
+def io_threads(before, names, timeout=5.0):
+    """{name: tid} of the engine's I/O threads started since the tasks ``before``
+    (their names are set as they start), once ``names`` are all there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {}
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name.startswith("rmq-io-") and int(task.name) not in before:
+                found[name] = int(task.name)
+        if sorted(found) == sorted(names) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
+
+
+def context_switches(tid):
+    status = Path(f"/proc/self/task/{tid}/status").read_text()
+    return sum(int(n) for n in re.findall(r"^(?:non)?voluntary_ctxt_switches:\s+(\d+)$",
+                                          status, re.M))
+
+
+def test_once_moved_pythons_sends_go_to_the_control_thread_without_waking_the_first():
+    # Once nothing Python sent before the move waits on the thread that accepted the
+    # connection, Python's answers go to the control thread straight away: the route
+    # thread is not woken for them (it was twice per answer: once to pass each on).
+    rt = table()
+    before = _tasks()
+    rounds = 300
+    with Served(rt, threads=1, control_thread=True, idle_seconds=0) as s, \
+            socket.create_connection(s.address) as c:
+        python = core.encode_frame(core.RemotingCommand(106, opaque=1))
+        c.sendall(python)
+        assert read_answers(c, 1)[0].remark == "python"
+        threads = io_threads(before, ["rmq-io-0", "rmq-io-ctl"])
+        (opened,) = wait_log(s, "open")
+        assert s.engine.connection_state(opened[1])["thread"] == 1
+        route_thread, ctl = context_switches(threads["rmq-io-0"]), context_switches(
+            threads["rmq-io-ctl"])
+        for opaque in range(2, rounds + 2):
+            c.sendall(core.encode_frame(core.RemotingCommand(106, opaque=opaque)))
+            (answer,) = read_answers(c, 1)
+            assert (answer.opaque, answer.remark) == (opaque, "python")
+        route_thread = context_switches(threads["rmq-io-0"]) - route_thread
+        ctl = context_switches(threads["rmq-io-ctl"]) - ctl
+        assert ctl >= rounds                    # (it was woken for each: the count works)
+        assert route_thread < rounds // 10, (route_thread, ctl)
+
+
 def test_the_control_thread_is_named_and_keeps_the_default_slice():
     rt = table()
-    before = {int(task.name) for task in Path("/proc/self/task").iterdir()}
+    before = _tasks()
     with Served(rt, threads=1, control_thread=True) as s, socket.create_connection(s.address) as c:
         c.sendall(route_query("T1", 1))
         assert read_answers(c, 1)[0].code == 0
-        deadline = time.monotonic() + 5
-        while True:
-            found = {}
-            for task in Path("/proc/self/task").iterdir():
-                try:
-                    name = (task / "comm").read_text().strip()
-                except OSError:
-                    continue
-                if name.startswith("rmq-io-") and int(task.name) not in before:
-                    found[name] = int(task.name)
-            if sorted(found) == ["rmq-io-0", "rmq-io-ctl"] or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
+        found = io_threads(before, ["rmq-io-0", "rmq-io-ctl"])
         assert sorted(found) == ["rmq-io-0", "rmq-io-ctl"]
         ctl = _scheduler_slice(found["rmq-io-ctl"])
         assert ctl is None or ctl != 100_000      # (not the I/O threads' short slice)

@@ -136,11 +136,15 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
     int forget;                     /* or: conn, moved away, closed (moved_drop) */
 } re_cmd;
 
-/* The id of a connection a thread accepted and moved to the control thread: what
- * Python sends to that id comes to this thread (the id names it) and goes on there. */
+/* The id of a connection a thread accepted and moved to the control thread. What
+ * Python sends to that id comes to this thread (the id names it) and goes on there
+ * until nothing Python sent before the move is left here; from then on (direct) it
+ * goes to the control thread straight away (route_cmd), and this thread, serving
+ * routes, is no longer woken for it. */
 typedef struct re_moved {
     struct re_moved *next;
     uint64_t id;
+    int direct;                     /* guarded by the thread's m */
 } re_moved;
 
 static void free_parts(re_part *parts, size_t n)
@@ -163,11 +167,13 @@ typedef struct {
     int index;
     pthread_t th;
     int epfd, wakefd;
-    pthread_mutex_t m;              /* guards cmds */
+    pthread_mutex_t m;              /* guards cmds, and changes to moved (read by
+                                       route_cmd from other threads) */
     re_cmd *cmds, *cmds_tail;
     re_conn *conns[CONN_BUCKETS];
     re_conn *dead;                  /* closed in this epoll batch, freed after it */
     re_moved *moved[MOVED_BUCKETS]; /* its connections now on the control thread */
+    int undirected;                 /* of them, how many are not direct yet */
     re_conn *left[MOVES_PER_BATCH]; /* moved away in this epoll batch: its events
                                        for them are skipped (never dereferenced) */
     int nleft;
@@ -526,6 +532,8 @@ static void unlink_conn(re_thread *th, re_conn *c)
 
 /* ---------------------------------------------------------------- moved connections */
 
+/* The thread's moved ids change on the thread only, under its m: the thread reads
+ * them without it, route_cmd with it. */
 static int moved_add(re_thread *th, uint64_t id)
 {
     re_moved *m = malloc(sizeof *m);
@@ -533,17 +541,21 @@ static int moved_add(re_thread *th, uint64_t id)
         return -1;
     re_moved **b = &th->moved[(id >> 8) % MOVED_BUCKETS];
     m->id = id;
+    m->direct = 0;
+    pthread_mutex_lock(&th->m);
     m->next = *b;
     *b = m;
+    pthread_mutex_unlock(&th->m);
+    th->undirected++;
     return 0;
 }
 
-static int moved_has(const re_thread *th, uint64_t id)
+static re_moved *moved_find(const re_thread *th, uint64_t id)
 {
-    for (const re_moved *m = th->moved[(id >> 8) % MOVED_BUCKETS]; m; m = m->next)
+    for (re_moved *m = th->moved[(id >> 8) % MOVED_BUCKETS]; m; m = m->next)
         if (m->id == id)
-            return 1;
-    return 0;
+            return m;
+    return NULL;
 }
 
 static void moved_drop(re_thread *th, uint64_t id)
@@ -551,10 +563,36 @@ static void moved_drop(re_thread *th, uint64_t id)
     for (re_moved **pp = &th->moved[(id >> 8) % MOVED_BUCKETS]; *pp; pp = &(*pp)->next)
         if ((*pp)->id == id) {
             re_moved *m = *pp;
+            pthread_mutex_lock(&th->m);
             *pp = m->next;
+            pthread_mutex_unlock(&th->m);
+            if (!m->direct)
+                th->undirected--;
             free(m);
             return;
         }
+}
+
+/* Moved ids made direct once no command of theirs waits here: what Python sent before
+ * is on the control thread's queue, so what it sends next may go there straight away
+ * and still comes after. After each epoll batch, while some are not yet direct (a
+ * command still waiting here wakes the thread again, and the next batch passes it on). */
+static void moved_settle(re_thread *th)
+{
+    pthread_mutex_lock(&th->m);
+    for (int b = 0; b < MOVED_BUCKETS && th->undirected; b++)
+        for (re_moved *m = th->moved[b]; m; m = m->next) {
+            if (m->direct)
+                continue;
+            const re_cmd *cmd = th->cmds;
+            while (cmd && cmd->conn != m->id)
+                cmd = cmd->next;
+            if (!cmd) {
+                m->direct = 1;
+                th->undirected--;
+            }
+        }
+    pthread_mutex_unlock(&th->m);
 }
 
 /* A moved connection closed (on the control thread): the thread that accepted it, and
@@ -1384,7 +1422,7 @@ static void run_cmds(re_thread *th)
             continue;
         }
         re_conn *c = find_conn(th, cmd->conn);
-        if (!c && moved_has(th, cmd->conn)) {
+        if (!c && moved_find(th, cmd->conn)) {
             /* on the control thread now: there, after its move (posted before) and what
              * this thread passed on before, in the order Python sent them */
             cmd->next = NULL;
@@ -1554,6 +1592,8 @@ static void *thread_main(void *arg)
         }
         free_dead(th);
         th->nleft = 0;
+        if (th->undirected)
+            moved_settle(th);
     }
     return NULL;
 }
@@ -1565,17 +1605,46 @@ static void wake(re_thread *th)
     signal_fd(th->wakefd);
 }
 
-/* Hand a command to the thread that owns its connection. */
-static void post(re_thread *th, re_cmd *cmd)
+static void append(re_thread *th, re_cmd *cmd)
 {
-    pthread_mutex_lock(&th->m);
     if (th->cmds_tail)
         th->cmds_tail->next = cmd;
     else
         th->cmds = cmd;
     th->cmds_tail = cmd;
+}
+
+/* Hand a command to a thread. */
+static void post(re_thread *th, re_cmd *cmd)
+{
+    pthread_mutex_lock(&th->m);
+    append(th, cmd);
     pthread_mutex_unlock(&th->m);
     wake(th);
+}
+
+/* Python's command for connection `conn` to the thread that serves it: the one its
+ * id names or, once its move there is direct (moved_settle), the control thread. The
+ * look and the queueing are one step under the first thread's m, so no command
+ * queued there before the move became direct is overtaken. 0: posted; -1: no
+ * such thread (conn is no id of this engine). */
+static int route_cmd(rmq_engine *e, uint64_t conn, re_cmd *cmd)
+{
+    int index = (int)(conn & 0xFF);
+    if (index >= e->nthreads)
+        return -1;
+    re_thread *th = &e->threads[index];
+    pthread_mutex_lock(&th->m);
+    const re_moved *m = e->ctl ? moved_find(th, conn) : NULL;
+    if (m && m->direct) {
+        pthread_mutex_unlock(&th->m);
+        post(e->ctl, cmd);
+        return 0;
+    }
+    append(th, cmd);
+    pthread_mutex_unlock(&th->m);
+    wake(th);
+    return 0;
 }
 
 int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume,
@@ -1588,7 +1657,7 @@ int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resu
         return index < e->nthreads ? -1 : 0;
     }
     *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, len, data, NULL, 0};
-    post(&e->threads[index], cmd);
+    route_cmd(e, conn, cmd);
     return 0;
 }
 
@@ -1602,7 +1671,7 @@ int re_send_parts(rmq_engine *e, uint64_t conn, re_part *parts, size_t n, int re
         return index < e->nthreads ? -1 : 0;
     }
     *cmd = (re_cmd){NULL, conn, resume, 0, notify, NULL, NULL, 0, NULL, parts, n};
-    post(&e->threads[index], cmd);
+    route_cmd(e, conn, cmd);
     return 0;
 }
 
@@ -1618,15 +1687,13 @@ int re_send(rmq_engine *e, uint64_t conn, const char *data, size_t len, int resu
 
 int re_close(rmq_engine *e, uint64_t conn)
 {
-    int index = (int)(conn & 0xFF);
-    if (index >= e->nthreads)
+    if ((int)(conn & 0xFF) >= e->nthreads)
         return 0;
-    re_thread *th = &e->threads[index];
     re_cmd *cmd = malloc(sizeof *cmd);
     if (!cmd)
         return -1;
     *cmd = (re_cmd){NULL, conn, 0, 1, 0, NULL, NULL, 0, NULL, NULL, 0};
-    post(th, cmd);
+    route_cmd(e, conn, cmd);
     return 0;
 }
 
@@ -1645,7 +1712,7 @@ int re_conn_state_read(rmq_engine *e, uint64_t conn, re_conn_state *out)
     cmd->conn = conn;
     cmd->state = out;
     cmd->done = &done;
-    post(&e->threads[index], cmd);
+    route_cmd(e, conn, cmd);
     while (sem_wait(&done) < 0 && errno == EINTR)
         ;
     sem_destroy(&done);
