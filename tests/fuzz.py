@@ -771,8 +771,10 @@ def check_engine(inp):
                     break
                 got += chunk
             if not closed:
-                # nothing more may come; a close, when one is due
-                s.settimeout(0.5 if closes else 0.01)
+                # nothing more may come; a close, when one is due (waited for as long
+                # as the bytes: the close of a frame Python refuses takes three
+                # threads' wake-ups, which a loaded CI machine stretched past 0.5 s once)
+                s.settimeout(10.0 if closes else 0.01)
                 chunk = s.recv(1 << 16)
                 closed = not chunk
                 got += chunk
