@@ -143,6 +143,7 @@ typedef struct re_cmd {             /* from Python to a connection's thread */
  * routes, is no longer woken for it. */
 typedef struct re_moved {
     struct re_moved *next;
+    struct re_moved *undirected;    /* the next one not direct yet (the thread's own) */
     uint64_t id;
     int direct;                     /* guarded by the thread's m */
 } re_moved;
@@ -173,7 +174,7 @@ typedef struct {
     re_conn *conns[CONN_BUCKETS];
     re_conn *dead;                  /* closed in this epoll batch, freed after it */
     re_moved *moved[MOVED_BUCKETS]; /* its connections now on the control thread */
-    int undirected;                 /* of them, how many are not direct yet */
+    re_moved *undirected;           /* of them, those not direct yet (moved_settle) */
     re_conn *left[MOVES_PER_BATCH]; /* moved away in this epoll batch: its events
                                        for them are skipped (never dereferenced) */
     int nleft;
@@ -532,8 +533,9 @@ static void unlink_conn(re_thread *th, re_conn *c)
 
 /* ---------------------------------------------------------------- moved connections */
 
-/* The thread's moved ids change on the thread only, under its m: the thread reads
- * them without it, route_cmd with it. */
+/* The thread's moved ids change on the thread only (and in free_thread, once the
+ * threads are joined), under its m: the thread reads them without it, route_cmd
+ * with it. */
 static int moved_add(re_thread *th, uint64_t id)
 {
     re_moved *m = malloc(sizeof *m);
@@ -542,11 +544,12 @@ static int moved_add(re_thread *th, uint64_t id)
     re_moved **b = &th->moved[(id >> 8) % MOVED_BUCKETS];
     m->id = id;
     m->direct = 0;
+    m->undirected = th->undirected;
+    th->undirected = m;
     pthread_mutex_lock(&th->m);
     m->next = *b;
     *b = m;
     pthread_mutex_unlock(&th->m);
-    th->undirected++;
     return 0;
 }
 
@@ -566,8 +569,12 @@ static void moved_drop(re_thread *th, uint64_t id)
             pthread_mutex_lock(&th->m);
             *pp = m->next;
             pthread_mutex_unlock(&th->m);
-            if (!m->direct)
-                th->undirected--;
+            if (!m->direct) {
+                re_moved **u = &th->undirected;
+                while (*u != m)
+                    u = &(*u)->undirected;
+                *u = m->undirected;
+            }
             free(m);
             return;
         }
@@ -580,18 +587,18 @@ static void moved_drop(re_thread *th, uint64_t id)
 static void moved_settle(re_thread *th)
 {
     pthread_mutex_lock(&th->m);
-    for (int b = 0; b < MOVED_BUCKETS && th->undirected; b++)
-        for (re_moved *m = th->moved[b]; m; m = m->next) {
-            if (m->direct)
-                continue;
-            const re_cmd *cmd = th->cmds;
-            while (cmd && cmd->conn != m->id)
-                cmd = cmd->next;
-            if (!cmd) {
-                m->direct = 1;
-                th->undirected--;
-            }
+    for (re_moved **u = &th->undirected; *u;) {
+        re_moved *m = *u;
+        const re_cmd *cmd = th->cmds;
+        while (cmd && cmd->conn != m->id)
+            cmd = cmd->next;
+        if (cmd) {
+            u = &m->undirected;
+            continue;
         }
+        m->direct = 1;
+        *u = m->undirected;
+    }
     pthread_mutex_unlock(&th->m);
 }
 
@@ -1770,6 +1777,7 @@ static void free_thread(re_thread *th)
             th->moved[b] = m->next;
             free(m);
         }
+    th->undirected = NULL;
     for (int b = 0; b < CONN_BUCKETS; b++)
         while (th->conns[b])
             conn_close(th, th->conns[b], 0);
