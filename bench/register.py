@@ -31,6 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rmq import brokersim, encode_frame  # noqa: E402
@@ -98,12 +100,11 @@ def registration_seconds(metrics_url):
     """The server's rmq_registration_duration_seconds sum and count (its handler's time in
     register_broker), scraped."""
     text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    found = {}
-    for line in text.splitlines():
-        for key in ("rmq_registration_duration_seconds_sum", "rmq_registration_duration_seconds_count"):
-            if line.startswith(key + " "):
-                found[key] = float(line.split()[1])
-    return found["rmq_registration_duration_seconds_sum"], found["rmq_registration_duration_seconds_count"]
+    samples = {sample.name: sample.value for family in text_string_to_metric_families(text)
+               if family.name == "rmq_registration_duration_seconds"
+               for sample in family.samples}
+    return (samples["rmq_registration_duration_seconds_sum"],
+            samples["rmq_registration_duration_seconds_count"])
 
 
 def through_server(engine, topics, count, changes_routes, pin):

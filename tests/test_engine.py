@@ -340,6 +340,25 @@ def test_shared_bytes_are_a_read_only_copy():
         core.SharedBytes("not bytes")
 
 
+def _tasks():
+    """This process's thread ids (engines of other tests may live on in it, e.g.
+    tests/fuzz.py's: their threads are told apart by being here before)."""
+    return {int(task.name) for task in Path("/proc/self/task").iterdir()}
+
+
+def started_io_threads(before):
+    """{name: tid} of the engine I/O threads not among the tasks ``before``."""
+    found = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue                            # (a thread that ended meanwhile)
+        if name.startswith("rmq-io-") and int(task.name) not in before:
+            found[name] = int(task.name)
+    return found
+
+
 def _scheduler_slice(tid):
     """The slice (ns) thread ``tid`` asked for (sched_getattr), None if unknown here."""
     number = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
@@ -352,29 +371,16 @@ def _scheduler_slice(tid):
 
 def test_the_io_threads_are_named_and_ask_for_short_slices():
     rt = table()
-    # (engines of other tests may live on in this process, e.g. tests/fuzz.py's)
-    before = {int(task.name) for task in Path("/proc/self/task").iterdir()}
+    before = _tasks()
     with Served(rt, threads=2) as s, socket.create_connection(s.address) as c:
         c.sendall(route_query("T1", 1))
         assert read_answers(c, 1)[0].code == 0
         release = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
-
-        def io_threads():
-            # {name: tid} of the threads this engine started (each names itself and
-            # asks for its slice as it starts: polled, a busy machine may be slow)
-            found = {}
-            for task in Path("/proc/self/task").iterdir():
-                try:
-                    name = (task / "comm").read_text().strip()
-                except OSError:
-                    continue                    # (a thread that ended meanwhile)
-                if name.startswith("rmq-io-") and int(task.name) not in before:
-                    found[name] = int(task.name)
-            return found
-
+        # (each thread names itself and asks for its slice as it starts: polled, a
+        # busy machine may be slow)
         deadline = time.monotonic() + 5
         while True:
-            threads = io_threads()
+            threads = started_io_threads(before)
             slices = {name: _scheduler_slice(tid) for name, tid in threads.items()}
             done = sorted(threads) == ["rmq-io-0", "rmq-io-1"] and (
                 release < (6, 12) or None in slices.values()     # EEVDF's slice requests
@@ -468,23 +474,12 @@ def test_pythons_sends_and_close_reach_a_moved_connection_through_its_first_thre
         assert s.engine.counts()["connections"] == 0
 
 
-def _tasks():
-    return {int(task.name) for task in Path("/proc/self/task").iterdir()}
-
-
 def io_threads(before, names, timeout=5.0):
-    """{name: tid} of the engine's I/O threads started since the tasks ``before``
-    (their names are set as they start), once ``names`` are all there."""
+    """started_io_threads, once ``names`` are all there (each thread names itself as
+    it starts)."""
     deadline = time.monotonic() + timeout
     while True:
-        found = {}
-        for task in Path("/proc/self/task").iterdir():
-            try:
-                name = (task / "comm").read_text().strip()
-            except OSError:
-                continue
-            if name.startswith("rmq-io-") and int(task.name) not in before:
-                found[name] = int(task.name)
+        found = started_io_threads(before)
         if sorted(found) == sorted(names) or time.monotonic() > deadline:
             return found
         time.sleep(0.01)

@@ -521,6 +521,14 @@ static void account(re_thread *th, re_conn *c, size_t now)
 static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t more);
 static void post(re_thread *th, re_cmd *cmd);
 
+/* c into th's table (its epoll registration is the caller's). */
+static void link_conn(re_thread *th, re_conn *c)
+{
+    size_t b = (c->id >> 8) % CONN_BUCKETS;
+    c->next = th->conns[b];
+    th->conns[b] = c;
+}
+
 /* c out of th's table and epoll (closed, or moved to the control thread). */
 static void unlink_conn(re_thread *th, re_conn *c)
 {
@@ -857,15 +865,19 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     return 0;
 }
 
-/* c, about to hand its first frame that is not a route query to Python, moved to the
- * control thread, which hands it over and serves c from then on: 1, and c is not
- * touched here again (its
- * events of this epoll batch skipped: left_now). 0: it stays (no control thread, this
- * is it, too many moved in this batch, no memory). */
-static int move_to_control(re_thread *th, re_conn *c)
+/* c, about to hand Python `frame` (its length prefix, then `length` bytes), moved to
+ * the control thread, which hands it over and serves c from then on: 1, and c is not
+ * touched here again (its events of this epoll batch skipped: left_now). 0: it stays
+ * (no control thread, this is it, too many moved in this batch, no memory; or the
+ * frame is a route query that Python answers: needWaitForService, ACL, a rule-built
+ * route, whose clients stay with the route threads). */
+static int move_to_control(re_thread *th, re_conn *c, const uint8_t *frame, size_t length)
 {
     rmq_engine *e = th->e;
     if (!e->ctl || th == e->ctl || th->nleft == MOVES_PER_BATCH)
+        return 0;
+    rq_route req;
+    if (rq_scan_route(frame + 4, length, &req))
         return 0;
     re_cmd *cmd = calloc(1, sizeof *cmd);
     if (!cmd || moved_add(th, c->id) < 0) {
@@ -938,10 +950,8 @@ static int split(re_thread *th, re_conn *c)
         /* not a route query rs_serve_routes answers: Python's, with the complete
          * frames after it that are not route queries either (a route query after
          * them is answered here once Python's answers are queued: the order holds) */
-        rq_route first;
-        if (!rq_scan_route(p + 4, (size_t)length, &first) && move_to_control(th, c))
-            return 1;               /* (a route query Python answers does not move it:
-                                       needWaitForService, ACL, a rule-built route) */
+        if (move_to_control(th, c, p, (size_t)length))
+            return 1;
         size_t batch = 4 + (size_t)length;
         int frames = 1, all = __atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED);
         while (frames < PY_BATCH_FRAMES && batch < PY_BATCH_BYTES) {
@@ -1259,9 +1269,7 @@ static void adopt(re_thread *th, int fd, const char *peer)
         unaccept(th, fd);
         return;
     }
-    size_t b = (c->id >> 8) % CONN_BUCKETS;
-    c->next = th->conns[b];
-    th->conns[b] = c;
+    link_conn(th, c);
     RMQ_COUNT(th->stats.accepted, 1);
     push_event(e, RE_OPEN, c->id, peer, strlen(peer));
     trace_put(th, RE_TRACE_OPEN, c->id, peer, strlen(peer));
@@ -1381,9 +1389,7 @@ no_memory:
  * it came with handed to Python, then read as any other. */
 static void take_moved(re_thread *th, re_conn *c)
 {
-    size_t b = (c->id >> 8) % CONN_BUCKETS;
-    c->next = th->conns[b];
-    th->conns[b] = c;
+    link_conn(th, c);
     c->interest = EPOLLRDHUP;
     struct epoll_event ev = {.events = c->interest, .data.ptr = c};
     if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
@@ -1630,28 +1636,24 @@ static void post(re_thread *th, re_cmd *cmd)
     wake(th);
 }
 
-/* Python's command for connection `conn` to the thread that serves it: the one its
- * id names or, once its move there is direct (moved_settle), the control thread. The
- * look and the queueing are one step under the first thread's m, so no command
- * queued there before the move became direct is overtaken. 0: posted; -1: no
- * such thread (conn is no id of this engine). */
-static int route_cmd(rmq_engine *e, uint64_t conn, re_cmd *cmd)
+/* Python's command for connection `conn` (whose id names one of the threads: the
+ * callers check) to the thread that serves it: the one its id names or, once its
+ * move there is direct (moved_settle), the control thread. The look and the queueing
+ * are one step under the first thread's m, so no command queued there before the
+ * move became direct is overtaken. */
+static void route_cmd(rmq_engine *e, uint64_t conn, re_cmd *cmd)
 {
-    int index = (int)(conn & 0xFF);
-    if (index >= e->nthreads)
-        return -1;
-    re_thread *th = &e->threads[index];
+    re_thread *th = &e->threads[conn & 0xFF];
     pthread_mutex_lock(&th->m);
     const re_moved *m = e->ctl ? moved_find(th, conn) : NULL;
     if (m && m->direct) {
         pthread_mutex_unlock(&th->m);
         post(e->ctl, cmd);
-        return 0;
+        return;
     }
     append(th, cmd);
     pthread_mutex_unlock(&th->m);
     wake(th);
-    return 0;
 }
 
 int re_send_owned(rmq_engine *e, uint64_t conn, char *data, size_t len, int resume,
@@ -1765,10 +1767,7 @@ static void free_thread(re_thread *th)
     /* connections moved here and not yet taken: closed with the others */
     for (re_cmd *cmd = th->cmds; cmd; cmd = cmd->next)
         if (cmd->move) {
-            re_conn *c = cmd->move;
-            size_t b = (c->id >> 8) % CONN_BUCKETS;
-            c->next = th->conns[b];
-            th->conns[b] = c;
+            link_conn(th, cmd->move);
             cmd->move = NULL;
         }
     for (int b = 0; b < MOVED_BUCKETS; b++)

@@ -12,8 +12,9 @@
  * whose 206s are megabytes to write, are then served apart from the clients that
  * only ask routes, whose answers no longer wait for a core behind that copying
  * (bench/README.md, "Connections that talk to Python on a thread of their own"). Its
- * id stays; what Python sends to it goes through the thread that accepted it, in
- * order. While one of its frames is with Python, the
+ * id stays; what Python sends to it goes through the thread that accepted it until
+ * nothing sent before the move waits there, then straight to the control thread, in
+ * order either way. While one of its frames is with Python, the
  * connection is neither read nor split further (as the asyncio server does): queued
  * work is one batch of frames per connection, and the queue holds at most an open, a
  * batch and a close per connection. Reading also pauses once a connection's unsent
