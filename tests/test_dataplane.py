@@ -144,6 +144,42 @@ def test_registrations_of_10000_topics_through_the_engine(tmp_path):
 
 @pytestmark_engine
 @pytest.mark.once
+def test_the_table_thread_sends_a_registrations_answer_itself(tmp_path):
+    """A registration's answer goes from the table thread to the engine, not back
+    through the loop first: it comes while the loop is held (from inside the
+    handler, once it runs in the table thread). Sent through the loop, it would
+    come only once the loop is let go (checked: it then waits the whole 5 s)."""
+    with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as c:
+        assert register_broker(c, "b", "10.0.0.1:10911", topics=["T1", "T2"]).code == 0
+        handle, held, go = app.processor.handle, threading.Event(), threading.Event()
+
+        def hold_the_loop():
+            held.set()
+            go.wait(5)
+
+        def handle_holding_the_loop(cmd, conn=None):
+            if cmd.code == 103:
+                app.loop.call_soon_threadsafe(hold_the_loop)
+                assert held.wait(5)
+            return handle(cmd, conn)
+
+        app.processor.handle = handle_holding_the_loop
+        try:
+            got = register_broker(c, "b", "10.0.0.1:10911", topics=["T1", "T2", "T3"], counter=2)
+            assert got.code == 0 and not go.is_set()
+            # the answers the loop sends itself (from processor.quick) wait for it
+            c.send(rmq.RemotingCommand.request(101, {"namespace": "n", "key": "k"}))
+            with pytest.raises(socket.timeout):
+                c.receive(timeout=0.3)
+            go.set()
+            assert c.receive().code == 22                   # QUERY_NOT_FOUND, after
+        finally:
+            go.set()
+            app.processor.handle = handle
+
+
+@pytestmark_engine
+@pytest.mark.once
 def test_brokers_are_dropped_when_their_connection_closes(tmp_path):
     with running_namesrv(tmp_path, loop="engine") as app, Client(app.address) as asker:
         broker = Client(app.address)

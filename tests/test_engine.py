@@ -119,6 +119,50 @@ def test_a_big_frame_goes_to_python_in_the_buffer_it_was_read_into():
     assert type(frame) is memoryview and frame.readonly and frame == big
 
 
+def registration(topics, opaque, serialize_type):
+    from rmq.brokersim import encode_body, topic_names
+    body = encode_body(topic_names(topics), 1)
+    cmd = core.RemotingCommand.request(103, {"brokerName": "broker-c", "brokerId": "0"},
+                                       opaque=opaque, body=body)
+    cmd.serialize_type = serialize_type
+    return core.encode_frame(cmd)
+
+
+@pytest.mark.parametrize("serialize_type", ["JSON", "ROCKETMQ"])
+def test_a_registration_is_read_by_the_control_thread_and_scanned_as_it_arrives(
+        serialize_type):
+    # A frame of megabytes moves its client to the control thread as it begins (no
+    # route thread reads the rest), which scans its topic entries as they come; the
+    # table's read of the body takes them over and registers the same topics.
+    rt = table()
+    frame = registration(10_000, 2, serialize_type)
+    with Served(rt, threads=1, control_thread=True) as s, \
+            socket.create_connection(s.address) as c:
+        c.sendall(route_query("T1", 1))
+        assert read_answers(c, 1)[0].code == 0
+        (opened,) = wait_log(s, "open")
+        assert s.engine.connection_state(opened[1])["thread"] == 0
+        c.sendall(frame[:300_000])
+        wait_for(lambda: s.engine.connection_state(opened[1])["thread"] == 1)
+        assert s.engine.connection_state(opened[1])["with_python"] == 0     # (not whole)
+        for at in range(300_000, len(frame), 100_000):
+            time.sleep(0.02)
+            c.sendall(frame[at:at + 100_000])
+        assert read_answers(c, 1)[0].remark == "python"
+    (data,) = [data for kind, _, data in s.log if kind == "frame"]
+    assert data == frame
+    # all entries but those of the last read (the last 100,000 bytes: ~700 topics)
+    assert 8_000 < core._arrived_entries(data) < 10_000
+    body = core.decode_frame(data, copy_body=False).body
+    fresh, arrived = table(), table()
+    fresh.register_broker("C", "10.0.0.3:10911", "broker-c", 0, "", body=bytes(body), now_ms=0)
+    arrived.register_broker("C", "10.0.0.3:10911", "broker-c", 0, "", body=body, now_ms=0)
+    assert core._arrived_entries(data) == 0                                  # taken over
+    assert arrived._tt.topic_count() == fresh._tt.topic_count() == 10_002
+    for topic in ("T1", "T-00000", "T-05000", "T-09999"):
+        assert arrived.route_body(topic) == fresh.route_body(topic)
+
+
 def wait_pooled(engine, at_least, timeout=5.0):
     deadline = time.monotonic() + timeout
     while engine.counts()["pooled_bytes"] < at_least and time.monotonic() < deadline:

@@ -7,6 +7,7 @@ brokers and clients send must take the fast path.
 """
 
 import json
+import random
 import struct
 import sys
 import zlib
@@ -40,9 +41,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 # ---------------------------------------------------------------- RegisterBrokerBody
 
+def cuttings(data):
+    """Ways the engine's reads may cut ``data`` (rb_partial_step between them): at
+    every byte (small bodies), in even steps, at random points (seeded by the data)."""
+    n = len(data)
+    if n <= 2048:
+        yield range(n + 1)
+    for step in (7, 64, 1000, max(n // 40, 1)):
+        if n // step <= 2000:
+            yield range(0, n + 1, step)
+    rng = random.Random(zlib.crc32(bytes(data)))
+    for _ in range(3):
+        yield sorted(rng.sample(range(n + 1), min(n + 1, 30)))
+
+
 def check_body(data, fast=None):
-    """The contract on one input; ``fast`` True/False also asserts the path taken."""
+    """The contract on one input; ``fast`` True/False also asserts the path taken.
+    Scanned while it arrives, however cut, it reads the same (the I/O engine's
+    registrations: rb_partial_step)."""
     got = core._scan_register_body(data)
+    for cuts in cuttings(data):
+        assert core._scan_register_body(data, cuts) == got, (data[:200], list(cuts)[:20])
     if fast is not None:
         assert (got is not None) == fast, (data[:200], got)
     if got is not None:
@@ -219,6 +238,26 @@ def test_truncation_at_every_byte():
     for i in range(len(data)):
         check_body(data[:i], fast=False if i < len(data) - 0 else None)
     check_body(data, fast=True)
+
+
+def test_entries_scanned_while_the_body_arrives_are_taken_over():
+    """What rb_partial_step took is used by the whole body's scan, not read again;
+    entries taken from another buffer than the one scanned are not used."""
+    from rmq.brokersim import encode_body, topic_names
+    data = encode_body(topic_names(1000), 3, timestamp=1795354033953)
+    whole = core._scan_register_body(data)
+    assert core._scan_register_body_partly(data, [len(data) // 2]) == (True, whole)
+    # cut before the table begins: nothing taken, the whole read as usual
+    assert core._scan_register_body_partly(data, [40]) == (False, whole)
+    # not where the entries were taken (another copy): read from the start
+    assert core._scan_register_body_partly(data, [len(data) // 2], elsewhere=True) == (
+        False, whole)
+    # entries so small that their records would weigh more than half the body: the
+    # partial scan gives up, the whole is read as usual
+    tiny = dumps(wrap({f"{i:x}": {} for i in range(5000)}))
+    assert core._scan_register_body_partly(tiny, [len(tiny) // 2]) == (
+        False, core._scan_register_body(tiny))
+    assert len(core._scan_register_body(tiny)[3]) == 5000
 
 
 def test_buffers():

@@ -107,6 +107,9 @@ typedef struct re_conn {
     int fd_closed;                  /* closed: freed after the current epoll batch */
     int split_any;                  /* a frame was split (for the bad frame's report) */
     int sniff;                      /* TLS or plain is decided by the first byte, to come */
+    rb_partial *partial;            /* control thread: the big frame arriving at in_off,
+                                       scanned as it comes if a registration (scan_arriving) */
+    size_t partial_at;              /* where its body begins in the frame */
     void *tls;                      /* its SSL (tls.h), or NULL: plain */
     uint8_t tls_shaken;             /* its handshake is done */
     uint8_t tls_wants_read;         /* a write waits for OpenSSL to read first (the
@@ -238,11 +241,12 @@ static void signal_fd(int fd)
 /* Queue an event for Python: its len bytes copied into it, or with own, handed over:
  * data points into own (a connection's input buffer), freed with the event. */
 static int queue_event(rmq_engine *e, int kind, uint64_t conn, char *own, size_t own_cap,
-                       const void *data, size_t len)
+                       const void *data, size_t len, rb_partial *partial)
 {
     re_event *ev = malloc(sizeof *ev + (own ? 0 : len + 1));
     if (!ev)
         return -1;
+    ev->partial = partial;
     ev->next = NULL;
     ev->kind = kind;
     ev->conn = conn;
@@ -275,7 +279,7 @@ static int queue_event(rmq_engine *e, int kind, uint64_t conn, char *own, size_t
 
 static int push_event(rmq_engine *e, int kind, uint64_t conn, const void *data, size_t len)
 {
-    return queue_event(e, kind, conn, NULL, 0, data, len);
+    return queue_event(e, kind, conn, NULL, 0, data, len, NULL);
 }
 
 re_event *re_next(rmq_engine *e, double timeout)
@@ -303,8 +307,17 @@ int re_event_fd(const rmq_engine *e)
     return e->evfd;
 }
 
+static void free_partial(rb_partial *s)
+{
+    if (s) {
+        rb_partial_free(s);
+        free(s);
+    }
+}
+
 void re_free_event(re_event *ev)
 {
+    free_partial(ev->partial);
     rp_give(ev->own, ev->own_cap);
     free(ev);
 }
@@ -676,8 +689,10 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     rp_give(c->in, c->in_cap);
     rp_give(c->out, c->out_cap);
     free_ahead(c);
+    free_partial(c->partial);
     c->in = NULL;
     c->out = NULL;
+    c->partial = NULL;
     c->dead_next = th->dead;
     th->dead = c;
 }
@@ -841,6 +856,12 @@ static void release_empty_input(re_conn *c)
 static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
 {
     const char *p = c->in + c->in_off;
+    rb_partial *partial = c->partial;
+    c->partial = NULL;
+    if (batch < HAND_OVER_BYTES || partial == NULL || partial->state == RBP_OFF) {
+        free_partial(partial);
+        partial = NULL;
+    }
     if (batch < HAND_OVER_BYTES) {
         if (push_event(e, RE_FRAME, c->id, p, batch) < 0)
             return -1;
@@ -854,7 +875,10 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
             return -1;
         memcpy(next, p + batch, rest);
     }
-    if (queue_event(e, RE_FRAME, c->id, c->in, c->in_cap, p, batch) < 0) {
+    if (partial)                /* (its entries point into the frame where it is now) */
+        rb_partial_move(partial, p + c->partial_at);
+    if (queue_event(e, RE_FRAME, c->id, c->in, c->in_cap, p, batch, partial) < 0) {
+        free_partial(partial);
         rp_give(next, cap);
         return -1;
     }
@@ -865,19 +889,20 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     return 0;
 }
 
-/* c, about to hand Python `frame` (its length prefix, then `length` bytes), moved to
- * the control thread, which hands it over and serves c from then on: 1, and c is not
- * touched here again (its events of this epoll batch skipped: left_now). 0: it stays
- * (no control thread, this is it, too many moved in this batch, no memory; or the
- * frame is a route query that Python answers: needWaitForService, ACL, a rule-built
- * route, whose clients stay with the route threads). */
+/* c, about to hand Python `frame` (its length prefix, then `length` bytes), or with
+ * a big frame begun (frame NULL), moved to the control thread, which hands the frame
+ * over, or reads the rest of it, and serves c from then on: 1, and c is not touched
+ * here again (its events of this epoll batch skipped: left_now). 0: it stays (no
+ * control thread, this is it, too many moved in this batch, no memory; or the frame
+ * is a route query that Python answers: needWaitForService, ACL, a rule-built route,
+ * whose clients stay with the route threads). */
 static int move_to_control(re_thread *th, re_conn *c, const uint8_t *frame, size_t length)
 {
     rmq_engine *e = th->e;
     if (!e->ctl || th == e->ctl || th->nleft == MOVES_PER_BATCH)
         return 0;
     rq_route req;
-    if (rq_scan_route(frame + 4, length, &req))
+    if (frame && rq_scan_route(frame + 4, length, &req))
         return 0;
     re_cmd *cmd = calloc(1, sizeof *cmd);
     if (!cmd || moved_add(th, c->id) < 0) {
@@ -904,6 +929,27 @@ static int left_now(const re_thread *th, const re_conn *c)
     return 0;
 }
 
+/* The control thread, the first n bytes of a big frame at p there (incomplete): if it
+ * is a registration, the topic entries of its body that came whole are scanned now
+ * (scan.h, rb_partial_step), while the rest arrives, and handed to Python with the
+ * frame (hand_over): the table thread then scans only what came last. */
+static void scan_arriving(re_conn *c, const uint8_t *p, size_t n)
+{
+    if (!c->partial) {
+        int32_t code;
+        size_t body = rq_scan_request(p + 4, n - 4, &code);
+        if (!body)
+            return;                 /* (its header is not all there yet) */
+        if ((c->partial = malloc(sizeof *c->partial)) == NULL)
+            return;
+        c->partial_at = 4 + body;
+        rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - c->partial_at);
+        if (code != RMQ_REGISTER_BROKER)
+            rb_partial_free(c->partial);    /* (kept, given up: not looked at again) */
+    }
+    rb_partial_step(c->partial, (const char *)p + c->partial_at, n - c->partial_at);
+}
+
 /* Split what was read: route queries answered here, the first other frame to
  * Python (then nothing more until its answer), a bad length closes after the
  * answers before it. -1: out of memory (the caller closes); 1: c moved to the
@@ -921,8 +967,17 @@ static int split(re_thread *th, re_conn *c)
             start_close(th, c, RE_WHY_BAD_FRAME);
             break;
         }
-        if (length == RMQ_FRAME_INCOMPLETE)
+        if (length == RMQ_FRAME_INCOMPLETE) {
+            /* A frame of megabytes (a registration) is read by the control thread, not
+             * a route thread: its client moves there as it begins. */
+            if (n >= 4 && (size_t)rmq_be32(p) >= HAND_OVER_BYTES) {
+                if (th == e->ctl)
+                    scan_arriving(c, p, n);
+                else if (move_to_control(th, c, NULL, 0))
+                    return 1;
+            }
             break;
+        }
         size_t used = 0;
         if (!__atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED)) {
             if (out_room(c, READ_CHUNK) < 0)

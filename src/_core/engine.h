@@ -36,6 +36,7 @@
 
 #include "bufpool.h"
 #include "routetable.h"
+#include "scan.h"
 #include "serve.h"
 
 typedef struct rmq_engine rmq_engine;
@@ -107,6 +108,9 @@ typedef struct re_event {
     char *own;                      /* a big frame: its connection's input buffer, handed
                                        over with it rather than copied; else NULL */
     size_t own_cap;                 /* its size (it goes back to bufpool.h's pool) */
+    rb_partial *partial;            /* the first frame a registration: its topic entries
+                                       scanned as it arrived (scan.h), or NULL; freed
+                                       with the event unless Python takes it */
     char bytes[];
 } re_event;
 

@@ -5,6 +5,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from bufpool cimport rp_shared
 from routetable cimport rt_table
+from scan cimport rb_partial
 
 cdef extern from "engine.h" nogil:
     ctypedef struct re_config:
@@ -49,6 +50,7 @@ cdef extern from "engine.h" nogil:
         uint64_t conn
         size_t len
         char* data
+        rb_partial* partial
     enum:
         RE_OPEN
         RE_FRAME

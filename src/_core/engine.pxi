@@ -72,6 +72,34 @@ cdef class _EventBytes:
             re_free_event(self.ev)
 
 
+cdef rb_partial* _scanned_as_it_arrived(object body):
+    """What the engine scanned of a registration's body while it arrived (engine.c
+    scan_arriving), when ``body`` is a view into an Engine.events frame that has it:
+    taken from the event (the caller frees it: rb_partial_free, free), else NULL.
+    rb_scan_register_body_from uses it only if it is of that very body."""
+    cdef re_event* ev
+    cdef rb_partial* partial
+    if type(body) is not memoryview:
+        return NULL
+    owner = (<memoryview>body).obj
+    if type(owner) is not _EventBytes:
+        return NULL
+    ev = (<_EventBytes>owner).ev
+    partial = ev.partial
+    ev.partial = NULL
+    return partial
+
+
+def _arrived_entries(frame):
+    """Test hook: how many topic entries of the registration in ``frame`` (an
+    Engine.events frame) the engine scanned while it arrived, not yet taken."""
+    cdef rb_partial* partial
+    if type(frame) is not memoryview or type(frame.obj) is not _EventBytes:
+        raise TypeError("not a frame of Engine.events")
+    partial = (<_EventBytes>frame.obj).ev.partial
+    return partial.body.ntopics if partial != NULL else 0
+
+
 cdef void* _ssl_ctx(context) except NULL:
     """The SSL_CTX of ``context`` (an ssl.SSLContext) for the engine's threads, or
     ValueError saying why the engine cannot serve TLS with it."""

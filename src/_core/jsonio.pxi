@@ -50,11 +50,13 @@ from rmq.protocol import (CURRENT_VERSION as _PROTOCOL_VERSION, RequestCode as _
 
 from wire cimport *
 
-if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_TOPIC_NOT_EXIST, RMQ_CURRENT_VERSION, RMQ_V4_9_4) != (
-        _RequestCode.GET_ROUTEINFO_BY_TOPIC, _ResponseCode.TOPIC_NOT_EXIST, _PROTOCOL_VERSION,
-        _PROTOCOL_V4_9_4):
-    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_TOPIC_NOT_EXIST / "
-                      "RMQ_CURRENT_VERSION / RMQ_V4_9_4 differ from rmq.protocol")
+if (RMQ_GET_ROUTEINFO_BY_TOPIC, RMQ_REGISTER_BROKER, RMQ_TOPIC_NOT_EXIST, RMQ_CURRENT_VERSION,
+        RMQ_V4_9_4) != (
+        _RequestCode.GET_ROUTEINFO_BY_TOPIC, _RequestCode.REGISTER_BROKER,
+        _ResponseCode.TOPIC_NOT_EXIST, _PROTOCOL_VERSION, _PROTOCOL_V4_9_4):
+    raise ImportError("wire.h's RMQ_GET_ROUTEINFO_BY_TOPIC / RMQ_REGISTER_BROKER / "
+                      "RMQ_TOPIC_NOT_EXIST / RMQ_CURRENT_VERSION / RMQ_V4_9_4 differ from "
+                      "rmq.protocol")
 
 cdef enum:
     ERR_HEADER = 0

@@ -711,14 +711,20 @@ cdef class TopicTable:
         cdef int rc
         cdef const char* dp
         cdef size_t dn
+        cdef rb_partial* partial
         if isinstance(body, (bytes, bytearray, memoryview)):
             # The records point into what was scanned: bytes, or a read-only view (the
             # I/O engine's frame, read where it arrived: a body of megabytes is not
             # copied); what could change under them is copied first.
             data = body if type(body) is bytes or _frozen_bytes_view(body) else bytes(body)
             dp, dn = _buffer_start(data), len(data)
+            # (the entries the engine scanned while the body arrived: not read again)
+            partial = _scanned_as_it_arrived(body)
             with nogil:
-                rc = rb_scan_register_body(dp, dn, &scanned)
+                rc = rb_scan_register_body_from(dp, dn, partial, &scanned)
+                if partial != NULL:
+                    rb_partial_free(partial)
+                    free(partial)
             if rc == RB_NOMEM:
                 raise MemoryError()
             if rc == RB_SLOW and is_zlib(<const uint8_t*>dp, dn):

@@ -303,16 +303,14 @@ static inline cur member_key(cur p, cur end, cur *k, size_t *kn)
  * NULL for slow; *bit: the field's bit if it may appear only once. */
 typedef cur (*member_fn)(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit);
 
-/* The object at p ('{'), every member's value read by fn: the position after
- * it, or NULL (slow, or a once-only field repeated). *seen collects the bits. */
-static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
+/* The members of an object from p, a member's key (after its '{' or a ',', and
+ * whitespace), every value read by fn: the position after the object's '}', or
+ * NULL (slow, or a once-only field repeated). *seen collects the bits. */
+static inline cur members_from(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
 {
     cur k;
     size_t kn;
     unsigned bit;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1;
     for (;;) {
         bit = 0;
         if ((p = member_key(p, end, &k, &kn)) == NULL || (p = fn(ctx, p, end, k, kn, &bit)) == NULL
@@ -328,14 +326,25 @@ static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned 
     }
 }
 
+/* The object at p ('{'), every member's value read by fn: the position after
+ * it, or NULL (slow, or a once-only field repeated). *seen collects the bits. */
+static inline cur each_member(cur p, cur end, member_fn fn, void *ctx, unsigned *seen)
+{
+    p = ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    return members_from(p, end, fn, ctx, seen);
+}
+
 #define KEY_IS(k, n, lit) ((n) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
 
 /* ---------------------------------------------------------------- RegisterBrokerBody */
 
 typedef struct {
-    cur end;
+    cur data, end;
     rb_body *out;
     int nomem;
+    rb_partial *partial;        /* what was scanned while the body arrived, or NULL */
 } rb_ctx;
 
 static cur rb_int32(cur p, cur end, int32_t *out)
@@ -523,11 +532,31 @@ static inline cur null_or_object(cur p, rb_ctx *c, member_fn fn)
     return p < c->end && *p == '{' ? each_member(p, c->end, fn, c, &seen) : NULL;
 }
 
+/* topicConfigTable's value at p: read from where rb_partial_step left this very
+ * table (its entries taken over), else from its start. */
+static cur rb_table(cur p, rb_ctx *c)
+{
+    rb_partial *s = c->partial;
+    unsigned seen = 0;
+    if (s == NULL || s->state != RBP_ENTRIES || s->body.ntopics == 0 || c->out->ntopics
+            || s->base != (const char *)c->data || s->total != (size_t)(c->end - c->data)
+            || p != c->data + s->table_open)
+        return null_or_object(p, c, rb_table_entry);
+    rp_give(c->out->topics, c->out->cap * sizeof *c->out->topics);
+    c->out->topics = s->body.topics;
+    c->out->ntopics = s->body.ntopics;
+    c->out->cap = s->body.cap;
+    s->body.topics = NULL;
+    s->body.ntopics = s->body.cap = 0;
+    s->state = RBP_OFF;
+    return members_from(ws(c->data + s->at, c->end), c->end, rb_table_entry, c, &seen);
+}
+
 /* A member of topicConfigSerializeWrapper. */
 static cur rb_wrapper_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
     if (KEY_IS(k, kn, "topicConfigTable"))
-        return *bit = 1, null_or_object(p, ctx, rb_table_entry);
+        return *bit = 1, rb_table(p, ctx);
     if (KEY_IS(k, kn, "dataVersion"))
         return *bit = 2, null_or_object(p, ctx, rb_version_field);
     if (KEY_IS(k, kn, "topicQueueMappingInfoMap"))
@@ -555,8 +584,13 @@ void rb_body_free(rb_body *b)
 
 int rb_scan_register_body(const char *data, size_t n, rb_body *out)
 {
+    return rb_scan_register_body_from(data, n, NULL, out);
+}
+
+int rb_scan_register_body_from(const char *data, size_t n, rb_partial *partial, rb_body *out)
+{
     cur p = (cur)data, end = p + n;
-    rb_ctx c = {end, out, 0};
+    rb_ctx c = {p, end, out, 0, partial};
     memset(out, 0, sizeof *out);
     /* A zlib stream is the compressed form: not ours. */
     if (rmq_is_zlib(p, n))
@@ -575,6 +609,120 @@ int rb_scan_register_body(const char *data, size_t n, rb_body *out)
         return c.nomem ? RB_NOMEM : RB_SLOW;
     }
     return rb_no_duplicates(out);
+}
+
+/* ---------------------------------------------------------------- RegisterBrokerBody, as it arrives */
+
+/* The position after topicConfigTable's '{' in [p, end), reached through the
+ * top-level object and topicConfigSerializeWrapper (their other members skipped:
+ * rb_scan_register_body_from reads them); NULL while it is not there, or never. */
+static cur rbp_find_table(cur p, cur end)
+{
+    cur k;
+    size_t kn;
+    int level = 0;                  /* 0: the top-level object; 1: the wrapper */
+    p = ws(p, end);
+    if (p >= end || *p != '{')
+        return NULL;
+    p = ws(p + 1, end);
+    for (;;) {
+        if ((p = member_key(p, end, &k, &kn)) == NULL)
+            return NULL;
+        if (level == 0 ? KEY_IS(k, kn, "topicConfigSerializeWrapper")
+                       : KEY_IS(k, kn, "topicConfigTable")) {
+            if (p >= end || *p != '{')
+                return NULL;
+            if (level++ == 1)
+                return p + 1;
+            p = ws(p + 1, end);
+            continue;
+        }
+        if ((p = skip_value(p, end, 1 + level)) == NULL)
+            return NULL;
+        p = ws(p, end);
+        if (p >= end || *p != ',')
+            return NULL;
+        p = ws(p + 1, end);
+    }
+}
+
+void rb_partial_init(rb_partial *s, size_t total)
+{
+    memset(s, 0, sizeof *s);
+    s->total = total;
+    s->state = RBP_TABLE;
+}
+
+void rb_partial_free(rb_partial *s)
+{
+    rb_body_free(&s->body);
+    s->state = RBP_OFF;
+}
+
+void rb_partial_move(rb_partial *s, const char *body)
+{
+    /* (as integers: the old and the new place are different objects) */
+    uintptr_t from = (uintptr_t)s->base, to = (uintptr_t)body;
+    if (s->base != NULL && from != to)
+        for (size_t i = 0; i < s->body.ntopics; i++) {
+            rmq_topic_rec *t = &s->body.topics[i];
+            t->key = (const char *)((uintptr_t)t->key - from + to);
+            t->name = (const char *)((uintptr_t)t->name - from + to);
+        }
+    s->base = body;
+}
+
+void rb_partial_step(rb_partial *s, const char *body, size_t avail)
+{
+    cur data = (cur)body, end = data + avail, p, q, k;
+    rb_ctx c = {data, end, &s->body, 0, NULL};
+    size_t kn, before;
+    unsigned bit;
+    if (s->state == RBP_OFF || avail < s->retry || avail > s->total)
+        return;
+    rb_partial_move(s, body);
+    if (s->state == RBP_TABLE) {
+        if ((p = rbp_find_table(data, end)) == NULL) {
+            s->retry = 2 * avail;       /* (what is not the table is scanned ~twice at most) */
+            return;
+        }
+        if (rb_grow(&s->body, s->total / 128 + 16) < 0) {
+            rb_partial_free(s);
+            return;
+        }
+        s->table_open = (size_t)(p - 1 - data);
+        s->at = (size_t)(p - data);
+        s->state = RBP_ENTRIES;
+    }
+    /* Each entry that ends, with its ',', inside what is there: taken. The one that
+     * does not (cut, the last one, or not the common shape) is left to the next step
+     * or to the whole body's scan. */
+    for (p = data + s->at;; p = q + 1, s->at = (size_t)(p - data)) {
+        bit = 0;
+        before = s->body.ntopics;
+        q = member_key(ws(p, end), end, &k, &kn);
+        if (q == NULL || (q = rb_table_entry(&c, q, end, k, kn, &bit)) == NULL)
+            break;
+        q = ws(q, end);
+        if (q >= end || *q != ',') {
+            s->body.ntopics = before;
+            break;
+        }
+        if (s->body.ntopics * sizeof *s->body.topics > s->total / 2) {
+            /* Entries far smaller than a broker's (~140 bytes): their records would
+             * weigh more than the frame, for every connection sending one. The whole
+             * body's scan reads them, as any. */
+            rb_partial_free(s);
+            return;
+        }
+    }
+    if (c.nomem) {
+        rb_partial_free(s);
+        return;
+    }
+    /* What was read in vain is read again only once as many new bytes came: a
+     * malformed or huge entry costs at most about twice its bytes. */
+    s->retry = avail + (avail - s->at);
 }
 
 /* ---------------------------------------------------------------- RegisterBrokerBody (compressed) */
@@ -676,7 +824,7 @@ int rb_scan_compressed_body(const char *data, size_t n, rb_body *out)
     cur p = (cur)data, end = p + n, s, q;
     size_t k;
     int32_t count, i;
-    rb_ctx c = {end, out, 0};
+    rb_ctx c = {p, end, out, 0, NULL};
     memset(out, 0, sizeof *out);
     /* dataVersion: null or an object (other JSON the general path reads
      * through "or {}" or rejects: slow). */
@@ -911,6 +1059,37 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
     if (stype == 1)
         return rq_binary(payload + 4, header_len, out);
     return 0;
+}
+
+size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code)
+{
+    uint32_t word;
+    size_t header_len;
+    if (n < 4)
+        return 0;
+    word = (uint32_t)rmq_be32(payload);
+    header_len = word & 0xFFFFFF;
+    if (header_len > n - 4)
+        return 0;
+    cur p = payload + 4, end = p + header_len;
+    if (word >> 24 == 1) {
+        rmq_bheader h;
+        if (rmq_bh_start(p, header_len, &h) != RMQ_BH_OK || (h.flag & 3))
+            return 0;
+        *code = h.code;
+    } else if (word >> 24 == 0) {
+        rq_route ignored;
+        rq_ctx c = {&ignored, 0, 0, 0};
+        unsigned seen = 0;
+        p = ws(p, end);
+        if (p >= end || *p != '{' || (p = each_member(p, end, rq_header_field, &c, &seen)) == NULL
+                || ws(p, end) != end || (c.flag & 3))
+            return 0;
+        *code = c.code;
+    } else {
+        return 0;
+    }
+    return 4 + header_len;
 }
 
 int rq_route_zone(const rq_route *req, char *out)

@@ -34,6 +34,40 @@ enum { RB_OK = 0, RB_SLOW = 1, RB_NOMEM = -1 };
 int rb_scan_register_body(const char *p, size_t n, rb_body *out);
 void rb_body_free(rb_body *b);
 
+/* ---- A RegisterBrokerBody scanned while it arrives
+ *
+ * The I/O engine reads a registration of megabytes in many reads. After each,
+ * rb_partial_step takes the topicConfigTable entries that are there whole; once
+ * the body is, rb_scan_register_body_from reads the rest and takes those over.
+ * Its result is rb_scan_register_body's, however the body was cut
+ * (tests/test_scan.py): an entry is taken only when it ends, with the ',' after
+ * it, inside the bytes that were there, and the scanner never decides on a byte
+ * it has not seen, so the entry reads the same in the whole body. */
+typedef struct {
+    rb_body body;           /* the entries taken, pointing into the body at base */
+    const char *base;       /* where the body was at the last step (its buffer may move) */
+    size_t total;           /* the body's length, when whole */
+    size_t table_open;      /* offset of topicConfigTable's '{' (RBP_ENTRIES) */
+    size_t at;              /* offset after the last entry taken and its ',' */
+    size_t retry;           /* the next step waits until this many bytes are there */
+    int state;
+} rb_partial;
+
+enum { RBP_OFF = 0, RBP_TABLE = 1, RBP_ENTRIES = 2 };   /* given up or used; finding the table */
+
+void rb_partial_init(rb_partial *s, size_t total);
+/* The first avail bytes of the body are at body (avail <= total; more than at the
+ * last step, wherever they are now): the entries complete in them taken. Never
+ * fails: out of memory, an unusual body or records that would weigh more than half
+ * the body, it stops taking (RBP_OFF). */
+void rb_partial_step(rb_partial *s, const char *body, size_t avail);
+/* The body is at `body` now: the entries' pointers moved with it. */
+void rb_partial_move(rb_partial *s, const char *body);
+void rb_partial_free(rb_partial *s);
+/* rb_scan_register_body of the whole body (p: where s's base is), the entries s
+ * took reused (s is left empty) if they are of this table; s NULL: none. */
+int rb_scan_register_body_from(const char *p, size_t n, rb_partial *s, rb_body *out);
+
 /* The same for the inflated bytes of a compressed RegisterBrokerBody (Java's
  * compressed form, after zlib): topics in body order, topicSysFlag 0, key and
  * name both the line's topic name. Slow for topic queue mappings, filter
@@ -50,6 +84,11 @@ typedef struct {
     int zone_mode;                         /* extFields __ZONE_MODE is "true" (Boolean.parseBoolean) */
     const char *zone; size_t zone_len;     /* extFields __ZONE_NAME: ASCII, at most RQ_MAX_ZONE bytes */
 } rq_route;
+
+/* payload: a frame's first n bytes after its length prefix, the header among them:
+ * the offset of the body in payload, and *code, for a request (neither response nor
+ * oneway flag) whose header reads plainly; 0 for anything else. */
+size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code);
 
 /* Longer zone names (and any that is not ASCII) are left to the general path. */
 enum { RQ_MAX_ZONE = 256 };

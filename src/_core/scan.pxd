@@ -19,6 +19,19 @@ cdef extern from "scan.h" nogil:
 
     int rb_scan_register_body(const char* p, size_t n, rb_body* out)
     int rb_scan_compressed_body(const char* p, size_t n, rb_body* out)
+
+    ctypedef struct rb_partial:
+        rb_body body
+        int state
+
+    enum:
+        RBP_OFF, RBP_TABLE, RBP_ENTRIES
+
+    void rb_partial_init(rb_partial* s, size_t total)
+    void rb_partial_step(rb_partial* s, const char* body, size_t avail)
+    void rb_partial_move(rb_partial* s, const char* body)
+    void rb_partial_free(rb_partial* s)
+    int rb_scan_register_body_from(const char* p, size_t n, rb_partial* s, rb_body* out)
     void rb_body_free(rb_body* b)
 
     ctypedef struct rq_route:

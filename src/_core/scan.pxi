@@ -23,40 +23,76 @@ def _siphash13(uint64_t k0, uint64_t k1, bytes data):
 
 from scan cimport *
 
-cdef int rb_scan_view(const Py_buffer* view, rb_body* out) except -2:
+cdef int rb_scan_view(const Py_buffer* view, rb_body* out, rb_partial* partial) except -2:
     cdef int rc
     with nogil:
-        rc = rb_scan_register_body(<const char*>view.buf, view.len, out)
+        rc = rb_scan_register_body_from(<const char*>view.buf, view.len, partial, out)
     if rc == RB_NOMEM:
         raise MemoryError()
     return rc
 
 
-def _scan_register_body(data):
+def _scan_register_body(data, cuts=()):
     """Test hook: None if the scanner says slow, else (counter, stateVersion,
-    timestamp or None, [(key, name, perm, read, write, sysflag), ...])."""
+    timestamp or None, [(key, name, perm, read, write, sysflag), ...]).
+
+    ``cuts``: first scan it as the engine does while it arrives (rb_partial_step),
+    given its first ``cut`` bytes for each cut in turn, each time in a new buffer (as
+    the engine's may move between reads)."""
+    return _scan_register_body_partly(data, cuts)[1] if cuts else _scan_body(data, NULL)
+
+
+def _scan_register_body_partly(data, cuts, elsewhere=False):
+    """Test hook: (whether the entries scanned at ``cuts`` were taken over, the
+    result), as _scan_register_body; ``elsewhere``: the whole body scanned in a copy
+    of data, not where the partial scan saw it last."""
+    cdef Py_buffer view
+    cdef rb_partial partial
+    cdef bytes part
+    cdef bint had
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    rb_partial_init(&partial, view.len)
+    try:
+        for cut in cuts:
+            if not 0 <= cut <= view.len:
+                raise ValueError(f"cut {cut} outside the body's {view.len} bytes")
+            part = PyBytes_FromStringAndSize(<const char*>view.buf, cut)
+            rb_partial_step(&partial, PyBytes_AS_STRING(part), cut)
+        rb_partial_move(&partial, <const char*>view.buf)
+        had = partial.state == RBP_ENTRIES and partial.body.ntopics > 0
+        got = _scan_body(bytearray(data) if elsewhere else data, &partial)
+        return had and partial.body.topics == NULL, got
+    finally:
+        rb_partial_free(&partial)
+        PyBuffer_Release(&view)
+
+
+cdef _scan_body(data, rb_partial* partial):
     cdef Py_buffer view
     cdef rb_body b
-    cdef rmq_topic_rec* t
-    cdef size_t i
-    cdef list topics
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        if rb_scan_view(&view, &b) != RB_OK:
+        if rb_scan_view(&view, &b, partial) != RB_OK:
             return None
-        try:
-            topics = []
-            for i in range(b.ntopics):
-                t = &b.topics[i]
-                topics.append((PyUnicode_DecodeUTF8(t.key, t.key_len, "strict"),
-                               PyUnicode_DecodeUTF8(t.name, t.name_len, "strict"),
-                               t.perm, t.read, t.write, t.sysflag))
-            return (b.counter, b.state_version, b.timestamp if b.has_timestamp else None,
-                    topics)
-        finally:
-            rb_body_free(&b)
+        return _scanned(&b)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef tuple _scanned(rb_body* b):
+    """The test hooks' value of what a scanner read (b is freed)."""
+    cdef rmq_topic_rec* t
+    cdef size_t i
+    cdef list topics = []
+    try:
+        for i in range(b.ntopics):
+            t = &b.topics[i]
+            topics.append((PyUnicode_DecodeUTF8(t.key, t.key_len, "strict"),
+                           PyUnicode_DecodeUTF8(t.name, t.name_len, "strict"),
+                           t.perm, t.read, t.write, t.sysflag))
+        return (b.counter, b.state_version, b.timestamp if b.has_timestamp else None, topics)
+    finally:
+        rb_body_free(b)
 
 
 def _scan_compressed_body(data):
@@ -64,8 +100,6 @@ def _scan_compressed_body(data):
     TopicTable.read_body inflates it; BodyError if it does not inflate)."""
     cdef bytes raw = inflate(data, DEFAULT_MAX_INFLATED)
     cdef rb_body b
-    cdef rmq_topic_rec* t
-    cdef size_t i
     cdef int rc
     cdef const char* dp = PyBytes_AS_STRING(raw)
     cdef size_t dn = len(raw)
@@ -75,16 +109,7 @@ def _scan_compressed_body(data):
         raise MemoryError()
     if rc != RB_OK:
         return None
-    try:
-        topics = []
-        for i in range(b.ntopics):
-            t = &b.topics[i]
-            topics.append((PyUnicode_DecodeUTF8(t.key, t.key_len, "strict"),
-                           PyUnicode_DecodeUTF8(t.name, t.name_len, "strict"),
-                           t.perm, t.read, t.write, t.sysflag))
-        return (b.counter, b.state_version, b.timestamp if b.has_timestamp else None, topics)
-    finally:
-        rb_body_free(&b)
+    return _scanned(&b)
 
 
 def _scan_register_body_count(data, Py_ssize_t repeat=1):
@@ -95,7 +120,7 @@ def _scan_register_body_count(data, Py_ssize_t repeat=1):
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         for i in range(repeat):
-            count = <Py_ssize_t>b.ntopics if rb_scan_view(&view, &b) == RB_OK else -1
+            count = <Py_ssize_t>b.ntopics if rb_scan_view(&view, &b, NULL) == RB_OK else -1
             rb_body_free(&b)
         return count
     finally:

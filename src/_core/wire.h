@@ -11,10 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC, ResponseCode.TOPIC_NOT_EXIST and
- * CURRENT_VERSION (jsonio.pxi
+/* rmq.protocol.RequestCode.GET_ROUTEINFO_BY_TOPIC and REGISTER_BROKER,
+ * ResponseCode.TOPIC_NOT_EXIST and CURRENT_VERSION (jsonio.pxi
  * refuses to import if they differ; tests/test_core_agreement.py checks them). */
-enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_TOPIC_NOT_EXIST = 17, RMQ_CURRENT_VERSION = 413 };
+enum { RMQ_GET_ROUTEINFO_BY_TOPIC = 105, RMQ_REGISTER_BROKER = 103, RMQ_TOPIC_NOT_EXIST = 17,
+       RMQ_CURRENT_VERSION = 413 };
 /* rmq.protocol.V4_9_4: from this client version on, the standard route form
  * (rmq._wire.standard_route_form; checked as the codes above are). */
 enum { RMQ_V4_9_4 = 401 };

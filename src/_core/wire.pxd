@@ -12,6 +12,7 @@ cdef extern from "wire.h" nogil:
         int32_t perm, read, write, sysflag
     enum:
         RMQ_GET_ROUTEINFO_BY_TOPIC
+        RMQ_REGISTER_BROKER
         RMQ_TOPIC_NOT_EXIST
         RMQ_CURRENT_VERSION
         RMQ_V4_9_4

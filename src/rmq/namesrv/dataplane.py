@@ -43,7 +43,7 @@ import rmq
 from rmq.codec import decode_frame
 from rmq.errors import RmqError
 from rmq.namesrv.handlers import NEEDS_TABLE
-from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer
+from rmq.namesrv.server import SHARED_BODY, NameServerApp, _foreign_protocol, encode_answer
 from rmq.namesrv.tlsconn import ServerTls, refused_plain, tls_failed
 from rmq.protocol import IN, OUT, RequestCode
 
@@ -293,20 +293,35 @@ class EngineServerApp(NameServerApp):
             if resp is NEEDS_TABLE:
                 conn.tabled = True
                 rest = cmds[i:]
-                fut = self.table_thread.submit(self._in_table_thread, conn, rest)
+                fut = self.table_thread.submit(self._in_table_thread, conn, rest, out, error)
                 loop = self.loop
-                fut.add_done_callback(lambda f: loop.call_soon_threadsafe(
-                    self._answered, conn, rest, out, error, f))
+                fut.add_done_callback(lambda f: (
+                    f.exception() is not None or f.result() is not None)
+                    and loop.call_soon_threadsafe(self._answered, conn, rest, out, error, f))
                 return
             if resp is not None:
                 size += encode_answer(self, cmd, resp, conn.peer, out)
         self._send(conn, out, error)
 
-    def _in_table_thread(self, conn, cmds):
+    def _in_table_thread(self, conn, cmds, out, error):
+        """The answers to ``cmds`` for the loop to send (_answered), or None: sent from
+        here. A broker's registration, one frame answered with a few bytes, is answered
+        without waiting for the loop's turn (a wake-up: bench/README.md); what needs the
+        loop's thread goes there: a body to share (shared_body), a batch that may reach
+        a turn's bytes, a close after a frame that did not decode."""
         if conn.closing:
             return ()               # closed while it waited: nobody to answer
         handle = self.processor.handle
-        return [None if cmd.is_response else handle(cmd, conn) for cmd in cmds]
+        resps = [None if cmd.is_response else handle(cmd, conn) for cmd in cmds]
+        if len(cmds) != 1 or error is not None or sum(map(len, out)) >= TURN_BYTES:
+            return resps
+        (cmd,), (resp,) = cmds, resps
+        if resp is not None:
+            if resp.body is not None and len(resp.body) >= SHARED_BODY:
+                return resps
+            encode_answer(self, cmd, resp, conn.peer, out)
+        self._send(conn, out, None)
+        return None
 
     def _answered(self, conn, cmds, out, error, fut):
         # (handle() answers every exception itself; were one to escape, the
@@ -339,11 +354,12 @@ class EngineServerApp(NameServerApp):
         """Python's answers to ``conn``, which goes on with its frames, or after a
         frame that did not decode, closes once they are sent."""
         conn.busy = False
-        if conn.closing or self.engine is None:
+        engine = self.engine        # (the loop's or the table thread: see _in_table_thread)
+        if conn.closing or engine is None:
             return
         # (copied once, into the engine's buffer); after a frame that did not decode,
         # the connection does not go on: the frames after it are never answered
-        self.engine.send(conn.id, out, resume=error is None)
+        engine.send(conn.id, out, resume=error is None)
         if error is not None:
             self.counters.refused["bad_frame"] += 1
             log.warning("closing %s: %s", conn.peer, error)
