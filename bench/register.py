@@ -6,7 +6,10 @@ W1's table (8 brokers x ``--topics`` topics) is registered; then broker-0 re-reg
 ``--changes-routes`` every route changed), timed:
 
 - in process: ``RouteTable.register_broker`` on a table registered the same way (the
-  body read, compared and applied; no socket, no frame, no CRC32);
+  body read, compared and applied; no socket, no frame, no CRC32), here, each just
+  before the same registration through the server: the pairs are measured in the same
+  moments (this VM's speed moves by 2x within minutes), and the median of their
+  ratios is reported too;
 - through the server, per engine (``serverEngine=c`` and ``asyncio``, alternated over
   ``--rounds``): from the first byte sent to the whole answer read, the frame encoded
   beforehand, so that only the server's part and the loopback's are in the figure;
@@ -48,21 +51,25 @@ def bodies(topics, count, changes_routes):
         yield next(series)
 
 
-def in_process(topics, count, changes_routes):
-    """Milliseconds of each re-registration of broker-0 in a RouteTable."""
-    from rmq.namesrv.routeinfo import RouteTable
-    rt = RouteTable()
-    first = brokersim.encode_body(topics, 1)
-    for i in range(BROKERS):
-        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
-                           0, "ha", body=first, conn=i, now_ms=0)
-    times = []
-    for b in bodies(topics, count, changes_routes):
+class InProcess:
+    """Re-registrations of broker-0 in a RouteTable registered as W1's, here: each
+    call times one (milliseconds). Run between the round trips through the server, one
+    each in turn, so that both are measured in the same moments of this noisy VM."""
+
+    def __init__(self, topics):
+        from rmq.namesrv.routeinfo import RouteTable
+        self.rt = RouteTable()
+        first = brokersim.encode_body(topics, 1)
+        for i in range(BROKERS):
+            self.rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i),
+                                    brokersim.broker_name(i), 0, "ha", body=first, conn=i,
+                                    now_ms=0)
+
+    def __call__(self, body):
         t0 = time.perf_counter()
-        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(0), brokersim.broker_name(0),
-                           0, "ha", body=b, conn=0, now_ms=0)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        self.rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(0),
+                                brokersim.broker_name(0), 0, "ha", body=body, conn=0, now_ms=0)
+        return (time.perf_counter() - t0) * 1e3
 
 
 def in_process_first_round(topics, brokers):
@@ -107,9 +114,10 @@ def registration_seconds(metrics_url):
             samples["rmq_registration_duration_seconds_count"])
 
 
-def through_server(engine, topics, count, changes_routes, pin):
-    """Milliseconds of each re-registration through a NameServer, its CPU, and the
-    mean milliseconds its handler spent in register_broker."""
+def through_server(engine, topics, count, changes_routes, pin, paired):
+    """Milliseconds of each re-registration through a NameServer, each after the same
+    registration in process (``paired``: InProcess), its CPU, and the mean
+    milliseconds its handler spent in register_broker."""
     with tempfile.TemporaryDirectory(prefix="rmq-register-") as work:
         port = load.free_port()
         server = load.Server(work, properties={
@@ -121,12 +129,13 @@ def through_server(engine, topics, count, changes_routes, pin):
             brokers = brokersim.register_brokers(server.address, BROKERS, topics)
             reg = brokers[0]
             decoder = FrameDecoder(64 * 1024 * 1024)
-            times = []
+            times, here = [], []
             cpu = 0.0
             faults = load.proc_minor_faults(server.pid)
             in_table0, n0 = registration_seconds(metrics_url)
             for b in bodies(topics, count, changes_routes):
                 frame = encode_frame(reg.register_command(b))     # (not timed)
+                here.append(paired(b))
                 cpu0 = load.proc_cpu_seconds(server.pid)
                 times.append(round_trip(reg.sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(server.pid) - cpu0
@@ -134,13 +143,14 @@ def through_server(engine, topics, count, changes_routes, pin):
             in_table, n = registration_seconds(metrics_url)
             if n - n0 != count:
                 raise load.BenchError(f"the server counted {n - n0} registrations, not {count}")
-            return times, cpu * 1e3 / count, faults / count, (in_table - in_table0) * 1e3 / count
+            return (times, here, cpu * 1e3 / count, faults / count,
+                    (in_table - in_table0) * 1e3 / count)
         finally:
             brokersim.close_all(brokers)
             server.stop()
 
 
-def through_limit(topics, count, changes_routes, pin):
+def through_limit(topics, count, changes_routes, pin, paired):
     """Milliseconds of each round trip of the same frames to the limit server
     (bench/limitsrv.c: reads each frame and answers it at once, no work): the floor of
     the loopback and the frame's transfer, under which no server goes."""
@@ -150,15 +160,16 @@ def through_limit(topics, count, changes_routes, pin):
         try:
             reg = brokersim.SimBroker(limit.address, 0)
             decoder = FrameDecoder(64 * 1024 * 1024)
-            times, cpu = [], 0.0
+            times, here, cpu = [], [], 0.0
             faults = load.proc_minor_faults(limit.pid)
             for b in bodies(topics, count, changes_routes):
                 frame = encode_frame(reg.register_command(b))     # (not timed)
+                here.append(paired(b))
                 cpu0 = load.proc_cpu_seconds(limit.pid)
                 times.append(round_trip(sock, decoder, frame))
                 cpu += load.proc_cpu_seconds(limit.pid) - cpu0
             faults = load.proc_minor_faults(limit.pid) - faults
-            return times, cpu * 1e3 / count, faults / count, None
+            return times, here, cpu * 1e3 / count, faults / count, None
         finally:
             sock.close()
             limit.stop()
@@ -201,24 +212,27 @@ def main():
           f"re-registers {args.count} times"
           + (", every route changed" if args.changes_routes else ", the same topics"))
     for r in range(args.rounds):
-        row = {"in_process_ms": median(in_process(topics, args.count, args.changes_routes))}
+        row = {}
         for engine in args.engines.split(","):
             measure = through_limit if engine == "limit" else functools.partial(
                 through_server, engine)
-            times, cpu, faults, in_table = measure(topics, args.count, args.changes_routes,
-                                                   args.pin)
+            times, here, cpu, faults, in_table = measure(
+                topics, args.count, args.changes_routes, args.pin, InProcess(topics))
             row[engine] = {"median_ms": median(times), "p90_ms": round(
                 statistics.quantiles(times, n=10)[-1], 3), "cpu_ms": round(cpu, 3),
-                "faults": round(faults)}
+                "faults": round(faults), "in_process_ms": median(here),
+                "ratio_of_pairs": median([t / h for t, h in zip(times, here)])}
             if in_table is not None:
                 row[engine]["in_register_broker_ms"] = round(in_table, 3)
         report["rounds"].append(row)
-        print(f"round {r + 1}: in process {row['in_process_ms']} ms; " + "; ".join(
+        print(f"round {r + 1}: " + "; ".join(
             f"{e} {row[e]['median_ms']} ms (p90 {row[e]['p90_ms']}, server CPU "
             f"{row[e]['cpu_ms']} ms, {row[e]['faults']} page faults"
             + (f", in register_broker {row[e]['in_register_broker_ms']} ms (mean)"
                if 'in_register_broker_ms' in row[e] else "")
-            + f") = {row[e]['median_ms'] / row['in_process_ms']:.2f} x"
+            + f"), in process between them {row[e]['in_process_ms']} ms: "
+            f"{row[e]['median_ms'] / row[e]['in_process_ms']:.2f} x (median of the pairs' "
+            f"ratios {row[e]['ratio_of_pairs']:.2f} x)"
             for e in args.engines.split(",")))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=1))
