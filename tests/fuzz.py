@@ -20,7 +20,9 @@ Targets:
   surrogates, invalid UTF-8) and ROCKETMQ binary headers (huge lengths,
   truncations, bit flips), through decode_frame.
 - ``bodies``: json_loads, json_dumps of what decodes, decode_register_broker_body
-  (JSON, zlib-compressed with 5.x topicQueueMappingInfoMap, mutated zlib streams)
+  (JSON, zlib-compressed with 5.x topicQueueMappingInfoMap, mutated zlib streams;
+  and the compiled scanner of it whole against it in cuts, as the engine scans a
+  registration while it arrives)
   and rmq.bodies' decoders (TopicRouteData, ClusterInfo, KVTable, TopicList,
   DataVersion, BrokerMemberGroup) running on each core.
 - ``engine`` (inside ``frames``): the same streams sent in the same chunks over TCP
@@ -815,10 +817,25 @@ BODY_DECODERS = ("decode_topic_route_data", "decode_cluster_info", "decode_kv_ta
                  "decode_remote_client_config")
 
 
+def scanned_in_cuts(data):
+    """The compiled core's RegisterBrokerBody scanner as the engine runs it on a
+    registration that arrives in reads (rb_partial_step after each, then the whole):
+    it must read what the whole body's scan reads. The cuts: a function of the data."""
+    rng = random.Random(zlib.crc32(data))
+    cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(1, 12))))
+    whole, cut = outcome(C._scan_register_body, data), outcome(C._scan_register_body, data, cuts)
+    if whole == cut:
+        return []
+    return [(("_scan_register_body(cuts)", "disagree", f"{_cls(whole)}|{_cls(cut)}"),
+             {"whole": _brief(whole), "cuts": cuts[:12], "in cuts": _brief(cut)})]
+
+
 def check_body(inp):
     fn, data = inp["fn"], inp["data"]
     if fn in ("json_loads", "decode_register_broker_body"):
         found, oc, op = differential(fn, getattr(C, fn), getattr(P, fn), (data,))
+        if fn == "decode_register_broker_body":
+            found += scanned_in_cuts(data)
         if fn == "json_loads" and oc[0] == op[0] == "ok" and not found:
             # what decodes must also encode the same (both forms)
             value = P.json_loads(data)

@@ -260,6 +260,34 @@ def test_entries_scanned_while_the_body_arrives_are_taken_over():
     assert len(core._scan_register_body(tiny)[3]) == 5000
 
 
+@pytest.mark.parametrize("name", [e["file"] for e in VECTORS if e["kind"] == "request"])
+def test_request_headers_as_the_engine_reads_them_while_a_frame_arrives(name):
+    # rq_scan_request (engine.c scan_arriving): a request's code and where its body
+    # begins, as decode_frame reads them, once its header is there; nothing before
+    data = vector_bytes(name)
+    cmd = rmq.decode_frame(data)
+    header_end = 8 + (struct.unpack_from(">i", data, 4)[0] & 0xFFFFFF)
+    got = core._scan_request(data)
+    if got != "unusual":                    # (a header the general path reads otherwise)
+        assert got == (cmd.code, header_end)
+    assert core._scan_request(data[:header_end]) == got
+    assert core._scan_request(data[:header_end - 1]) is None
+
+
+def test_request_headers_the_engine_does_not_scan():
+    request = rmq.encode_frame(rmq.RemotingCommand.request(103, {"brokerName": "b"}, body=b"{}"))
+    assert core._scan_request(request) == (103, len(request) - 2)
+    response = rmq.encode_frame(rmq.RemotingCommand.request(103, {}).response(0))
+    assert core._scan_request(response) == "unusual"
+    oneway = rmq.RemotingCommand.request(103, {})
+    oneway.flag = 2
+    assert core._scan_request(rmq.encode_frame(oneway)) == "unusual"
+    # a header longer than any registration's: not parsed, however much of it came
+    huge = rmq.encode_frame(rmq.RemotingCommand.request(103, {"x": "y" * 70_000}))
+    assert core._scan_request(huge[:9]) == "unusual"
+    assert core._scan_request(b'\0\0\0\x20\0\0\0\x03{}}') == "unusual"   # (ends early)
+
+
 def test_buffers():
     data = core.json_dumps(java5_body(2), True)
     expected = check_body(data, fast=True)

@@ -109,7 +109,7 @@ typedef struct re_conn {
     int sniff;                      /* TLS or plain is decided by the first byte, to come */
     rb_partial *partial;            /* control thread: the big frame arriving at in_off,
                                        scanned as it comes if a registration (scan_arriving) */
-    size_t partial_at;              /* where its body begins in the frame */
+    size_t partial_body;            /* where its body begins in the frame */
     void *tls;                      /* its SSL (tls.h), or NULL: plain */
     uint8_t tls_shaken;             /* its handshake is done */
     uint8_t tls_wants_read;         /* a write waits for OpenSSL to read first (the
@@ -858,8 +858,9 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     const char *p = c->in + c->in_off;
     rb_partial *partial = c->partial;
     c->partial = NULL;
-    if (batch < HAND_OVER_BYTES || partial == NULL || partial->state == RBP_OFF) {
-        free_partial(partial);
+    if (partial && (batch < HAND_OVER_BYTES || partial->state != RBP_ENTRIES
+                    || partial->body.ntopics == 0)) {
+        free_partial(partial);      /* (of no use to the table's read) */
         partial = NULL;
     }
     if (batch < HAND_OVER_BYTES) {
@@ -871,12 +872,14 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     size_t rest = c->in_len - c->in_off - batch, off = 0, len = 0, cap = 0;
     char *next = NULL;
     if (rest) {
-        if (make_room(&next, &off, &len, &cap, rest) < 0)
+        if (make_room(&next, &off, &len, &cap, rest) < 0) {
+            free_partial(partial);
             return -1;
+        }
         memcpy(next, p + batch, rest);
     }
     if (partial)                /* (its entries point into the frame where it is now) */
-        rb_partial_move(partial, p + c->partial_at);
+        rb_partial_move(partial, p + c->partial_body);
     if (queue_event(e, RE_FRAME, c->id, c->in, c->in_cap, p, batch, partial) < 0) {
         free_partial(partial);
         rp_give(next, cap);
@@ -936,18 +939,22 @@ static int left_now(const re_thread *th, const re_conn *c)
 static void scan_arriving(re_conn *c, const uint8_t *p, size_t n)
 {
     if (!c->partial) {
-        int32_t code;
+        int32_t code = 0;
         size_t body = rq_scan_request(p + 4, n - 4, &code);
         if (!body)
             return;                 /* (its header is not all there yet) */
         if ((c->partial = malloc(sizeof *c->partial)) == NULL)
             return;
-        c->partial_at = 4 + body;
-        rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - c->partial_at);
-        if (code != RMQ_REGISTER_BROKER)
-            rb_partial_free(c->partial);    /* (kept, given up: not looked at again) */
+        if (body == RQ_UNUSUAL || code != RMQ_REGISTER_BROKER) {
+            /* kept, given up: this frame's header is not looked at again */
+            rb_partial_init(c->partial, 0);
+            rb_partial_free(c->partial);
+            return;
+        }
+        c->partial_body = 4 + body;
+        rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - c->partial_body);
     }
-    rb_partial_step(c->partial, (const char *)p + c->partial_at, n - c->partial_at);
+    rb_partial_step(c->partial, (const char *)p + c->partial_body, n - c->partial_body);
 }
 
 /* Split what was read: route queries answered here, the first other frame to
@@ -992,8 +999,11 @@ static int split(re_thread *th, re_conn *c)
                 trace_put(th, RE_TRACE_OUT, c->id, c->out + before, c->out_len - before);
             }
         }
-        if (used)
+        if (used) {
             c->split_any = 1;
+            free_partial(c->partial);   /* (the frame it was of is answered: a route query) */
+            c->partial = NULL;
+        }
         c->in_off += used;
         if (need) {
             if (out_room(c, need) < 0)

@@ -534,7 +534,7 @@ static inline cur null_or_object(cur p, rb_ctx *c, member_fn fn)
 
 /* topicConfigTable's value at p: read from where rb_partial_step left this very
  * table (its entries taken over), else from its start. */
-static cur rb_table(cur p, rb_ctx *c)
+static cur rb_topic_table(cur p, rb_ctx *c)
 {
     rb_partial *s = c->partial;
     unsigned seen = 0;
@@ -556,7 +556,7 @@ static cur rb_table(cur p, rb_ctx *c)
 static cur rb_wrapper_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned *bit)
 {
     if (KEY_IS(k, kn, "topicConfigTable"))
-        return *bit = 1, rb_table(p, ctx);
+        return *bit = 1, rb_topic_table(p, ctx);
     if (KEY_IS(k, kn, "dataVersion"))
         return *bit = 2, null_or_object(p, ctx, rb_version_field);
     if (KEY_IS(k, kn, "topicQueueMappingInfoMap"))
@@ -678,15 +678,15 @@ void rb_partial_step(rb_partial *s, const char *body, size_t avail)
     rb_ctx c = {data, end, &s->body, 0, NULL};
     size_t kn, before;
     unsigned bit;
-    if (s->state == RBP_OFF || avail < s->retry || avail > s->total)
+    if (s->state == RBP_OFF || avail < s->next_step_at || avail > s->total)
         return;
     rb_partial_move(s, body);
     if (s->state == RBP_TABLE) {
         if ((p = rbp_find_table(data, end)) == NULL) {
-            s->retry = 2 * avail;       /* (what is not the table is scanned ~twice at most) */
+            s->next_step_at = 2 * avail;       /* (what is not the table is scanned ~twice at most) */
             return;
         }
-        if (rb_grow(&s->body, s->total / 128 + 16) < 0) {
+        if (rb_grow(&s->body, avail / 128 + 16) < 0) {   /* (grown as entries come) */
             rb_partial_free(s);
             return;
         }
@@ -708,10 +708,10 @@ void rb_partial_step(rb_partial *s, const char *body, size_t avail)
             s->body.ntopics = before;
             break;
         }
-        if (s->body.ntopics * sizeof *s->body.topics > s->total / 2) {
+        if (s->body.ntopics * sizeof *s->body.topics > avail / 2) {
             /* Entries far smaller than a broker's (~140 bytes): their records would
-             * weigh more than the frame, for every connection sending one. The whole
-             * body's scan reads them, as any. */
+             * weigh more than the bytes received (records take 48), for every
+             * connection sending one. The whole body's scan reads them, as any. */
             rb_partial_free(s);
             return;
         }
@@ -722,7 +722,7 @@ void rb_partial_step(rb_partial *s, const char *body, size_t avail)
     }
     /* What was read in vain is read again only once as many new bytes came: a
      * malformed or huge entry costs at most about twice its bytes. */
-    s->retry = avail + (avail - s->at);
+    s->next_step_at = avail + (avail - s->at);
 }
 
 /* ---------------------------------------------------------------- RegisterBrokerBody (compressed) */
@@ -1041,16 +1041,22 @@ static int rq_binary(cur d, size_t n, rq_route *out)
     return rc == RMQ_BH_END && (seen & RQ_TOPIC);
 }
 
+/* The header word after a frame's length prefix: serialize type, header length. */
+static inline void header_word(const uint8_t *payload, uint32_t *stype, size_t *header_len)
+{
+    uint32_t word = (uint32_t)rmq_be32(payload);
+    *stype = word >> 24;
+    *header_len = word & 0xFFFFFF;
+}
+
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
 {
-    uint32_t word, stype;
+    uint32_t stype;
     size_t header_len;
     memset(out, 0, sizeof *out);
     if (n < 4)
         return 0;
-    word = (uint32_t)rmq_be32(payload);
-    stype = word >> 24;
-    header_len = word & 0xFFFFFF;
+    header_word(payload, &stype, &header_len);
     if (header_len != n - 4)                     /* a body, or a header beyond the frame */
         return 0;
     out->serialize_type = (int)stype;
@@ -1063,31 +1069,33 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
 
 size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code)
 {
-    uint32_t word;
+    uint32_t stype;
     size_t header_len;
     if (n < 4)
         return 0;
-    word = (uint32_t)rmq_be32(payload);
-    header_len = word & 0xFFFFFF;
+    header_word(payload, &stype, &header_len);
+    if (header_len > RQ_MAX_REQUEST_HEADER)
+        return RQ_UNUSUAL;
     if (header_len > n - 4)
         return 0;
     cur p = payload + 4, end = p + header_len;
-    if (word >> 24 == 1) {
+    if (stype == 1) {
         rmq_bheader h;
         if (rmq_bh_start(p, header_len, &h) != RMQ_BH_OK || (h.flag & 3))
-            return 0;
+            return RQ_UNUSUAL;
         *code = h.code;
-    } else if (word >> 24 == 0) {
+    } else if (stype == 0) {
         rq_route ignored;
         rq_ctx c = {&ignored, 0, 0, 0};
         unsigned seen = 0;
+        memset(&ignored, 0, sizeof ignored);
         p = ws(p, end);
         if (p >= end || *p != '{' || (p = each_member(p, end, rq_header_field, &c, &seen)) == NULL
                 || ws(p, end) != end || (c.flag & 3))
-            return 0;
+            return RQ_UNUSUAL;
         *code = c.code;
     } else {
-        return 0;
+        return RQ_UNUSUAL;
     }
     return 4 + header_len;
 }

@@ -49,23 +49,26 @@ typedef struct {
     size_t total;           /* the body's length, when whole */
     size_t table_open;      /* offset of topicConfigTable's '{' (RBP_ENTRIES) */
     size_t at;              /* offset after the last entry taken and its ',' */
-    size_t retry;           /* the next step waits until this many bytes are there */
+    size_t next_step_at;    /* the next step waits until this many bytes are there */
     int state;
 } rb_partial;
 
-enum { RBP_OFF = 0, RBP_TABLE = 1, RBP_ENTRIES = 2 };   /* given up or used; finding the table */
+/* RBP_OFF: given up, or taken over; RBP_TABLE: the table not found yet;
+ * RBP_ENTRIES: taking its entries. */
+enum { RBP_OFF = 0, RBP_TABLE = 1, RBP_ENTRIES = 2 };
 
 void rb_partial_init(rb_partial *s, size_t total);
 /* The first avail bytes of the body are at body (avail <= total; more than at the
  * last step, wherever they are now): the entries complete in them taken. Never
  * fails: out of memory, an unusual body or records that would weigh more than half
- * the body, it stops taking (RBP_OFF). */
+ * the bytes there, it stops taking (RBP_OFF). */
 void rb_partial_step(rb_partial *s, const char *body, size_t avail);
 /* The body is at `body` now: the entries' pointers moved with it. */
 void rb_partial_move(rb_partial *s, const char *body);
 void rb_partial_free(rb_partial *s);
-/* rb_scan_register_body of the whole body (p: where s's base is), the entries s
- * took reused (s is left empty) if they are of this table; s NULL: none. */
+/* rb_scan_register_body of the whole body at p, the entries s took reused (s is
+ * left empty) when they are of this very table (s's base is p, its total n, the
+ * table where s found it); s NULL, or of another body: a scan from the start. */
 int rb_scan_register_body_from(const char *p, size_t n, rb_partial *s, rb_body *out);
 
 /* The same for the inflated bytes of a compressed RegisterBrokerBody (Java's
@@ -85,10 +88,14 @@ typedef struct {
     const char *zone; size_t zone_len;     /* extFields __ZONE_NAME: ASCII, at most RQ_MAX_ZONE bytes */
 } rq_route;
 
-/* payload: a frame's first n bytes after its length prefix, the header among them:
- * the offset of the body in payload, and *code, for a request (neither response nor
- * oneway flag) whose header reads plainly; 0 for anything else. */
+/* payload: a frame's first n bytes after its length prefix: the offset of the body
+ * in payload, and *code, for a request (neither response nor oneway flag) whose
+ * header reads plainly and is there whole; 0 while it is not there whole yet;
+ * RQ_UNUSUAL for anything else (a response, a header that does not read plainly or
+ * is longer than RQ_MAX_REQUEST_HEADER: a registration's is a few hundred bytes). */
 size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code);
+#define RQ_UNUSUAL ((size_t)-1)
+enum { RQ_MAX_REQUEST_HEADER = 64 * 1024 };
 
 /* Longer zone names (and any that is not ASCII) are left to the general path. */
 enum { RQ_MAX_ZONE = 256 };

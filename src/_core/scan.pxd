@@ -48,6 +48,10 @@ cdef extern from "scan.h" nogil:
         RQ_MAX_ZONE
 
     int rq_scan_route(const uint8_t* payload, size_t n, rq_route* out)
+    size_t rq_scan_request(const uint8_t* payload, size_t n, int32_t* code)
+    size_t RQ_UNUSUAL
+    enum:
+        RQ_MAX_REQUEST_HEADER
     int rq_route_zone(const rq_route* req, char* out)
     ssize_t rq_write_route_answer(char* out, size_t cap, const rq_route* req, int stype,
                                   const char* body, size_t body_len)

@@ -127,6 +127,23 @@ def _scan_register_body_count(data, Py_ssize_t repeat=1):
         PyBuffer_Release(&view)
 
 
+def _scan_request(data):
+    """Test hook: rq_scan_request of the first bytes of a frame (length prefix
+    included): (request code, the body's offset in the frame), None while its
+    header is not there whole, "unusual" for what the engine does not scan."""
+    cdef Py_buffer view
+    cdef int32_t code = 0
+    cdef size_t at
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len < 4:
+            return None
+        at = rq_scan_request(<const uint8_t*>view.buf + 4, view.len - 4, &code)
+        return None if at == 0 else "unusual" if at == RQ_UNUSUAL else (code, 4 + at)
+    finally:
+        PyBuffer_Release(&view)
+
+
 def _scan_route_request(frame):
     """Test hook: None, or (opaque, version, serialize_type, topic, accept_standard,
     zone) of a GET_ROUTEINFO_BY_TOPIC frame (length prefix included); zone: the folded

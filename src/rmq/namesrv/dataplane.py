@@ -34,6 +34,7 @@ What stays where:
   Python, a statically linked OpenSSL), ``make_app`` serves on asyncio and logs why.
 """
 
+import asyncio
 import logging
 import socket
 import threading
@@ -43,7 +44,7 @@ import rmq
 from rmq.codec import decode_frame
 from rmq.errors import RmqError
 from rmq.namesrv.handlers import NEEDS_TABLE
-from rmq.namesrv.server import SHARED_BODY, NameServerApp, _foreign_protocol, encode_answer
+from rmq.namesrv.server import NameServerApp, _foreign_protocol, encode_answer, shares_body
 from rmq.namesrv.tlsconn import ServerTls, refused_plain, tls_failed
 from rmq.protocol import IN, OUT, RequestCode
 
@@ -317,7 +318,7 @@ class EngineServerApp(NameServerApp):
             return resps
         (cmd,), (resp,) = cmds, resps
         if resp is not None:
-            if resp.body is not None and len(resp.body) >= SHARED_BODY:
+            if shares_body(resp):
                 return resps
             encode_answer(self, cmd, resp, conn.peer, out)
         self._send(conn, out, None)
@@ -428,6 +429,10 @@ class EngineServerApp(NameServerApp):
         self._dispatch(engine.events(0))    # the last events
         self._last_counts = engine.counts()
         self.engine = None
+        # A send the table thread began (_in_table_thread: it read self.engine before
+        # it became None) ends before the engine is freed: the work queued before this
+        # one in the table thread is done first.
+        await asyncio.wrap_future(self.in_table_thread(lambda: None))
         await self.loop.run_in_executor(None, engine.stop)
         self._sock.close()
         for conn in list(self.connections):     # stopped without a close event

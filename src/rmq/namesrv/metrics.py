@@ -18,6 +18,7 @@ import asyncio
 import bisect
 import collections
 import logging
+import threading
 import time
 
 from rmq.protocol import REQUEST_NAMES, RESPONSE_NAMES, RequestCode, ResponseCode
@@ -67,9 +68,13 @@ class Counters:
 
     __slots__ = ("requests", "responses", "route_answers", "bytes_in", "bytes_out",
                  "connections", "refused", "expired", "unregistered", "connection_dropped",
-                 "registrations", "registration_seconds", "registration_buckets")
+                 "registrations", "registration_seconds", "registration_buckets",
+                 "_answers_lock")
 
     def __init__(self):
+        # answered() is called from the loop and, on the engine, from the table thread
+        # (a registration's answer): `d[k] += 1` is not atomic across threads
+        self._answers_lock = threading.Lock()
         self.requests = collections.Counter()       # request code (or _OTHER) -> n
         self.responses = collections.Counter()      # response code -> n (the handlers')
         self.route_answers = collections.Counter()  # response code -> n, for 105 (idem)
@@ -92,9 +97,10 @@ class Counters:
             requests[code if code in REQUEST_NAMES else _OTHER] += 1
 
     def answered(self, cmd, resp):
-        self.responses[resp.code] += 1
-        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-            self.route_answers[resp.code] += 1
+        with self._answers_lock:
+            self.responses[resp.code] += 1
+            if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                self.route_answers[resp.code] += 1
 
     def registered(self, seconds):
         self.registrations += 1

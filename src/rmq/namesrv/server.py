@@ -351,7 +351,7 @@ def encode_answer(app, cmd, resp, peer, out):
     resp.serialize_type = app.settings.serialize_type
     try:
         body = resp.body
-        if body is not None and len(body) >= SHARED_BODY:
+        if shares_body(resp):
             head = encode_frame_head(resp)
             out += (head, app.shared_body(body))
             return len(head) + len(body)
@@ -372,6 +372,12 @@ def encode_answer(app, cmd, resp, peer, out):
 #: The body size from which an answer's body is written as it is, after its head
 #: (encode_answer).
 SHARED_BODY = 64 * 1024
+
+
+def shares_body(resp):
+    """Whether encode_answer writes ``resp``'s body as the network layer holds it
+    (``app.shared_body``: the engine's is the event loop thread's only)."""
+    return resp.body is not None and len(resp.body) >= SHARED_BODY
 
 
 #: Answers (count, bytes) written for one connection before the other connections
