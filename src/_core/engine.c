@@ -852,7 +852,8 @@ static void release_empty_input(re_conn *c)
  * or when big (a registration's body: up to max_frame), the input buffer itself handed
  * over with the event and what follows the batch moved to a buffer of its own, so that
  * a big frame is not copied here (a copy into fresh pages costs the thread, and the
- * connections it serves, ~0.5 ms a MB: bench/README.md). */
+ * connections it serves, ~0.5 ms a MB: bench/README.md); with it, the entries of its
+ * first frame scanned while it arrived (scan_arriving), pointing into that buffer. */
 static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
 {
     const char *p = c->in + c->in_off;
