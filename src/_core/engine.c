@@ -109,7 +109,6 @@ typedef struct re_conn {
     int sniff;                      /* TLS or plain is decided by the first byte, to come */
     rb_partial *partial;            /* control thread: the big frame arriving at in_off,
                                        scanned as it comes if a registration (scan_arriving) */
-    size_t partial_body;            /* where its body begins in the frame */
     void *tls;                      /* its SSL (tls.h), or NULL: plain */
     uint8_t tls_shaken;             /* its handshake is done */
     uint8_t tls_wants_read;         /* a write waits for OpenSSL to read first (the
@@ -307,7 +306,7 @@ int re_event_fd(const rmq_engine *e)
     return e->evfd;
 }
 
-static void free_partial(rb_partial *s)
+void re_free_partial(rb_partial *s)
 {
     if (s) {
         rb_partial_free(s);
@@ -317,7 +316,7 @@ static void free_partial(rb_partial *s)
 
 void re_free_event(re_event *ev)
 {
-    free_partial(ev->partial);
+    re_free_partial(ev->partial);
     rp_give(ev->own, ev->own_cap);
     free(ev);
 }
@@ -689,7 +688,7 @@ static void conn_close(re_thread *th, re_conn *c, int tell)
     rp_give(c->in, c->in_cap);
     rp_give(c->out, c->out_cap);
     free_ahead(c);
-    free_partial(c->partial);
+    re_free_partial(c->partial);
     c->in = NULL;
     c->out = NULL;
     c->partial = NULL;
@@ -848,6 +847,12 @@ static void release_empty_input(re_conn *c)
     }
 }
 
+/* Where the body of the frame at p begins (its header there whole). */
+static inline size_t body_at(const uint8_t *p)
+{
+    return 8 + ((uint32_t)rmq_be32(p + 4) & 0xFFFFFF);
+}
+
 /* The batch of frames at c->in_off (batch bytes) to Python: copied into its event,
  * or when big (a registration's body: up to max_frame), the input buffer itself handed
  * over with the event and what follows the batch moved to a buffer of its own, so that
@@ -857,11 +862,11 @@ static void release_empty_input(re_conn *c)
 static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
 {
     const char *p = c->in + c->in_off;
+    /* (a partial is of a frame of HAND_OVER_BYTES or more: handed over in its buffer) */
     rb_partial *partial = c->partial;
     c->partial = NULL;
-    if (partial && (batch < HAND_OVER_BYTES || partial->state != RBP_ENTRIES
-                    || partial->body.ntopics == 0)) {
-        free_partial(partial);      /* (of no use to the table's read) */
+    if (partial && !rb_partial_has_entries(partial)) {
+        re_free_partial(partial);   /* (of no use to the table's read) */
         partial = NULL;
     }
     if (batch < HAND_OVER_BYTES) {
@@ -874,15 +879,15 @@ static int hand_over(rmq_engine *e, re_conn *c, size_t batch)
     char *next = NULL;
     if (rest) {
         if (make_room(&next, &off, &len, &cap, rest) < 0) {
-            free_partial(partial);
+            re_free_partial(partial);
             return -1;
         }
         memcpy(next, p + batch, rest);
     }
     if (partial)                /* (its entries point into the frame where it is now) */
-        rb_partial_move(partial, p + c->partial_body);
+        rb_partial_move(partial, p + body_at((const uint8_t *)p));
     if (queue_event(e, RE_FRAME, c->id, c->in, c->in_cap, p, batch, partial) < 0) {
-        free_partial(partial);
+        re_free_partial(partial);
         rp_give(next, cap);
         return -1;
     }
@@ -944,18 +949,15 @@ static void scan_arriving(re_conn *c, const uint8_t *p, size_t n)
         size_t body = rq_scan_request(p + 4, n - 4, &code);
         if (!body)
             return;                 /* (its header is not all there yet) */
-        if ((c->partial = malloc(sizeof *c->partial)) == NULL)
+        /* (zeroed: given up, and this frame's header not looked at again, unless it
+         * is a registration's) */
+        if ((c->partial = calloc(1, sizeof *c->partial)) == NULL)
             return;
-        if (body == RQ_UNUSUAL || code != RMQ_REGISTER_BROKER) {
-            /* kept, given up: this frame's header is not looked at again */
-            rb_partial_init(c->partial, 0);
-            rb_partial_free(c->partial);
-            return;
-        }
-        c->partial_body = 4 + body;
-        rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - c->partial_body);
+        if (body != RQ_UNUSUAL && code == RMQ_REGISTER_BROKER)
+            rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - body_at(p));
     }
-    rb_partial_step(c->partial, (const char *)p + c->partial_body, n - c->partial_body);
+    if (c->partial->state != RBP_OFF)
+        rb_partial_step(c->partial, (const char *)p + body_at(p), n - body_at(p));
 }
 
 /* Split what was read: route queries answered here, the first other frame to
@@ -1002,7 +1004,7 @@ static int split(re_thread *th, re_conn *c)
         }
         if (used) {
             c->split_any = 1;
-            free_partial(c->partial);   /* (the frame it was of is answered: a route query) */
+            re_free_partial(c->partial);   /* (the frame it was of is answered: a route query) */
             c->partial = NULL;
         }
         c->in_off += used;

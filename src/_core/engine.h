@@ -114,6 +114,10 @@ typedef struct re_event {
     char bytes[];
 } re_event;
 
+/* Free what the engine scanned of a registration as it arrived (re_event.partial,
+ * taken from its event by Python), or nothing (NULL). */
+void re_free_partial(rb_partial *s);
+
 /* Start the engine's threads on listen_fd (a listening socket; made non-blocking; the
  * caller keeps it and closes it after re_stop). Answers are in serialize type stype.
  * NULL on failure (errno set). */

@@ -72,6 +72,7 @@ cdef extern from "engine.h" nogil:
     void re_stop(rmq_engine* e)
     re_event* re_next(rmq_engine* e, double timeout)
     int re_event_fd(const rmq_engine* e)
+    void re_free_partial(rb_partial* s)
     void re_free_events(re_event* ev)
     void re_free_event(re_event* ev)
     int re_send(rmq_engine* e, uint64_t conn, const char* data, size_t len, int resume)

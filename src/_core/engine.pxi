@@ -75,7 +75,7 @@ cdef class _EventBytes:
 cdef rb_partial* _scanned_as_it_arrived(object body):
     """What the engine scanned of a registration's body while it arrived (engine.c
     scan_arriving), when ``body`` is a view into an Engine.events frame that has it:
-    taken from the event (the caller frees it: rb_partial_free, free), else NULL.
+    taken from the event (the caller frees it: re_free_partial), else NULL.
     rb_scan_register_body_from uses it only if it is of that very body."""
     cdef re_event* ev
     cdef rb_partial* partial

@@ -722,9 +722,7 @@ cdef class TopicTable:
             partial = _scanned_as_it_arrived(body)
             with nogil:
                 rc = rb_scan_register_body_from(dp, dn, partial, &scanned)
-                if partial != NULL:
-                    rb_partial_free(partial)
-                    free(partial)
+                re_free_partial(partial)
             if rc == RB_NOMEM:
                 raise MemoryError()
             if rc == RB_SLOW and is_zlib(<const uint8_t*>dp, dn):

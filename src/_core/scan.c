@@ -538,8 +538,7 @@ static cur rb_topic_table(cur p, rb_ctx *c)
 {
     rb_partial *s = c->partial;
     unsigned seen = 0;
-    if (s == NULL || s->state != RBP_ENTRIES || s->body.ntopics == 0 || c->out->ntopics
-            || s->base != (const char *)c->data || s->total != (size_t)(c->end - c->data)
+    if (s == NULL || !rb_partial_has_entries(s) || c->out->ntopics || s->base != (const char *)c->data || s->total != (size_t)(c->end - c->data)
             || p != c->data + s->table_open)
         return null_or_object(p, c, rb_table_entry);
     rp_give(c->out->topics, c->out->cap * sizeof *c->out->topics);
@@ -1006,15 +1005,20 @@ static cur rq_header_field(void *ctx, cur p, cur end, cur k, size_t kn, unsigned
     return skip_value(p, end, 0);
 }
 
+/* The JSON header [p, end), whole, into c: 1, or 0 (slow). */
+static inline int rq_json_header(cur p, cur end, rq_ctx *c)
+{
+    unsigned seen = 0;
+    p = ws(p, end);
+    return p < end && *p == '{' && (p = each_member(p, end, rq_header_field, c, &seen)) != NULL
+           && ws(p, end) == end;
+}
+
 static FLATTEN int rq_json(cur p, cur end, rq_route *out)
 {
     rq_ctx c = {out, 0, 0, 0};
-    unsigned seen = 0;
-    p = ws(p, end);
-    if (p >= end || *p != '{' || (p = each_member(p, end, rq_header_field, &c, &seen)) == NULL
-            || ws(p, end) != end)
-        return 0;
-    return c.code == RMQ_GET_ROUTEINFO_BY_TOPIC && (c.flag & 3) == 0 && (c.ext_seen & RQ_TOPIC);
+    return rq_json_header(p, end, &c) && c.code == RMQ_GET_ROUTEINFO_BY_TOPIC
+           && (c.flag & 3) == 0 && (c.ext_seen & RQ_TOPIC);
 }
 
 static int rq_binary(cur d, size_t n, rq_route *out)
@@ -1087,11 +1091,8 @@ size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code)
     } else if (stype == 0) {
         rq_route ignored;
         rq_ctx c = {&ignored, 0, 0, 0};
-        unsigned seen = 0;
         memset(&ignored, 0, sizeof ignored);
-        p = ws(p, end);
-        if (p >= end || *p != '{' || (p = each_member(p, end, rq_header_field, &c, &seen)) == NULL
-                || ws(p, end) != end || (c.flag & 3))
+        if (!rq_json_header(p, end, &c) || (c.flag & 3))
             return RQ_UNUSUAL;
         *code = c.code;
     } else {

@@ -57,7 +57,13 @@ typedef struct {
  * RBP_ENTRIES: taking its entries. */
 enum { RBP_OFF = 0, RBP_TABLE = 1, RBP_ENTRIES = 2 };
 
+/* A zeroed rb_partial is RBP_OFF, holding nothing (rb_partial_free not needed). */
 void rb_partial_init(rb_partial *s, size_t total);
+/* Whether s holds entries for rb_scan_register_body_from to take over. */
+static inline int rb_partial_has_entries(const rb_partial *s)
+{
+    return s->state == RBP_ENTRIES && s->body.ntopics > 0;
+}
 /* The first avail bytes of the body are at body (avail <= total; more than at the
  * last step, wherever they are now): the entries complete in them taken. Never
  * fails: out of memory, an unusual body or records that would weigh more than half

@@ -28,6 +28,7 @@ cdef extern from "scan.h" nogil:
         RBP_OFF, RBP_TABLE, RBP_ENTRIES
 
     void rb_partial_init(rb_partial* s, size_t total)
+    bint rb_partial_has_entries(const rb_partial* s)
     void rb_partial_step(rb_partial* s, const char* body, size_t avail)
     void rb_partial_move(rb_partial* s, const char* body)
     void rb_partial_free(rb_partial* s)

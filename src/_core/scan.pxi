@@ -59,7 +59,7 @@ def _scan_register_body_partly(data, cuts, elsewhere=False):
             part = PyBytes_FromStringAndSize(<const char*>view.buf, cut)
             rb_partial_step(&partial, PyBytes_AS_STRING(part), cut)
         rb_partial_move(&partial, <const char*>view.buf)
-        had = partial.state == RBP_ENTRIES and partial.body.ntopics > 0
+        had = rb_partial_has_entries(&partial)
         got = _scan_body(bytearray(data) if elsewhere else data, &partial)
         return had and partial.body.topics == NULL, got
     finally:

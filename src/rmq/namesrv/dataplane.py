@@ -296,9 +296,12 @@ class EngineServerApp(NameServerApp):
                 rest = cmds[i:]
                 fut = self.table_thread.submit(self._in_table_thread, conn, rest, out, error)
                 loop = self.loop
-                fut.add_done_callback(lambda f: (
-                    f.exception() is not None or f.result() is not None)
-                    and loop.call_soon_threadsafe(self._answered, conn, rest, out, error, f))
+
+                def done(f):        # (None: the table thread sent the answers itself)
+                    if f.exception() is not None or f.result() is not None:
+                        loop.call_soon_threadsafe(self._answered, conn, rest, out, error, f)
+
+                fut.add_done_callback(done)
                 return
             if resp is not None:
                 size += encode_answer(self, cmd, resp, conn.peer, out)
