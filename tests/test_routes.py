@@ -131,6 +131,77 @@ def test_changed_data_version_reapplies_topics(RT):
     assert rt.topic_route("T1")["queueDatas"] == [qd("broker-a", 2, 2)]
 
 
+def test_topics_changed_counts_queue_data_made_new_or_different(RT):
+    """What the handler logs (Java's createAndUpdateQueueData logs each topic whose
+    queue data is new or changed): a new DataVersion with the same topics, as a
+    broker's restart sends, changes none."""
+    rt = RT()
+    res = reg(rt, ["T1", "T2"])
+    assert res["first"] and res["topics_changed"] == 2
+    res = reg(rt, ["T1", "T2"], counter=2)
+    assert res["changed"] and res["topics_changed"] == 0
+    res = reg(rt, [tc("T1", 8, 8), tc("T2"), tc("T3")], counter=3)
+    assert res["changed"] and res["topics_changed"] == 2        # T1 different, T3 new
+    # an unchanged DataVersion takes no topic the broker has queue data for
+    assert reg(rt, ["T1", "T2", "T3"], counter=3)["topics_changed"] == 0
+    rt.delete_topic("T2")
+    res = reg(rt, [tc("T1", 8, 8), tc("T2"), tc("T3")], counter=3)
+    assert res["changed"] and res["topics_changed"] == 1        # T2 comes back
+    res = reg(rt, ["T1"], addr=A1, broker_id=1)                 # a slave writes none
+    assert not res["changed"] and res["topics_changed"] == 0
+
+
+def test_the_name_server_logs_only_registrations_that_change_queue_data(RT, caplog):
+    """As Java (createAndUpdateQueueData logs each topic that changed): no line for a
+    new DataVersion with the same topics, as every broker's restart sends."""
+    import logging
+    from rmq.namesrv import DefaultRequestProcessor
+    from rmq.namesrv.config import NamesrvConfig
+    from rmq.namesrv.kvconfig import KVConfig
+    ns = DefaultRequestProcessor(NamesrvConfig(), KVConfig(), routes=RT())
+
+    def register(counter, topics):
+        data = bodies.encode_register_broker_body(body(topics, counter=counter))
+        cmd = rmq.RemotingCommand.request(103, {
+            "clusterName": CLUSTER, "brokerAddr": A0, "brokerName": "broker-a",
+            "brokerId": "0", "haServerAddr": A0}, data)
+        assert ns.handle(cmd).code == 0
+        lines = [r.getMessage() for r in caplog.records if "broker-a" in r.getMessage()]
+        caplog.clear()
+        return lines
+
+    with caplog.at_level(logging.INFO, logger="rmq.namesrv"):
+        assert [m.split(":")[0] for m in register(1, ["T1", "T2"])] == ["new broker registered"]
+        assert register(2, ["T1", "T2"]) == []
+        assert register(3, [tc("T1", 8, 8), tc("T2")]) == [
+            f"broker broker-a {A0}: queue data of 1 of its 2 topics new or changed"]
+
+
+def test_topics_changed_agrees_across_implementations_for_records_keyed_otherwise(RT):
+    """Records keyed otherwise than their topicName, two of them naming one topic,
+    with deleteTopicWithBrokerRegistration: both implementations count against the
+    table as it was before the registration, and write the same."""
+    def odd_body(counter, r):
+        b = body([], counter=counter)
+        b["topicConfigSerializeWrapper"]["topicConfigTable"] = {
+            "K1": tc("T1", r, r), "T1": tc("T1", 4, 4), "K2": tc("T2"), "T3": tc("T3", r, 4)}
+        return b
+
+    tables = (RT(), route_table(load_fallback())())
+    for rt in tables:
+        reg(rt, ["T1", "T2", "Gone"])
+        rt.delete_topic_with_broker_registration = True
+    for counter, r in ((1, 4), (2, 8), (2, 8), (3, 8), (4, 2)):
+        results = [rt.register_broker(CLUSTER, A0, "broker-a", 0, A0.replace("10911", "10912"),
+                                      body=odd_body(counter, r), now_ms=0)
+                   for rt in tables]
+        assert results[0] == results[1], (counter, r)
+    a, b = tables
+    assert a.all_topics() == b.all_topics()
+    for topic in a.all_topics():
+        assert a._tt.qmap(topic) == b._tt.qmap(topic), topic
+
+
 def test_deleted_topic_comes_back_with_unchanged_version(RT):
     # 5.x isTopicConfigChanged: a topic without this broker's queue data is applied
     rt = RT()
@@ -605,8 +676,9 @@ def test_wide_registrations_changing_some_topics_agree_across_implementations(RT
         configs = [tc(t, r=rng.choice((4, 4, 4, 8)), w=4) for t in topics]
         configs += [tc(f"New{rnd}-{k}") for k in range(rng.randrange(40))]
         rng.shuffle(configs)
-        for rt in tables:
-            reg(rt, configs, name=f"broker-{i}", addr=f"10.0.4.{i}:10911", counter=rnd)
+        results = [reg(rt, configs, name=f"broker-{i}", addr=f"10.0.4.{i}:10911", counter=rnd)
+                   for rt in tables]
+        assert results[0] == results[1]
     a, b = tables
     assert a.all_topics() == b.all_topics()
     for topic in a.all_topics():

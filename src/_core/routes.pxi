@@ -792,7 +792,7 @@ cdef class TopicTable:
             free(only)
         if rc == RT_NOMEM:
             raise MemoryError()
-        return bool(taken)
+        return bool(taken), differ
 
     def put_queue_data(self, str topic, dict qd):
         cdef bytes name = _utf8(topic)

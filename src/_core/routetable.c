@@ -881,6 +881,15 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, si
                      int readonly, uint8_t *only, int *taken)
 {
     HOLDS_LOCK(t);
+    /* A broker with no QueueData yet (its first registration) has none to compare:
+     * every record is written. A walk over the table would say so for each record,
+     * four dependent loads each, in a table of tens of MB (W3's first round). */
+    if (t->brokers[b].ntopics == 0) {
+        memset(only, 1, n);
+        *taken = n > 0;
+        add_work((rt_table *)t, n);
+        return n;
+    }
     uint64_t work = 0;
     size_t differ = 0;
     lookahead la;

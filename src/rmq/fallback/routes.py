@@ -347,26 +347,37 @@ class TopicTable:
         """Registration's topic loop: write a topic's queue data when ``force`` or
         when the broker has none for it; ``readonly`` clears PERM_WRITE;
         ``delete_missing`` first drops the broker's topics absent from ``configs``.
-        True when some topic was written."""
+        Returns (whether some topic was written, how many records changed the
+        broker's queue data as the table had it before: new or different)."""
+        qmaps = self._topics
+        # (counted against the table before the deletions, as the compiled twin does)
+        had = [qmaps.get(tc.get("topicName", key), {}).get(broker_name)
+               for key, tc in configs.items()]
         if delete_missing:
             for topic in list(self._broker_topics.get(broker_name, ())):
                 if topic not in configs:
                     self.remove_queue_data(topic, broker_name)
-        written = False
+        written, changed = False, 0
         self._work_done += len(configs)
-        for key, tc in configs.items():
+        for (key, tc), old in zip(configs.items(), had):
             topic = tc.get("topicName", key)
-            if force or broker_name not in self._topics.get(topic, ()):
-                perm = int(tc.get("perm", _PERM_READ | _PERM_WRITE))
-                if readonly:
-                    perm &= ~_PERM_WRITE
-                self.put_queue_data(topic, {   # QueueData, in Java's (alphabetical) order
-                    "brokerName": broker_name, "perm": perm,
-                    "readQueueNums": int(tc.get("readQueueNums", 16)),
-                    "topicSysFlag": int(tc.get("topicSysFlag", 0)),
-                    "writeQueueNums": int(tc.get("writeQueueNums", 16))})
+            writes = force or broker_name not in qmaps.get(topic, ())
+            if not (writes or old is None):
+                continue
+            perm = int(tc.get("perm", _PERM_READ | _PERM_WRITE))
+            if readonly:
+                perm &= ~_PERM_WRITE
+            qd = {                  # QueueData, in Java's (alphabetical) order
+                "brokerName": broker_name, "perm": perm,
+                "readQueueNums": int(tc.get("readQueueNums", 16)),
+                "topicSysFlag": int(tc.get("topicSysFlag", 0)),
+                "writeQueueNums": int(tc.get("writeQueueNums", 16))}
+            if (force or old is None) and qd != old:
+                changed += 1
+            if writes:
+                self.put_queue_data(topic, qd)
                 written = True
-        return written
+        return written, changed
 
     # ------------------------------------------------------------ serving
 
