@@ -20,7 +20,14 @@ W1's table (8 brokers x ``--topics`` topics) is registered; then broker-0 re-reg
 - the floor (``limit``): the same frames to the limit server, which reads each and
   answers at once: what the loopback and the frame's transfer take by themselves.
 
+With ``--versus DIR``, two servers instead, this build's and the one of the rmq
+importable from DIR (an unpacked wheel of another commit), each registration sent
+through one, then the other (the order alternating), the same in process just before:
+the medians of the pairs' ratios compare two builds in the same moments, which separate
+runs on this VM do not (re-registrations, or W3's first round with ``--first-round``).
+
     PYTHONPATH=src .venv/bin/python bench/register.py [--topics 10000] [--pin]
+    PYTHONPATH=src .venv/bin/python bench/register.py --versus /tmp/before --pin [--first-round 300]
 """
 
 import argparse
@@ -38,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import rmq  # noqa: E402
 from rmq import brokersim, encode_frame  # noqa: E402
 from rmq.codec import FrameDecoder  # noqa: E402
 import load  # noqa: E402
@@ -175,6 +183,61 @@ def through_limit(topics, count, changes_routes, pin, paired):
             limit.stop()
 
 
+def side_by_side(other, topics, count, pin, first_round=None):
+    """Milliseconds of the same registrations through this build's server and another
+    build's (``other``: a directory its rmq imports from, e.g. an unpacked wheel of
+    another commit), each in turn (the order alternating), the same registration in
+    process just before: (this, other, in process) lists, pair by pair. Re-registrations
+    of broker-0 as ``through_server``; with ``first_round``, that many brokers' first
+    registrations instead (W3's first round: ``queues=8``, every broker in process in
+    one table as in_process_first_round)."""
+    from rmq.namesrv.routeinfo import RouteTable
+    with tempfile.TemporaryDirectory(prefix="rmq-register-") as a_work, \
+            tempfile.TemporaryDirectory(prefix="rmq-register-") as b_work:
+        servers = [load.Server(a_work, pin_cpu=0 if pin else None),
+                   load.Server(b_work, pin_cpu=0 if pin else None)]
+        servers[1].env["PYTHONPATH"] = str(Path(other).resolve())
+        brokers = []
+        try:
+            for server in servers:
+                server.start()
+            if first_round:
+                body = brokersim.encode_body(topics, 1, queues=8)
+                brokers = [[brokersim.SimBroker(s.address, i).connect() for i in range(first_round)]
+                           for s in servers]
+                here = RouteTable()
+
+                def steps():
+                    for i in range(first_round):
+                        def paired(i=i):
+                            t0 = time.perf_counter()
+                            here.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i),
+                                                 brokersim.broker_name(i), 0, "ha", body=body,
+                                                 conn=i, now_ms=0)
+                            return (time.perf_counter() - t0) * 1e3
+                        yield paired, [b[i] for b in brokers], body
+            else:
+                brokers = [brokersim.register_brokers(s.address, BROKERS, topics) for s in servers]
+                in_process = InProcess(topics)
+
+                def steps():
+                    for b in bodies(topics, count, False):
+                        yield functools.partial(in_process, b), [bs[0] for bs in brokers], b
+            times = ([], [], [])
+            for n, (paired, regs, body) in enumerate(steps()):
+                frames = [encode_frame(r.register_command(body)) for r in regs]   # (not timed)
+                times[2].append(paired())
+                for k in ((0, 1) if n % 2 == 0 else (1, 0)):
+                    times[k].append(round_trip(regs[k].sock, FrameDecoder(64 * 1024 * 1024),
+                                               frames[k]))
+            return times
+        finally:
+            for bs in brokers:
+                brokersim.close_all(bs)
+            for server in servers:
+                server.stop()
+
+
 def median(xs):
     return round(statistics.median(xs), 3)
 
@@ -193,8 +256,40 @@ def main():
     ap.add_argument("--first-round", type=int, metavar="BROKERS",
                     help="instead: the first registrations of BROKERS brokers in process, "
                          "each --rounds times (W3's first round: 300)")
+    ap.add_argument("--versus", metavar="DIR",
+                    help="instead: each registration through this build's server and, in "
+                         "turn, through a server running the rmq importable from DIR (an "
+                         "unpacked wheel of another commit), --rounds times; with "
+                         "--first-round, W3's first registrations")
     ap.add_argument("--json-out")
     args = ap.parse_args()
+    if args.pin:
+        import os
+        os.sched_setaffinity(0, {1})
+    if args.versus:
+        topics = brokersim.topic_names(args.topics)
+        what = (f"{args.first_round} first registrations" if args.first_round else
+                f"{args.count} re-registrations of broker-0 of {BROKERS}")
+        print(f"{what}, {args.topics} topics each: this build ({Path(rmq.__file__).parent}) "
+              f"and {args.versus}, each registration through one, then the other")
+        report = {"versus": args.versus, "first_round": args.first_round, "rounds": []}
+        for r in range(args.rounds):
+            this, other, here = side_by_side(args.versus, topics, args.count, args.pin,
+                                             args.first_round)
+            row = {"this_ms": median(this), "other_ms": median(other),
+                   "in_process_ms": median(here),
+                   "this_over_other": median([t / o for t, o in zip(this, other)]),
+                   "this_over_in_process": median([t / h for t, h in zip(this, here)]),
+                   "other_over_in_process": median([o / h for o, h in zip(other, here)])}
+            report["rounds"].append(row)
+            print(f"round {r + 1}: this {row['this_ms']} ms, other {row['other_ms']} ms, in "
+                  f"process {row['in_process_ms']} ms; per registration (medians of the "
+                  f"pairs' ratios) this / other {row['this_over_other']}, this / in process "
+                  f"{row['this_over_in_process']}, other / in process "
+                  f"{row['other_over_in_process']}")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(report, indent=1))
+        return
     if args.first_round:
         topics = brokersim.topic_names(args.topics)
         for r in range(args.rounds):
@@ -202,9 +297,6 @@ def main():
             print(f"round {r + 1}: {args.first_round} first registrations of {args.topics} "
                   f"topics in process, median {median(times)} ms")
         return
-    if args.pin:
-        import os
-        os.sched_setaffinity(0, {1})
     topics = brokersim.topic_names(args.topics)
     body_mb = len(brokersim.encode_body(topics, 1)) / 1e6
     report = {"topics": args.topics, "body_mb": round(body_mb, 2), "rounds": []}
