@@ -22,6 +22,12 @@ kvConfig.json, then:
    while registrations, KV puts and 206 floods run together, and with --limit also
    the limit server's answers while the same loads run on rmq (the floor).
 
+With --limit, W1's loads also run against the limit server, after all of rmq's; with
+--paired N instead, each of W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1) runs on rmq
+and on the limit server in turn, N rounds (the order alternating), and the medians of
+the rounds' ratios (routes/s, server CPU per answer, p50) are reported: runs minutes
+apart are not comparable on a VM whose speed moves by 2x within minutes.
+
 Prints a table and one JSON line (also written to --json-out). Bounded: every
 step has a timeout, --deadline caps the whole run, and the server is killed at
 the end whatever happens.
@@ -494,6 +500,9 @@ def run(args):
         prof_seconds = args.duration if args.profile_phase == "w1_16" else args.during_duration
         prof = make_profiler(args.profile, server, prof_seconds, args.profile_out)
         w1_phases = () if args.registrations_only else (("w1_16", 16), ("w1_64", 64), ("w1_1", 1))
+        if args.paired and not args.registrations_only:
+            run_paired(server, workdir, topics, args, pin_server, pin_client, report)
+            w1_phases = ()
         for key, inflight in w1_phases:
             log(f"W1 queries: {args.conns} connections x {inflight} in flight, "
                 f"{args.duration:g} s (+{args.warmup:g} s warmup)")
@@ -516,15 +525,16 @@ def run(args):
                 f"errors {r['errors']}")
 
         if not args.registrations_only:
-            # C1000: many clients, one request each in flight (every producer and consumer
-            # asks its routes every 30 s)
-            log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
-            r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
-                            duration=args.duration, warmup=args.warmup, topics=args.topics,
-                            pin_cpu=pin_client)
-            report["c1000_1"] = r
-            log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
-                f"errors {r['errors']}")
+            if not args.paired:
+                # C1000: many clients, one request each in flight (every producer and
+                # consumer asks its routes every 30 s)
+                log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
+                r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
+                                duration=args.duration, warmup=args.warmup, topics=args.topics,
+                                pin_cpu=pin_client)
+                report["c1000_1"] = r
+                log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+                    f"errors {r['errors']}")
 
             # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
             log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
@@ -540,7 +550,7 @@ def run(args):
             log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
                 f"p99 {r['p99_us']} us")
 
-            if args.limit:
+            if args.limit and not args.paired:
                 # the same loads against the limit server, in this run
                 limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
                                     pin_server)
@@ -683,6 +693,56 @@ def read_answers(sock, count):
     return got
 
 
+#: W1's phases against the limit server, as (report key, connections, in flight).
+PAIRED_PHASES = (("w1_16", None, 16), ("w1_64", None, 64), ("w1_1", None, 1),
+                 ("c1000_1", 1000, 1))
+
+
+def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
+    """W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1) on rmq and on the limit server in
+    turn, ``args.paired`` rounds each, the order alternating: each round's ratios are
+    of two runs a few seconds apart, which the same loads minutes apart (the limit's
+    phases after all of rmq's) are not on a VM whose speed moves by 2x within minutes.
+    report[key] and report["limit_" + key]: the last round's; report["paired"][key]:
+    every round's rmq / limit ratios of routes/s, server CPU per answer and p50, and
+    their medians."""
+    limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
+                        pin_server)
+    paired = report["paired"] = {}
+    try:
+        for key, conns, inflight in PAIRED_PHASES:
+            conns = conns or args.conns
+            rounds = {"routes": [], "cpu": [], "p50": []}
+            for n in range(args.paired):
+                runs = {}
+                for target, label in ((server, key), (limit, "limit_" + key))[::1 if n % 2 == 0 else -1]:
+                    log(f"round {n + 1}: {label}, {conns} connections x {inflight} in flight, "
+                        f"{args.duration:g} s")
+                    runs[label] = run_loadgen(target, label=label, conns=conns, inflight=inflight,
+                                              duration=args.duration, warmup=args.warmup,
+                                              topics=args.topics, pin_cpu=pin_client)
+                r, lim = runs[key], runs["limit_" + key]
+                report[key], report["limit_" + key] = r, lim
+                rounds["routes"].append(ratio(routes_per_s(r), routes_per_s(lim)))
+                rounds["cpu"].append(ratio(r.get("server_cpu_us_per_req"),
+                                           lim.get("server_cpu_us_per_req")))
+                rounds["p50"].append(ratio(r.get("p50_us"), lim.get("p50_us")))
+                log(f"  rmq / limit: routes {rounds['routes'][-1]}, CPU per answer "
+                    f"{rounds['cpu'][-1]}, p50 {rounds['p50'][-1]}")
+            paired[key] = dict(rounds, **{
+                "median_" + k: round(statistics.median(known), 3)
+                for k, v in rounds.items() for known in [[x for x in v if x is not None]]
+                if known})
+    finally:
+        limit.stop()
+
+
+def ratio(a, b):
+    """a / b to 3 places; None when either is unknown or b is 0 (a run that answered
+    nothing: its report still comes out)."""
+    return round(a / b, 3) if a is not None and b else None
+
+
 def run_loadgen_during(server, works, **loadgen_args):
     """run_loadgen while, for each ``what: work`` of ``works``, a thread calls
     ``work(stop)`` again and again (from past loadgen's warmup until the run ends:
@@ -818,6 +878,17 @@ def print_table(rep):
           f"{s['rss_after_register_mib']:.1f} MiB, after W1 queries {s['rss_after_w1_mib']:.1f} MiB "
           f"(peak {s['hwm_after_w1_mib']:.1f}), end {s['rss_end_mib']:.1f} MiB")
     print()
+    if "paired" in rep:
+        print(f"rmq / the limit server, {rep['args']['paired']} rounds of each load, the two "
+              "in turn (per round; median):")
+        for key, name in (("w1_16", "4 x 16"), ("w1_64", "4 x 64"), ("w1_1", "4 x 1"),
+                          ("c1000_1", "1000 x 1")):
+            p = rep["paired"][key]
+            print(f"  {name:9} routes/s {' '.join(map(str, p['routes']))} -> "
+                  f"{p.get('median_routes')}; CPU per answer {' '.join(map(str, p['cpu']))} "
+                  f"-> {p.get('median_cpu')}; p50 {' '.join(map(str, p['p50']))} -> "
+                  f"{p.get('median_p50')}")
+        print()
     if "w1_16" not in rep:
         return
     r16, r1 = rep["w1_16"], rep["w1_1"]
@@ -888,6 +959,10 @@ def main(argv=None):
     p.add_argument("--limit", action="store_true",
                    help="run the route loads against the limit server too (bench/limitsrv.c); "
                         "with --all-at-once, its routes while the same loads run on rmq")
+    p.add_argument("--paired", type=int, metavar="ROUNDS", default=0,
+                   help="instead of W1's loads then the limit server's: each of W1's loads "
+                        "(4 x 16, 4 x 64, 4 x 1, 1,000 x 1) on rmq and on the limit server in "
+                        "turn, ROUNDS times, and the medians of the rounds' ratios")
     p.add_argument("--pin", action="store_true",
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],
@@ -917,6 +992,13 @@ def main(argv=None):
         args.reg_count = 5 if quick else 20
     if args.during_duration is None:
         args.during_duration = 2.0 if quick else 5.0
+    if args.paired < 0:
+        p.error("--paired takes a number of rounds, at least 1")
+    if args.paired and args.profile:
+        p.error("--profile profiles W1's 4 x 16 run, which --paired runs as rounds: not both")
+    if args.paired and args.deadline == p.get_default("deadline"):
+        # (each round: four loads on rmq and on the limit server, with warm-up and start)
+        args.deadline += args.paired * 8 * (args.duration + args.warmup + 5)
 
     def on_alarm(signum, frame):
         raise Deadline(f"--deadline {args.deadline:g} s reached")

@@ -190,13 +190,20 @@ def side_by_side(other, topics, count, pin, first_round=None):
     process just before: (this, other, in process) lists, pair by pair. Re-registrations
     of broker-0 as ``through_server``; with ``first_round``, that many brokers' first
     registrations instead (W3's first round: ``queues=8``, every broker in process in
-    one table as in_process_first_round)."""
+    one table as in_process_first_round). The registration in process is this
+    build's, for both."""
     from rmq.namesrv.routeinfo import RouteTable
     with tempfile.TemporaryDirectory(prefix="rmq-register-") as a_work, \
             tempfile.TemporaryDirectory(prefix="rmq-register-") as b_work:
         servers = [load.Server(a_work, pin_cpu=0 if pin else None),
                    load.Server(b_work, pin_cpu=0 if pin else None)]
         servers[1].env["PYTHONPATH"] = str(Path(other).resolve())
+        # (an rmq whose core does not import here runs pure Python, saying nothing)
+        described = [load.describe_server_python(s.env) for s in servers]
+        if any(d["implementation"] != "compiled" for d in described) \
+                or described[0]["python"] != described[1]["python"]:
+            raise load.BenchError(f"both servers must run a compiled core on one Python: "
+                                  f"this build {described[0]}, {other} {described[1]}")
         brokers = []
         try:
             for server in servers:

@@ -754,7 +754,7 @@ cdef class TopicTable:
         cdef int32_t b = self._broker(broker_name)
         cdef int rc = 0, taken = 0, f = bool(force), ro = bool(readonly)
         cdef int dm = bool(delete_missing)
-        cdef size_t differ, k, m
+        cdef size_t differ, k, m, removed = 0
         cdef int step
         cdef uint8_t* only = <uint8_t*>malloc(max(configs.n, 1))
         if only == NULL:
@@ -772,7 +772,7 @@ cdef class TopicTable:
                     # creates by topicName, so a record keyed otherwise than its name
                     # brings back a topic the deletion removed.
                     rt_wrlock(self.t)
-                    rc = rt_apply(self.t, b, configs.recs, configs.n, f, ro, dm, NULL)
+                    rc = rt_apply(self.t, b, configs.recs, configs.n, f, ro, dm, NULL, &removed)
                     rt_wrunlock(self.t)
                     if rc == 1:
                         taken = 1
@@ -783,7 +783,7 @@ cdef class TopicTable:
                     while k < configs.n and rc != RT_NOMEM:
                         m = min(APPLY_SLICE, configs.n - k)
                         rt_wrlock(self.t)
-                        step = rt_apply(self.t, b, configs.recs + k, m, f, ro, 0, only + k)
+                        step = rt_apply(self.t, b, configs.recs + k, m, f, ro, 0, only + k, NULL)
                         rt_wrunlock(self.t)
                         if step != 0:
                             rc = step
@@ -792,7 +792,7 @@ cdef class TopicTable:
             free(only)
         if rc == RT_NOMEM:
             raise MemoryError()
-        return bool(taken), differ
+        return bool(taken), differ, removed
 
     def put_queue_data(self, str topic, dict qd):
         cdef bytes name = _utf8(topic)

@@ -892,6 +892,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, si
     }
     uint64_t work = 0;
     size_t differ = 0;
+    int keyed_otherwise = 0;
     lookahead la;
     ahead_start(&la, t, recs, n, NULL, b);
     *taken = 0;
@@ -900,6 +901,7 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, si
         ahead_step(&la, k);
         const rt_topic *e = ahead_find(&la, k);
         int i = e ? find_qd(e, b, &work) : -1;
+        keyed_otherwise |= r->key_len != r->name_len || memcmp(r->key, r->name, r->key_len) != 0;
         only[k] = 0;
         if (!force && i >= 0)
             continue;
@@ -911,16 +913,19 @@ size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, si
         only[k] = 1;
         differ++;
     }
+    if (keyed_otherwise)            /* (rt_apply decides for each, in order) */
+        memset(only, 1, n);
     add_work((rt_table *)t, work + n);
     return differ;
 }
 
 int rt_apply(rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force, int readonly,
-             int delete_missing, const uint8_t *only)
+             int delete_missing, const uint8_t *only, size_t *removed)
 {
     HOLDS_WRITE(t);
     uint64_t work = n;
     int wrote = 0;
+    size_t gone = 0;
     if (delete_missing) {
         uint32_t stamp = ++t->stamp;
         for (size_t k = 0; k < n; k++) {
@@ -929,11 +934,15 @@ int rt_apply(rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int fo
                 e->stamp = stamp;
         }
         FOR_BROKER_TOPICS(t, b, e, i, &work, {
-            if (e->stamp != stamp)
+            if (e->stamp != stamp) {
                 remove_at(t, e, i, &work);
+                gone++;
+            }
         })
         shrink(t);
     }
+    if (removed)
+        *removed = gone;
     lookahead la;
     ahead_start(&la, t, recs, n, only, b);
     for (size_t k = 0; k < n; k++) {

@@ -229,13 +229,17 @@ size_t rt_write_perm(rt_table *t, int32_t broker, int wipe);
  * a topic is (re)written when `force` (first registration or a new DataVersion)
  * or when b has no QueueData for it yet; `readonly` clears PERM_WRITE (acting
  * master); `delete_missing` first removes b's topics whose name is not a key of
- * recs. Returns 1 when some topic was written, 0 when none, RT_NOMEM. */
+ * recs (how many: *removed, unless NULL). Returns 1 when some topic was written,
+ * 0 when none, RT_NOMEM. */
 int rt_apply(rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force, int readonly,
-             int delete_missing, const uint8_t *only);
+             int delete_missing, const uint8_t *only, size_t *removed);
 /* [R] rt_apply's first half, under the read lock so that route queries go on:
  * marks in only[k] the records whose write would change the table, and returns
- * how many (with *taken: whether rt_apply would write some topic, changed or
- * not). rt_apply(..., only) then needs the write lock only for those. */
+ * how many differ from the table as it is (with *taken: whether rt_apply would
+ * write some topic, changed or not). rt_apply(..., only) then needs the write lock
+ * only for those. When a record is keyed otherwise than its name (two records may
+ * then name one topic; a broker keys its table by name), every record is marked:
+ * the last one written wins, as without the compare. */
 size_t rt_apply_diff(const rt_table *t, int32_t b, const rmq_topic_rec *recs, size_t n, int force,
                      int readonly, uint8_t *only, int *taken);
 /* [W] Drop the cached answers of a topic (name NULL: of every topic). */

@@ -60,7 +60,7 @@ cdef extern from "routetable.h" nogil:
     size_t rt_remove_broker(rt_table* t, int32_t broker)
     size_t rt_write_perm(rt_table* t, int32_t broker, int wipe)
     int rt_apply(rt_table* t, int32_t b, const rmq_topic_rec* recs, size_t n, int force, int readonly,
-                 int delete_missing, const uint8_t* only)
+                 int delete_missing, const uint8_t* only, size_t* removed)
     size_t rt_apply_diff(const rt_table* t, int32_t b, const rmq_topic_rec* recs, size_t n, int force,
                          int readonly, uint8_t* only, int* taken)
     void rt_forget(rt_table* t, const char* name, size_t len)

@@ -348,15 +348,17 @@ class TopicTable:
         when the broker has none for it; ``readonly`` clears PERM_WRITE;
         ``delete_missing`` first drops the broker's topics absent from ``configs``.
         Returns (whether some topic was written, how many records changed the
-        broker's queue data as the table had it before: new or different)."""
+        broker's queue data as the table had it before: new or different, how many
+        of its topics ``delete_missing`` removed)."""
         qmaps = self._topics
         # (counted against the table before the deletions, as the compiled twin does)
         had = [qmaps.get(tc.get("topicName", key), {}).get(broker_name)
                for key, tc in configs.items()]
+        removed = 0
         if delete_missing:
             for topic in list(self._broker_topics.get(broker_name, ())):
                 if topic not in configs:
-                    self.remove_queue_data(topic, broker_name)
+                    removed += self.remove_queue_data(topic, broker_name)
         written, changed = False, 0
         self._work_done += len(configs)
         for (key, tc), old in zip(configs.items(), had):
@@ -377,7 +379,7 @@ class TopicTable:
             if writes:
                 self.put_queue_data(topic, qd)
                 written = True
-        return written, changed
+        return written, changed, removed
 
     # ------------------------------------------------------------ serving
 

@@ -350,6 +350,10 @@ class DefaultRequestProcessor:
             # topic table: bench/README.md)
             log.info("broker %s %s: queue data of %d of its %d topics new or changed",
                      broker_name, broker_addr, result["topics_changed"], result["topics"])
+        if result.get("topics_removed"):
+            log.info("broker %s %s: %d topics it no longer registers removed "
+                     "(deleteTopicWithBrokerRegistration)", broker_name, broker_addr,
+                     result["topics_removed"])
         ext = {}
         if result.get("haServerAddr") is not None:
             ext["haServerAddr"] = result["haServerAddr"]

@@ -485,8 +485,8 @@ class RouteTable:
         send it (pre-5.x broker: never a prime slave, and its BrokerData carries no
         ``enableActingMaster``). ``timeout_ms`` None: 120 s.
 
-        Returns ``{"masterAddr", "haServerAddr", "changed", "topics_changed", "first",
-        "ignored", "failed", "topics"}`` (``topics``: how many topic configs the body
+        Returns ``{"masterAddr", "haServerAddr", "changed", "topics_changed",
+        "topics_removed", "first", "ignored", "failed", "topics"}`` (``topics``: how many topic configs the body
         has): masterAddr/haServerAddr are set for a slave whose master is registered
         and alive (None for the master itself, as in the 4.9.8 vector);
         ``first`` when the broker (brokerName, or this broker id) was new; ``changed``
@@ -494,6 +494,8 @@ class RouteTable:
         DataVersion, a topic the broker had no queue data for); ``topics_changed``:
         how many of them made the broker's queue data new or different (what Java
         logs, a line per topic; 0 for a new DataVersion with the same topics);
+        ``topics_removed``: the broker's topics the body no longer has, removed under
+        deleteTopicWithBrokerRegistration (Java logs each);
         ``ignored`` when Java ignores the registration
         (an address conflicting with a registered one of higher stateVersion: Java
         answers SUCCESS with no addresses); ``failed`` when Java returns null (a
@@ -511,7 +513,8 @@ class RouteTable:
     def _register(self, cluster, broker_addr, broker_name, broker_id, ha_server_addr, parts,
                   conn, now_ms, timeout_ms, zone_name, enable_acting_master):
         result = {"masterAddr": None, "haServerAddr": None, "changed": False,
-                  "topics_changed": 0, "first": False, "ignored": False, "failed": False}
+                  "topics_changed": 0, "topics_removed": 0, "first": False, "ignored": False,
+                  "failed": False}
         broker_id = int(broker_id)
         dv, tc_table, mappings, filter_servers = parts
         result["topics"] = len(tc_table)
@@ -557,7 +560,7 @@ class RouteTable:
         if is_master or (bd.enable_acting_master is not None and broker_id == min(addrs)):
             # the master, or the prime slave (never a pre-5.x broker's)
             prev = self._live.get((cluster, broker_addr))
-            result["changed"], result["topics_changed"] = self._apply_topics(
+            result["changed"], result["topics_changed"], result["topics_removed"] = self._apply_topics(
                 bd, tc_table, mappings,
                 register_first or prev is None or prev[_DATA_VERSION] != frozen_dv,
                 # the acting master is read-only
@@ -611,12 +614,13 @@ class RouteTable:
         """The topic configs (all of them when ``changed``: a first registration or a
         new DataVersion; else only topics the broker has no queue data for yet) and
         the static topics' mappings (when ``changed``). (Whether some topic was
-        written, how many topics' queue data of the broker that changed.)"""
+        written, how many topics' queue data of the broker that changed, how many
+        topics it no longer reports were removed.)"""
         # topics the broker no longer reports (static topics not supported)
         delete_missing = self.delete_topic_with_broker_registration and not mappings
         if delete_missing:
             self._settle_topic_order()
-        written, changed_topics = self._tt.apply_topic_configs(
+        written, changed_topics, removed = self._tt.apply_topic_configs(
             bd.broker_name, tc_table, force=changed, readonly=readonly,
             delete_missing=delete_missing)
         self._topics_added()
@@ -628,7 +632,7 @@ class RouteTable:
                     by_broker[bname] = copy.deepcopy(info)
                     self._tt.python_routes = True
                     self._tt.touch((topic,))
-        return written, changed_topics
+        return written, changed_topics, removed
 
     def _discard_from_cluster(self, cluster, broker_name):
         names = self._clusters.get(cluster)
