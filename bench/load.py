@@ -715,7 +715,8 @@ def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
             rounds = {"routes": [], "cpu": [], "p50": []}
             for n in range(args.paired):
                 runs = {}
-                for target, label in ((server, key), (limit, "limit_" + key))[::1 if n % 2 == 0 else -1]:
+                turns = ((server, key), (limit, "limit_" + key))
+                for target, label in (turns if n % 2 == 0 else turns[::-1]):
                     log(f"round {n + 1}: {label}, {conns} connections x {inflight} in flight, "
                         f"{args.duration:g} s")
                     runs[label] = run_loadgen(target, label=label, conns=conns, inflight=inflight,

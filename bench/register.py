@@ -210,8 +210,8 @@ def side_by_side(other, topics, count, pin, first_round=None):
                 server.start()
             if first_round:
                 body = brokersim.encode_body(topics, 1, queues=8)
-                brokers = [[brokersim.SimBroker(s.address, i).connect() for i in range(first_round)]
-                           for s in servers]
+                brokers = [[brokersim.SimBroker(s.address, i).connect()
+                            for i in range(first_round)] for s in servers]
                 here = RouteTable()
 
                 def steps():

@@ -346,8 +346,8 @@ class DefaultRequestProcessor:
         elif result.get("topics_changed"):
             # (as Java's createAndUpdateQueueData, which logs each topic that changed:
             # nothing for a new DataVersion with the same topics, as a broker's restart
-            # sends; a log line costs more than such a registration's compare of a
-            # topic table: bench/README.md)
+            # sends; the line was a measurable part of such a registration's time in
+            # the table thread: bench/README.md)
             log.info("broker %s %s: queue data of %d of its %d topics new or changed",
                      broker_name, broker_addr, result["topics_changed"], result["topics"])
         if result.get("topics_removed"):

@@ -486,21 +486,20 @@ class RouteTable:
         ``enableActingMaster``). ``timeout_ms`` None: 120 s.
 
         Returns ``{"masterAddr", "haServerAddr", "changed", "topics_changed",
-        "topics_removed", "first", "ignored", "failed", "topics"}`` (``topics``: how many topic configs the body
-        has): masterAddr/haServerAddr are set for a slave whose master is registered
-        and alive (None for the master itself, as in the 4.9.8 vector);
-        ``first`` when the broker (brokerName, or this broker id) was new; ``changed``
-        when topic configs were applied (Java's condition: a first registration, a new
-        DataVersion, a topic the broker had no queue data for); ``topics_changed``:
-        how many of them made the broker's queue data new or different (what Java
-        logs, a line per topic; 0 for a new DataVersion with the same topics);
-        ``topics_removed``: the broker's topics the body no longer has, removed under
-        deleteTopicWithBrokerRegistration (Java logs each);
-        ``ignored`` when Java ignores the registration
-        (an address conflicting with a registered one of higher stateVersion: Java
-        answers SUCCESS with no addresses); ``failed`` when Java returns null (a
-        single-topic registration from an unregistered broker: Java answers
-        SYSTEM_ERROR "register broker failed").
+        "topics_removed", "first", "ignored", "failed", "topics"}`` (``topics``: how
+        many topic configs the body has): masterAddr/haServerAddr are set for a slave
+        whose master is registered and alive (None for the master itself, as in the
+        4.9.8 vector); ``first`` when the broker (brokerName, or this broker id) was
+        new; ``changed`` when topic configs were applied (Java's condition: a first
+        registration, a new DataVersion, a topic the broker had no queue data for);
+        ``topics_changed``: how many of them made the broker's queue data new or
+        different (what Java logs, a line per topic; 0 for a new DataVersion with the
+        same topics); ``topics_removed``: the broker's topics the body no longer has,
+        removed under deleteTopicWithBrokerRegistration (Java logs each); ``ignored``
+        when Java ignores the registration (an address conflicting with a registered
+        one of higher stateVersion: Java answers SUCCESS with no addresses);
+        ``failed`` when Java returns null (a single-topic registration from an
+        unregistered broker: Java answers SYSTEM_ERROR "register broker failed").
         """
         # Decode and check everything before any table changes (as Java decodes the
         # whole body first): a bad body is refused, never half applied. It is read
@@ -560,7 +559,8 @@ class RouteTable:
         if is_master or (bd.enable_acting_master is not None and broker_id == min(addrs)):
             # the master, or the prime slave (never a pre-5.x broker's)
             prev = self._live.get((cluster, broker_addr))
-            result["changed"], result["topics_changed"], result["topics_removed"] = self._apply_topics(
+            (result["changed"], result["topics_changed"],
+             result["topics_removed"]) = self._apply_topics(
                 bd, tc_table, mappings,
                 register_first or prev is None or prev[_DATA_VERSION] != frozen_dv,
                 # the acting master is read-only
