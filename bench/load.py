@@ -730,12 +730,16 @@ def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
                 rounds["p50"].append(ratio(r.get("p50_us"), lim.get("p50_us")))
                 log(f"  rmq / limit: routes {rounds['routes'][-1]}, CPU per answer "
                     f"{rounds['cpu'][-1]}, p50 {rounds['p50'][-1]}")
-            paired[key] = dict(rounds, **{
-                "median_" + k: round(statistics.median(known), 3)
-                for k, v in rounds.items() for known in [[x for x in v if x is not None]]
-                if known})
+            medians = {"median_" + k: median_known(v) for k, v in rounds.items()}
+            paired[key] = dict(rounds, **{k: v for k, v in medians.items() if v is not None})
     finally:
         limit.stop()
+
+
+def median_known(xs):
+    """The median of the values of xs that are not None, to 3 places; None if none are."""
+    known = [x for x in xs if x is not None]
+    return round(statistics.median(known), 3) if known else None
 
 
 def ratio(a, b):

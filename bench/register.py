@@ -80,20 +80,29 @@ class InProcess:
         return (time.perf_counter() - t0) * 1e3
 
 
-def in_process_first_round(topics, brokers):
-    """Milliseconds of each first registration of ``brokers`` brokers, all carrying
-    ``topics``, in a RouteTable (W3's first round, in process: each adds a QueueData
-    to every topic of a table that grows to megabytes)."""
-    from rmq.namesrv.routeinfo import RouteTable
-    rt = RouteTable()
-    body = brokersim.encode_body(topics, 1, queues=8)
-    times = []
-    for i in range(brokers):
+class FirstRound:
+    """W3's first round in process: broker i's first registration, all brokers carrying
+    ``topics`` (``body``, 8 queues each) into one RouteTable (each adds a QueueData to
+    every topic of a table that grows to megabytes); each call times one
+    (milliseconds)."""
+
+    def __init__(self, topics):
+        from rmq.namesrv.routeinfo import RouteTable
+        self.rt = RouteTable()
+        self.body = brokersim.encode_body(topics, 1, queues=8)
+
+    def __call__(self, i):
         t0 = time.perf_counter()
-        rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i), brokersim.broker_name(i),
-                           0, "ha", body=body, conn=i, now_ms=0)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        self.rt.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i),
+                                brokersim.broker_name(i), 0, "ha", body=self.body, conn=i,
+                                now_ms=0)
+        return (time.perf_counter() - t0) * 1e3
+
+
+def in_process_first_round(topics, brokers):
+    """Milliseconds of each first registration of ``brokers`` brokers (FirstRound)."""
+    first = FirstRound(topics)
+    return [first(i) for i in range(brokers)]
 
 
 def round_trip(sock, decoder, frame):
@@ -189,10 +198,8 @@ def side_by_side(other, topics, count, pin, first_round=None):
     another commit), each in turn (the order alternating), the same registration in
     process just before: (this, other, in process) lists, pair by pair. Re-registrations
     of broker-0 as ``through_server``; with ``first_round``, that many brokers' first
-    registrations instead (W3's first round: ``queues=8``, every broker in process in
-    one table as in_process_first_round). The registration in process is this
-    build's, for both."""
-    from rmq.namesrv.routeinfo import RouteTable
+    registrations instead (W3's first round, in process as FirstRound). The
+    registration in process is this build's, for both."""
     with tempfile.TemporaryDirectory(prefix="rmq-register-") as a_work, \
             tempfile.TemporaryDirectory(prefix="rmq-register-") as b_work:
         servers = [load.Server(a_work, pin_cpu=0 if pin else None),
@@ -208,30 +215,20 @@ def side_by_side(other, topics, count, pin, first_round=None):
         try:
             for server in servers:
                 server.start()
+            # (how to time it in process, the two servers' brokers that send it, the body)
             if first_round:
-                body = brokersim.encode_body(topics, 1, queues=8)
+                first = FirstRound(topics)
                 brokers = [[brokersim.SimBroker(s.address, i).connect()
                             for i in range(first_round)] for s in servers]
-                here = RouteTable()
-
-                def steps():
-                    for i in range(first_round):
-                        def paired(i=i):
-                            t0 = time.perf_counter()
-                            here.register_broker(brokersim.CLUSTER, brokersim.broker_addr(i),
-                                                 brokersim.broker_name(i), 0, "ha", body=body,
-                                                 conn=i, now_ms=0)
-                            return (time.perf_counter() - t0) * 1e3
-                        yield paired, [b[i] for b in brokers], body
+                steps = ((functools.partial(first, i), [bs[i] for bs in brokers], first.body)
+                         for i in range(first_round))
             else:
-                brokers = [brokersim.register_brokers(s.address, BROKERS, topics) for s in servers]
                 in_process = InProcess(topics)
-
-                def steps():
-                    for b in bodies(topics, count, False):
-                        yield functools.partial(in_process, b), [bs[0] for bs in brokers], b
+                brokers = [brokersim.register_brokers(s.address, BROKERS, topics) for s in servers]
+                steps = ((functools.partial(in_process, b), [bs[0] for bs in brokers], b)
+                         for b in bodies(topics, count, False))
             times = ([], [], [])
-            for n, (paired, regs, body) in enumerate(steps()):
+            for n, (paired, regs, body) in enumerate(steps):
                 frames = [encode_frame(r.register_command(body)) for r in regs]   # (not timed)
                 times[2].append(paired())
                 for k in ((0, 1) if n % 2 == 0 else (1, 0)):

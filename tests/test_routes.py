@@ -158,13 +158,13 @@ def test_the_name_server_logs_only_registrations_that_change_queue_data(RT, capl
     from rmq.namesrv import DefaultRequestProcessor
     from rmq.namesrv.config import NamesrvConfig
     from rmq.namesrv.kvconfig import KVConfig
+    from rmq.registrar import broker_identity, register_command
     ns = DefaultRequestProcessor(NamesrvConfig(), KVConfig(), routes=RT())
 
     def register(counter, topics):
         data = bodies.encode_register_broker_body(body(topics, counter=counter))
-        cmd = rmq.RemotingCommand.request(103, {
-            "clusterName": CLUSTER, "brokerAddr": A0, "brokerName": "broker-a",
-            "brokerId": "0", "haServerAddr": A0}, data)
+        cmd = register_command(broker_identity(CLUSTER, "broker-a", 0, A0), A0, data,
+                               compressed=False)
         assert ns.handle(cmd).code == 0
         lines = [r.getMessage() for r in caplog.records if "broker-a" in r.getMessage()]
         caplog.clear()

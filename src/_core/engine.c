@@ -850,7 +850,8 @@ static void release_empty_input(re_conn *c)
 /* Where the body of the frame at p begins (its header there whole). */
 static inline size_t body_at(const uint8_t *p)
 {
-    return 8 + ((uint32_t)rmq_be32(p + 4) & 0xFFFFFF);
+    uint32_t stype;
+    return 8 + rmq_header_word(p + 4, &stype);
 }
 
 /* The batch of frames at c->in_off (batch bytes) to Python: copied into its event,
@@ -956,8 +957,10 @@ static void scan_arriving(re_conn *c, const uint8_t *p, size_t n)
         if (body != RQ_UNUSUAL && code == RMQ_REGISTER_BROKER)
             rb_partial_init(c->partial, 4 + (size_t)rmq_be32(p) - body_at(p));
     }
-    if (c->partial->state != RBP_OFF)
-        rb_partial_step(c->partial, (const char *)p + body_at(p), n - body_at(p));
+    if (c->partial->state != RBP_OFF) {
+        size_t at = body_at(p);
+        rb_partial_step(c->partial, (const char *)p + at, n - at);
+    }
 }
 
 /* Split what was read: route queries answered here, the first other frame to

@@ -538,7 +538,8 @@ static cur rb_topic_table(cur p, rb_ctx *c)
 {
     rb_partial *s = c->partial;
     unsigned seen = 0;
-    if (s == NULL || !rb_partial_has_entries(s) || c->out->ntopics || s->base != (const char *)c->data || s->total != (size_t)(c->end - c->data)
+    if (s == NULL || !rb_partial_has_entries(s) || c->out->ntopics
+            || s->base != (const char *)c->data || s->total != (size_t)(c->end - c->data)
             || p != c->data + s->table_open)
         return null_or_object(p, c, rb_table_entry);
     rp_give(c->out->topics, c->out->cap * sizeof *c->out->topics);
@@ -1045,14 +1046,6 @@ static int rq_binary(cur d, size_t n, rq_route *out)
     return rc == RMQ_BH_END && (seen & RQ_TOPIC);
 }
 
-/* The header word after a frame's length prefix: serialize type, header length. */
-static inline void header_word(const uint8_t *payload, uint32_t *stype, size_t *header_len)
-{
-    uint32_t word = (uint32_t)rmq_be32(payload);
-    *stype = word >> 24;
-    *header_len = word & 0xFFFFFF;
-}
-
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
 {
     uint32_t stype;
@@ -1060,7 +1053,7 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
     memset(out, 0, sizeof *out);
     if (n < 4)
         return 0;
-    header_word(payload, &stype, &header_len);
+    header_len = rmq_header_word(payload, &stype);
     if (header_len != n - 4)                     /* a body, or a header beyond the frame */
         return 0;
     out->serialize_type = (int)stype;
@@ -1077,7 +1070,7 @@ size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code)
     size_t header_len;
     if (n < 4)
         return 0;
-    header_word(payload, &stype, &header_len);
+    header_len = rmq_header_word(payload, &stype);
     if (header_len > RQ_MAX_REQUEST_HEADER)
         return RQ_UNUSUAL;
     if (header_len > n - 4)

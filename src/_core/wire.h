@@ -44,6 +44,15 @@ static inline int32_t rmq_be32(const uint8_t *p)
 
 static inline int16_t rmq_be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
 
+/* The header word after a frame's length prefix (payload: the frame's bytes after
+ * it): the serialize type (0 JSON, 1 ROCKETMQ) and the header's length. */
+static inline size_t rmq_header_word(const uint8_t *payload, uint32_t *stype)
+{
+    uint32_t word = (uint32_t)rmq_be32(payload);
+    *stype = word >> 24;
+    return word & 0xFFFFFF;
+}
+
 /* The frame splitter's rule, for every splitting loop (stream.pxi's and serve.c's):
  * the length of the frame at p[:n] when it is complete there, else
  * RMQ_FRAME_INCOMPLETE, or RMQ_FRAME_BAD_LENGTH (codec.pxi's check_length would

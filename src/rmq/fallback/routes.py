@@ -351,9 +351,10 @@ class TopicTable:
         broker's queue data as the table had it before: new or different, how many
         of its topics ``delete_missing`` removed)."""
         qmaps = self._topics
-        # (counted against the table before the deletions, as the compiled twin does)
-        had = [qmaps.get(tc.get("topicName", key), {}).get(broker_name)
-               for key, tc in configs.items()]
+        # each record's topic, and its queue data of the broker before the deletions
+        # (what is counted against, as the compiled twin does)
+        records = [(topic, tc, qmaps.get(topic, {}).get(broker_name))
+                   for key, tc in configs.items() for topic in (tc.get("topicName", key),)]
         removed = 0
         if delete_missing:
             for topic in list(self._broker_topics.get(broker_name, ())):
@@ -361,8 +362,7 @@ class TopicTable:
                     removed += self.remove_queue_data(topic, broker_name)
         written, changed = False, 0
         self._work_done += len(configs)
-        for (key, tc), old in zip(configs.items(), had):
-            topic = tc.get("topicName", key)
+        for topic, tc, old in records:
             writes = force or broker_name not in qmaps.get(topic, ())
             if not (writes or old is None):
                 continue
