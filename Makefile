@@ -72,7 +72,8 @@ DEBUG_TESTS ?= test_crc32.py test_frame_decoder.py test_frame_splitter.py test_c
 	test_trace_rows.py test_errors.py test_core_agreement.py test_route_cache.py \
 	test_serve_routes.py test_namesrv_e2e.py test_namesrv_vectors.py test_hardening.py \
 	test_namesrv_shutdown.py test_warm_restart.py test_zone_mode.py test_namesrv_vectors_5.py \
-	test_namesrv_5x_answers.py test_engine.py test_dataplane.py test_tls.py
+	test_namesrv_5x_answers.py test_engine.py test_dataplane.py test_tls.py \
+	test_namesrv_abuse.py test_namesrv_liveness.py test_fuzz.py test_trace.py
 DEBUG_XDIST ?= -n 2 --dist loadscope
 SAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:log_path=$(SAN_DIR)/asan \

@@ -23,10 +23,11 @@ kvConfig.json, then:
    the limit server's answers while the same loads run on rmq (the floor).
 
 With --limit, W1's loads also run against the limit server, after all of rmq's; with
---paired N instead, each of W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1) runs on rmq
-and on the limit server in turn, N rounds (the order alternating), and the medians of
-the rounds' ratios (routes/s, server CPU per answer, p50) are reported: runs minutes
-apart are not comparable on a VM whose speed moves by 2x within minutes.
+--paired N instead, each of W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1, TOPIC_NOT_EXIST
+at 4 x 16 and, with --zones, zone mode at 4 x 16) runs on rmq and on the limit server in
+turn, N rounds (the order alternating), and the medians of the rounds' ratios (answers/s,
+server CPU per answer, p50) are reported: runs minutes apart are not comparable on a VM
+whose speed moves by 2x within minutes.
 
 Prints a table and one JSON line (also written to --json-out). Bounded: every
 step has a timeout, --deadline caps the whole run, and the server is killed at
@@ -513,7 +514,7 @@ def run(args):
             report[key] = r
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"p999 {r['p999_us']} us, errors {r['errors']}")
-        if args.zones and not args.registrations_only:
+        if args.zones and not args.registrations_only and not args.paired:
             # zone mode (Java 5.0.0's ZoneRouteRPCHook): answers with zone-0's brokers
             log(f"W1 zone-mode queries (zone-0 of {args.zones}): {args.conns} connections x 16 "
                 f"in flight, {args.duration:g} s")
@@ -524,17 +525,16 @@ def run(args):
             log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
                 f"errors {r['errors']}")
 
-        if not args.registrations_only:
-            if not args.paired:
-                # C1000: many clients, one request each in flight (every producer and
-                # consumer asks its routes every 30 s)
-                log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
-                r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
-                                duration=args.duration, warmup=args.warmup, topics=args.topics,
-                                pin_cpu=pin_client)
-                report["c1000_1"] = r
-                log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
-                    f"errors {r['errors']}")
+        if not args.registrations_only and not args.paired:     # (--paired: run_paired)
+            # C1000: many clients, one request each in flight (every producer and
+            # consumer asks its routes every 30 s)
+            log(f"W1 queries: 1000 connections x 1 in flight, {args.duration:g} s")
+            r = run_loadgen(server, label="c1000_1", conns=1000, inflight=1,
+                            duration=args.duration, warmup=args.warmup, topics=args.topics,
+                            pin_cpu=pin_client)
+            report["c1000_1"] = r
+            log(f"  {r['rps']:,.0f} req/s, p50 {r['p50_us']} us, p99 {r['p99_us']} us, "
+                f"errors {r['errors']}")
 
             # TOPIC_NOT_EXIST: %RETRY% topics, probes and typos ask too; every answer a 17
             log(f"W1 queries for topics no broker has: {args.conns} connections x 16 in flight, "
@@ -542,15 +542,12 @@ def run(args):
             r = run_loadgen(server, label="w1_missing_16", conns=args.conns, inflight=16,
                             duration=args.duration, warmup=args.warmup, topics=args.topics,
                             pin_cpu=pin_client, extra=("--prefix", "NoSuchTopic-"))
-            codes = {int(k): v for k, v in r["error_codes"].items()}
-            if set(codes) != {17} or codes[17] != r["requests"]:
-                raise BenchError(f"queries for missing topics got codes {r['error_codes']} "
-                                 f"({r['requests']} answers): expected only 17")
+            answers_per_s(r, 17)                        # (BenchError unless all are 17s)
             report["w1_missing_16"] = r
             log(f"  {r['rps']:,.0f} req/s (all TOPIC_NOT_EXIST), p50 {r['p50_us']} us, "
                 f"p99 {r['p99_us']} us")
 
-            if args.limit and not args.paired:
+            if args.limit:
                 # the same loads against the limit server, in this run
                 limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
                                     pin_server)
@@ -693,24 +690,32 @@ def read_answers(sock, count):
     return got
 
 
-#: W1's phases against the limit server, as (report key, connections, in flight).
-PAIRED_PHASES = (("w1_16", None, 16), ("w1_64", None, 64), ("w1_1", None, 1),
-                 ("c1000_1", 1000, 1))
+#: W1's phases against the limit server, as (report key, connections (None: --conns),
+#: in flight, loadgen's extra arguments, the code of every rmq answer). The limit
+#: answers each frame with its canned route whatever it asks: the same floor for
+#: not-found and zone-mode answers (the zone phase runs with --zones only).
+PAIRED_PHASES = (("w1_16", None, 16, (), 0), ("w1_64", None, 64, (), 0),
+                 ("w1_1", None, 1, (), 0), ("c1000_1", 1000, 1, (), 0),
+                 ("w1_missing_16", None, 16, ("--prefix", "NoSuchTopic-"), 17),
+                 ("w1_zone_16", None, 16, ("--zone", "zone-0"), 0))
 
 
 def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
-    """W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1) on rmq and on the limit server in
-    turn, ``args.paired`` rounds each, the order alternating: each round's ratios are
-    of two runs a few seconds apart, which the same loads minutes apart (the limit's
-    phases after all of rmq's) are not on a VM whose speed moves by 2x within minutes.
+    """W1's loads (4 x 16, 4 x 64, 4 x 1, 1,000 x 1, TOPIC_NOT_EXIST at 4 x 16 and,
+    with --zones, zone mode at 4 x 16) on rmq and on the limit server in turn,
+    ``args.paired`` rounds each, the order alternating: each round's ratios are of two
+    runs a few seconds apart, which the same loads minutes apart (the limit's phases
+    after all of rmq's) are not on a VM whose speed moves by 2x within minutes.
     report[key] and report["limit_" + key]: the last round's; report["paired"][key]:
-    every round's rmq / limit ratios of routes/s, server CPU per answer and p50, and
-    their medians."""
+    every round's rmq / limit ratios of answers/s (of the phase's code; every answer
+    must have it), server CPU per answer and p50, and their medians."""
     limit = LimitServer(workdir, route_raw(server.address, topics[len(topics) // 2]),
                         pin_server)
     paired = report["paired"] = {}
     try:
-        for key, conns, inflight in PAIRED_PHASES:
+        for key, conns, inflight, extra, code in PAIRED_PHASES:
+            if key == "w1_zone_16" and not args.zones:
+                continue
             conns = conns or args.conns
             rounds = {"routes": [], "cpu": [], "p50": []}
             for n in range(args.paired):
@@ -721,10 +726,11 @@ def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
                         f"{args.duration:g} s")
                     runs[label] = run_loadgen(target, label=label, conns=conns, inflight=inflight,
                                               duration=args.duration, warmup=args.warmup,
-                                              topics=args.topics, pin_cpu=pin_client)
+                                              topics=args.topics, pin_cpu=pin_client,
+                                              extra=extra if target is server else ())
                 r, lim = runs[key], runs["limit_" + key]
                 report[key], report["limit_" + key] = r, lim
-                rounds["routes"].append(ratio(routes_per_s(r), routes_per_s(lim)))
+                rounds["routes"].append(ratio(answers_per_s(r, code), routes_per_s(lim)))
                 rounds["cpu"].append(ratio(r.get("server_cpu_us_per_req"),
                                            lim.get("server_cpu_us_per_req")))
                 rounds["p50"].append(ratio(r.get("p50_us"), lim.get("p50_us")))
@@ -887,9 +893,12 @@ def print_table(rep):
         print(f"rmq / the limit server, {rep['args']['paired']} rounds of each load, the two "
               "in turn (per round; median):")
         for key, name in (("w1_16", "4 x 16"), ("w1_64", "4 x 64"), ("w1_1", "4 x 1"),
-                          ("c1000_1", "1000 x 1")):
-            p = rep["paired"][key]
-            print(f"  {name:9} routes/s {' '.join(map(str, p['routes']))} -> "
+                          ("c1000_1", "1000 x 1"), ("w1_missing_16", "not found, 4 x 16"),
+                          ("w1_zone_16", "zone mode, 4 x 16")):
+            p = rep["paired"].get(key)
+            if p is None:
+                continue
+            print(f"  {name:17} answers/s {' '.join(map(str, p['routes']))} -> "
                   f"{p.get('median_routes')}; CPU per answer {' '.join(map(str, p['cpu']))} "
                   f"-> {p.get('median_cpu')}; p50 {' '.join(map(str, p['p50']))} -> "
                   f"{p.get('median_p50')}")
@@ -912,6 +921,19 @@ def print_table(rep):
     print(f"  1 in flight  {t1['target']}: {verdict(r1['rps'] >= t1['target_rps'])} / "
           f"{verdict(r1['p50_us'] <= t1['target_p50_us'])}  "
           f"({r1['rps'] / t1['target_rps']:.0%} of the rate target)")
+
+
+def answers_per_s(r, code):
+    """Answers per second of a loadgen result, every one with ``code`` (0: routes);
+    BenchError when some had another."""
+    if code == 0:
+        if r["errors"]:
+            raise BenchError(f"{r['label']}: answers other than routes: {r['error_codes']}")
+        return routes_per_s(r)
+    if r["error_codes"] != {str(code): r["requests"]}:
+        raise BenchError(f"{r['label']}: answer codes {r['error_codes']} of {r['requests']} "
+                         f"answers, expected only {code}")
+    return r["requests"] / r["seconds"] if r["seconds"] else 0.0
 
 
 def routes_per_s(r):
@@ -966,8 +988,9 @@ def main(argv=None):
                         "with --all-at-once, its routes while the same loads run on rmq")
     p.add_argument("--paired", type=int, metavar="ROUNDS", default=0,
                    help="instead of W1's loads then the limit server's: each of W1's loads "
-                        "(4 x 16, 4 x 64, 4 x 1, 1,000 x 1) on rmq and on the limit server in "
-                        "turn, ROUNDS times, and the medians of the rounds' ratios")
+                        "(4 x 16, 4 x 64, 4 x 1, 1,000 x 1, TOPIC_NOT_EXIST at 4 x 16 and, "
+                        "with --zones, zone mode at 4 x 16) on rmq and on the limit server "
+                        "in turn, ROUNDS times, and the medians of the rounds' ratios")
     p.add_argument("--pin", action="store_true",
                    help="pin the server to one CPU and loadgen + this script to another")
     p.add_argument("--profile", choices=["perf", "py-spy"],

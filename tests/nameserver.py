@@ -9,6 +9,9 @@ import socket
 import threading
 import time
 
+import pytest
+
+import parts
 import rmq
 from rmq.namesrv.config import NamesrvConfig
 from rmq.namesrv.kvconfig import KVConfig
@@ -42,9 +45,16 @@ def running_namesrv(tmp_path, loop=None, clock=None, trace=None, **config):
     app = make_app(DefaultRequestProcessor(cfg, kv, **kwargs), trace=trace)
     if loop == "engine":
         from rmq.namesrv import dataplane
-        assert (isinstance(app, dataplane.EngineServerApp)
-                or dataplane.unavailable(app.processor, trace) is not None), \
-            "serverEngine=c did not start the engine"
+        if not isinstance(app, dataplane.EngineServerApp):
+            # A run meant for the engine does not pass on asyncio in its stead (the
+            # asyncio run is the other one): where the engine cannot serve it (TLS
+            # without the libssl of Python's ssl, say), it fails in CI and skips elsewhere.
+            why = dataplane.unavailable(app.processor, trace)
+            message = f"the engine does not serve this NameServer: {why or 'not started'}"
+            kv.close()
+            if why is None or parts.in_ci():
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
     if loop == "uvloop":
         import uvloop
         ev = uvloop.new_event_loop()

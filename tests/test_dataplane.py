@@ -55,6 +55,29 @@ pytestmark_engine = pytest.mark.skipif(not COMPILED, reason="the engine is the c
 
 @pytestmark_engine
 @pytest.mark.once
+def test_the_default_io_threads_are_one_per_cpu_the_process_may_run_on(tmp_path):
+    """serverIoThreads=0 (the default): one route thread per CPU of the process's
+    affinity (what taskset or a container's cpuset leaves it), not the machine's count."""
+    from rmq.namesrv.server import usable_cpus
+    everywhere = os.sched_getaffinity(0)
+    assert usable_cpus() == len(everywhere)
+    os.sched_setaffinity(0, {min(everywhere)})    # this thread's: the server starts from it
+    try:
+        assert usable_cpus() == 1
+        with running_namesrv(tmp_path, loop="engine", serverIoThreads=0) as app, \
+                Client(app.address) as c:
+            assert (app.engine.config["threads"], app.engine.config["control_thread"]) == (1, True)
+            assert c.request(105, {"topic": "T1"}).code == 17
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    with running_namesrv(tmp_path, loop="engine", serverIoThreads=0) as app:
+        assert app.engine.config["threads"] == len(everywhere)
+    with running_namesrv(tmp_path, loop="engine", serverIoThreads=3) as app:
+        assert app.engine.config["threads"] == 3
+
+
+@pytestmark_engine
+@pytest.mark.once
 def test_the_trace_of_two_io_threads_in_time_order(tmp_path):
     """Route queries (answered in C) and KV requests (in Python) on 6 connections over
     two I/O threads: every frame in and out is recorded, merged in time order."""

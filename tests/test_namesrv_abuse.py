@@ -110,6 +110,39 @@ def test_answers_before_a_bad_frame_are_sent(srv, witness):
     assert answered_promptly(witness)
 
 
+BAD_HEADERS = {
+    "json_ext_fields_not_a_map": (0, b'{"code":106,"extFields":5,"flag":0,"opaque":1}'),
+    "json_cut": (0, b'{"code":105,"extFields":{"topic":'),
+    "rocketmq_cut": (1, b"\x00\x69\x00"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_HEADERS.values(), ids=list(BAD_HEADERS))
+def test_nothing_after_a_header_that_does_not_decode_is_answered(srv, witness, bad):
+    """Route queries (the engine answers them in C), a KV get (Python answers it), a
+    frame of the right length whose header does not decode, then a KV put and a route
+    query, in one write: the three answers before the bad frame come, in order; then
+    the connection closes, and nothing after the bad frame is answered or applied."""
+    stype, header = bad
+    before = [rmq.RemotingCommand.request(105, {"topic": "T1"}, opaque=10),
+              rmq.RemotingCommand.request(101, {"namespace": "n", "key": "k"}, opaque=11),
+              rmq.RemotingCommand.request(105, {"topic": "T2"}, opaque=12)]
+    after = [rmq.RemotingCommand.request(100, {"namespace": "n", "key": "after", "value": "v"},
+                                         opaque=20),
+             rmq.RemotingCommand.request(105, {"topic": "T1"}, opaque=21)]
+    bad_frame = struct.pack(">ii", 4 + len(header), stype << 24 | len(header)) + header
+    with Client(srv.address) as c:
+        c.send_raw(b"".join(map(rmq.encode_frame, before)) + bad_frame
+                   + b"".join(map(rmq.encode_frame, after)))
+        got = []
+        with pytest.raises(ConnectionError):    # every answer, up to the close
+            while True:
+                got.append(c.receive(timeout=5))
+        assert [(r.opaque, r.code) for r in got] == [(10, 0), (11, 22), (12, 0)]
+    assert witness.request(101, {"namespace": "n", "key": "after"}).code == 22  # not applied
+    assert answered_promptly(witness)
+
+
 @pytest.mark.parametrize("cut", [2, 6, 20, -1])
 def test_truncated_frame_then_close(srv, witness, cut):
     data = rmq.encode_frame(rmq.RemotingCommand.request(100, {"namespace": "n", "key": "cut",

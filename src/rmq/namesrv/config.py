@@ -413,7 +413,8 @@ FIELDS = (
     Field("maxOutputBufferBytes", "long", 64 * 1024 * 1024, "rmq", check=(4096, _INT64[1])),
     # The network layer: "c" (the compiled core's I/O threads answer route queries
     # without Python, every other request goes to the loop; rmq.namesrv.dataplane),
-    # with serverIoThreads I/O threads (0: one per core) and a control thread for the
+    # with serverIoThreads I/O threads (0: one per CPU the process may run on, its
+    # affinity: rmq.namesrv.server.usable_cpus) and a control thread for the
     # connections that talk to Python (brokers, admin clients), or "asyncio" (one event loop
     # thread, uvloop's when installed). Where the engine cannot serve (the pure-Python
     # reference; TLS where Python's ssl has no OpenSSL C can use), asyncio serves.

@@ -395,6 +395,17 @@ WRITER_SWITCH_INTERVAL = 0.0005
 WRITER_NICE = 10
 
 
+def usable_cpus():
+    """The CPUs this process may run on: its affinity (what taskset, a cpuset or a
+    container's cpuset-cpus leave it), as os.process_cpu_count gives it from Python
+    3.13 on; the machine's count where there is no affinity. A CPU quota
+    (cpu.max, cpu.cfs_quota_us) is not read: there, set serverIoThreads."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _log_failure(fut):
     if not fut.cancelled() and fut.exception() is not None:
         log.error("table thread task failed", exc_info=fut.exception())
@@ -606,7 +617,7 @@ class Settings:
                                  if config.needWaitForService else 0)
         self.serialize_type = config.answer_serialize_type()    # ConfigError: a bad value
         self.engine = config.server_engine()                    # ConfigError: a bad value
-        self.io_threads = config.serverIoThreads or os.cpu_count() or 1
+        self.io_threads = config.serverIoThreads or usable_cpus()
 
     def _water_marks(self, config):
         """(high, low) output bounds: Java's water marks when both are set (as
