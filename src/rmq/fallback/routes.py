@@ -353,8 +353,10 @@ class TopicTable:
         qmaps = self._topics
         # each record's topic, and its queue data of the broker before the deletions
         # (what is counted against, as the compiled twin does)
-        records = [(topic, tc, qmaps.get(topic, {}).get(broker_name))
-                   for key, tc in configs.items() for topic in (tc.get("topicName", key),)]
+        records = []
+        for key, tc in configs.items():
+            topic = tc.get("topicName", key)
+            records.append((topic, tc, qmaps.get(topic, {}).get(broker_name)))
         removed = 0
         if delete_missing:
             for topic in list(self._broker_topics.get(broker_name, ())):
