@@ -243,6 +243,28 @@ def test_compiled_and_python_agree_under_any_chunking(topics, versions, others_a
     assert results[0] == results[1]
 
 
+def test_a_long_run_of_queries_is_answered_in_order_as_the_reference_answers():
+    """More answers than the first output buffer holds (64 KiB), the queries read
+    ahead of their answers in the compiled core (serve.c): every query up to the
+    frame Python takes answered in order, the same bytes as the reference."""
+    c, py = load_compiled(), load_fallback()
+    topics = ["T1", "T2", "nope", "T3", "Tü"]
+    reqs = [route_request(py, topics[i % 5], opaque=i, version=(317, 413)[i // 5 % 2])
+            for i in range(600)]
+    reqs[450] = py.RemotingCommand(106, opaque=450)
+    data = b"".join(py.encode_frame(r) for r in reqs)
+    results = []
+    for impl in (c, py):
+        out, others, error = table(impl).serve_routes(impl.FrameDecoder(), data)
+        assert error is None
+        results.append((out, [x.opaque for x in others]))
+    assert results[0] == results[1]
+    out, others = results[0]
+    assert len(out) > 64 * 1024
+    assert [a.opaque for a in answers_of(py, out)] == list(range(450))
+    assert others[0] == 450
+
+
 def test_answers_stop_at_the_limit(impl, rt, STANDARD):
     reqs = [route_request(impl, "T1", opaque=i) for i in range(10)]
     one = len(impl.encode_frame(reqs[0].response(0, body=STANDARD["T1"])))

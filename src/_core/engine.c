@@ -1239,6 +1239,7 @@ static int conn_read(re_thread *th, re_conn *c)
 {
     rmq_engine *e = th->e;
     size_t turn = 0;                /* bytes read this turn */
+    int drained = 0;                /* the last read was short */
     while (reading(e, c)) {
         if (c->in_len > c->in_off &&
             rmq_frame_at((const uint8_t *)c->in + c->in_off, c->in_len - c->in_off,
@@ -1264,6 +1265,11 @@ static int conn_read(re_thread *th, re_conn *c)
             if (!decided)
                 break;
         }
+        /* The last read was short: it emptied the socket, and epoll (level-triggered)
+         * reports what comes next. So no read only to hear EAGAIN: one syscall of the
+         * three or four a lone query costs. (Not over TLS: OpenSSL may hold more.) */
+        if (drained)
+            break;
         /* (not over TLS: plaintext may wait inside OpenSSL, where epoll does not see
          * it; a TLS connection is read until its socket is empty) */
         if (turn >= READ_TURN && !c->tls)
@@ -1274,7 +1280,8 @@ static int conn_read(re_thread *th, re_conn *c)
             conn_close(th, c, 1);
             return -1;
         }
-        ssize_t r = conn_recv(c, c->in + c->in_len, c->tls || want < READ_TURN ? want : READ_TURN);
+        size_t asked = c->tls || want < READ_TURN ? want : READ_TURN;
+        ssize_t r = conn_recv(c, c->in + c->in_len, asked);
         if (r == IO_AGAIN) {
             release_empty_input(c);
             break;
@@ -1296,6 +1303,7 @@ static int conn_read(re_thread *th, re_conn *c)
             return -1;              /* (closed, or moved away) */
         if (pending(c) && flush(th, c) < 0)
             return -1;
+        drained = (size_t)r < asked && !c->tls;
     }
     if (flush(th, c) < 0)
         return -1;

@@ -371,6 +371,22 @@ rt_topic *rt_find(const rt_table *t, const char *name, size_t len)
     return find_hashed(t, name, len, hash_name(name, len));
 }
 
+uint32_t rt_topic_hash(const char *name, size_t len)
+{
+    return hash_name(name, len);
+}
+
+void rt_prefetch(const rt_table *t, uint32_t hash, int stage)
+{
+    const rt_topic *e;
+    if (stage == 0)
+        __builtin_prefetch(&t->buckets[hash & t->mask]);
+    else if ((e = t->buckets[hash & t->mask]) != NULL) {
+        __builtin_prefetch(e);
+        __builtin_prefetch(e->name);    /* (the entry's second line, as often as not) */
+    }
+}
+
 /* Move every topic to a bucket array of n (a power of two) buckets; on no
  * memory keep the old one: chains of another length, still correct. */
 static void rehash(rt_table *t, size_t n)
@@ -1669,11 +1685,18 @@ static const rt_blob *admit(rt_table *t, rt_topic *e, int f, rt_blob *a)
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int *status,
                         rt_blob **temp)
 {
+    return rt_route_hashed(t, name, len, hash_name(name, len), form, status, temp);
+}
+
+const rt_blob *rt_route_hashed(rt_table *t, const char *name, size_t len, uint32_t name_hash,
+                               int form, int *status, rt_blob **temp)
+{
     int legacy = form != RT_STANDARD, zone = form - RT_ZONE;
     RMQ_ASSERT(form >= 0 && zone <= t->nzones);
+    RMQ_ASSERT(name_hash == hash_name(name, len));
     HOLDS_LOCK(t);
     *temp = NULL;
-    rt_topic *e = rt_find(t, name, len);
+    rt_topic *e = find_hashed(t, name, len, name_hash);
     if (!e) {
         *status = RT_NOT_FOUND;
         return NULL;

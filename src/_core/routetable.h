@@ -82,20 +82,24 @@ typedef struct {                    /* a QueueData as callers see it */
 } rt_qdv;
 
 typedef struct rt_topic {
-    struct rt_topic *next;          /* hash chain */
     uint64_t seq;                   /* insertion order: Java's answers follow it */
-    uint32_t hash, stamp;
+    uint32_t stamp;
     int32_t nqd, cap;
+    uint32_t idx_mask, ins_next;
+    uint32_t peak;                  /* the most QueueData it held: Java's HashMap never
+                                     * shrinks, its table follows this */
     rt_qd *qds;                     /* in no order (removal swaps the last in) */
     uint32_t *idx;                  /* broker -> position + 1, for wide topics (NULL: scan) */
-    uint32_t idx_mask, ins_next;
-    rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */
-    int32_t slot[2];                /* their entries in the cache's ring */
+    int32_t slot[2];                /* the cached answers' entries in the cache's ring */
+    /* What a route query answered from the cache reads, together and next to the
+     * name: one or two cache lines, where the fields in declaration order took
+     * two or three (the entry is in no cache when its query comes). */
     struct rt_zans *zans;           /* zone-mode answers by zone class (t->nzones + 1 of
                                      * them), NULL: none cached yet */
+    rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */
+    struct rt_topic *next;          /* hash chain */
+    uint32_t hash;
     uint8_t freq;                   /* queries, halved as they age: the cache's admission */
-    uint32_t peak;                  /* the most QueueData it held: Java's HashMap never
-                                     * shrinks, its table follows this (in freq's padding) */
     size_t len;
     char name[];                    /* UTF-8, not terminated */
 } rt_topic;
@@ -255,6 +259,15 @@ rt_topic *rt_find(const rt_table *t, const char *name, size_t len);
  * and the caller frees it after use (free). */
 const rt_blob *rt_route(rt_table *t, const char *name, size_t len, int form, int *status,
                         rt_blob **temp);
+/* The same, the name's hash (rt_topic_hash) computed by the caller. */
+const rt_blob *rt_route_hashed(rt_table *t, const char *name, size_t len, uint32_t name_hash,
+                               int form, int *status, rt_blob **temp);
+/* A topic name's hash in the table. */
+uint32_t rt_topic_hash(const char *name, size_t len);
+/* [R] Ask the CPU for the memory a lookup of the name hashing to `hash` will read,
+ * ahead of it: stage 0 its bucket, stage 1 (once that has come) its entry. Only a
+ * prefetch: whatever it finds, the lookup that follows is the same. */
+void rt_prefetch(const rt_table *t, uint32_t hash, int stage);
 /* TopicRouteData as Java writes it, from pieces the caller encoded in one form
  * (standard or legacy): {"brokerDatas":[bds],"filterServerTable":fst
  * [,"orderTopicConf":otc],"queueDatas":[qds][,"topicQueueMappingByBroker":tqm]}.

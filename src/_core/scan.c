@@ -15,6 +15,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 typedef const uint8_t *cur;       /* a position in the input; NULL: slow */
 
@@ -53,9 +56,24 @@ static inline cur ws(cur p, cur end)
 
 
 /* The first byte at or after q that ends a fast run in a string (or end):
- * eight bytes at a time where the byte order allows it. */
+ * sixteen bytes at a time with SSE2 (every x86-64), else eight where the byte
+ * order allows it. */
 static inline cur str_run(cur q, cur end)
 {
+#if defined(__SSE2__)
+    /* '"', '\\', and the bytes below 0x20 or from 0x80: below 0x20 as signed bytes */
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
+    while (end - q >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)q);
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                 _mm_cmplt_epi8(x, space));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        if (bits)
+            return q + __builtin_ctz(bits);
+        q += 16;
+    }
+#endif
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t x, q1, q2, m;
