@@ -18,9 +18,10 @@ typedef struct {
 
 /* Queries read ahead of the one answered: a topic's entry is in no cache when its
  * query comes (10,000 topics, the kernel's work between reads), and its lookup
- * waits for memory twice, bucket then entry. Reading two queries ahead, each
+ * waits for memory twice, bucket then entry. Reading up to AHEAD queries ahead, each
  * lookup's memory is asked for while the answers before it are written
- * (rt_prefetch: the bucket two ahead, the entry one ahead). */
+ * (rt_prefetch: a query's bucket when it is read, its entry ENTRY_AHEAD answers
+ * before its own). bench/README.md, "One read per lone query". */
 enum { AHEAD = 4, RING = AHEAD + 1, ENTRY_AHEAD = AHEAD / 2 };
 
 size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_t max_frame,
