@@ -376,7 +376,9 @@ uint32_t rt_topic_hash(const char *name, size_t len)
     return hash_name(name, len);
 }
 
-void rt_prefetch(const rt_table *t, uint32_t hash, int stage)
+/* rt_prefetch's work, inlined where the table prefetches for itself (a registration's
+ * lookahead: an exported function is called, not inlined, in a shared object) */
+static inline void prefetch_lookup(const rt_table *t, uint32_t hash, int stage)
 {
     const rt_topic *e;
     if (stage == 0)
@@ -385,6 +387,11 @@ void rt_prefetch(const rt_table *t, uint32_t hash, int stage)
         __builtin_prefetch(e);
         __builtin_prefetch(e->name);    /* (the entry's second line, as often as not) */
     }
+}
+
+void rt_prefetch(const rt_table *t, uint32_t hash, int stage)
+{
+    prefetch_lookup(t, hash, stage);
 }
 
 /* Move every topic to a bucket array of n (a power of two) buckets; on no
@@ -841,13 +848,10 @@ static inline void ahead_stage(lookahead *la, size_t k, int stage)
     switch (stage) {
     case 0:
         la->hash[k % AHEAD_RING] = hash_name(la->recs[k].name, la->recs[k].name_len);
-        __builtin_prefetch(&la->t->buckets[la->hash[k % AHEAD_RING] & la->t->mask]);
+        prefetch_lookup(la->t, la->hash[k % AHEAD_RING], 0);
         break;
     case 1:
-        if ((e = la->t->buckets[la->hash[k % AHEAD_RING] & la->t->mask])) {
-            __builtin_prefetch(e);
-            __builtin_prefetch(e->name);
-        }
+        prefetch_lookup(la->t, la->hash[k % AHEAD_RING], 1);
         break;
     case 2:
         if ((e = ahead_entry(la, k))) {

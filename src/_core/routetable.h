@@ -92,8 +92,8 @@ typedef struct rt_topic {
     uint32_t *idx;                  /* broker -> position + 1, for wide topics (NULL: scan) */
     int32_t slot[2];                /* the cached answers' entries in the cache's ring */
     /* What a route query answered from the cache reads, together and next to the
-     * name: one or two cache lines, where the fields in declaration order took
-     * two or three (the entry is in no cache when its query comes). */
+     * name: one or two cache lines, where spread over the entry they took two or
+     * three (the entry is in no cache when its query comes). */
     struct rt_zans *zans;           /* zone-mode answers by zone class (t->nzones + 1 of
                                      * them), NULL: none cached yet */
     rt_blob *body[2];               /* cached answers: [0] standard, [1] legacy */

@@ -11,8 +11,7 @@
 /* A query read ahead of the one answered. */
 typedef struct {
     rq_route req;
-    size_t at;                      /* its frame's offset in p */
-    size_t length;                  /* its frame's length, the prefix not counted */
+    size_t end;                     /* the offset in p after its frame */
     uint32_t hash;                  /* its topic's */
 } rs_query;
 
@@ -20,9 +19,9 @@ typedef struct {
  * query comes (10,000 topics, the kernel's work between reads), and its lookup
  * waits for memory twice, bucket then entry. Reading up to AHEAD queries ahead, each
  * lookup's memory is asked for while the answers before it are written
- * (rt_prefetch: a query's bucket when it is read, its entry ENTRY_AHEAD answers
- * before its own). bench/README.md, "One read per lone query". */
-enum { AHEAD = 4, RING = AHEAD + 1, ENTRY_AHEAD = AHEAD / 2 };
+ * (rt_prefetch: a query's bucket when it is read, its entry when the query
+ * ENTRY_AFTER later is read). bench/README.md, "One read per lone query". */
+enum { AHEAD = 4, RING = AHEAD + 1, ENTRY_AFTER = 2 };
 
 size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_t max_frame,
                        char *out, size_t cap, size_t *len, size_t limit, size_t *need,
@@ -43,13 +42,12 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
                 more = 0;
                 break;
             }
-            a->at = next;
-            a->length = (size_t)length;
+            next += 4 + (size_t)length;
+            a->end = next;
             a->hash = rt_topic_hash(a->req.topic, a->req.topic_len);
             rt_prefetch(t, a->hash, 0);
-            if (read - answered >= AHEAD - ENTRY_AHEAD)
-                rt_prefetch(t, ring[(read - (AHEAD - ENTRY_AHEAD)) % RING].hash, 1);
-            next += 4 + (size_t)length;
+            if (read - answered >= ENTRY_AFTER)
+                rt_prefetch(t, ring[(read - ENTRY_AFTER) % RING].hash, 1);
             read++;
         }
         if (answered == read)
@@ -88,7 +86,7 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
             *len += (size_t)rq_write_not_found_answer(out + *len, cap - *len, req, stype);
             RMQ_COUNT(counts->not_found, 1);
         }
-        pos = q->at + 4 + q->length;
+        pos = q->end;
         answered++;
     }
     rt_rdunlock(t);
