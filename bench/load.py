@@ -220,6 +220,12 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
+def children_waits():
+    """Times the waited-for children slept for something (voluntary context switches):
+    loadgen's, for answers it was waiting for."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -359,7 +365,7 @@ def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rat
     if samples_dir is not None:
         cmd += ["--samples", str(Path(samples_dir) / f"{label}.samples")]
     cmd += [str(a) for a in extra]
-    cpu0, ccpu0 = proc_cpu_seconds(server.pid), children_cpu_seconds()
+    cpu0, ccpu0, waits0 = proc_cpu_seconds(server.pid), children_cpu_seconds(), children_waits()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if pin_cpu is not None:
         os.sched_setaffinity(proc.pid, {pin_cpu})
@@ -393,6 +399,10 @@ def run_loadgen(server, *, label, conns, inflight, duration, warmup, topics, rat
     if result["requests"]:
         result["server_cpu_us_per_req"] = round(
             result["server_cpu_s"] * 1e6 / max(result["sent"], 1), 2)
+        # (at 4 x 1: how often loadgen slept waiting for an answer, each sleep a
+        # wake-up the server pays; bench/README.md, "A lone query's own work")
+        result["loadgen_waits_per_req"] = round(
+            (children_waits() - waits0) / max(result["sent"], 1), 4)
     return result
 
 
@@ -498,7 +508,7 @@ def run(args):
             f"route body {route_len} bytes")
 
         # 2. W1 queries
-        prof_seconds = args.duration if args.profile_phase == "w1_16" else args.during_duration
+        prof_seconds = args.during_duration if args.profile_phase == "during" else args.duration
         prof = make_profiler(args.profile, server, prof_seconds, args.profile_out)
         w1_phases = () if args.registrations_only else (("w1_16", 16), ("w1_64", 64), ("w1_1", 1))
         if args.paired and not args.registrations_only:
@@ -740,7 +750,8 @@ def run_paired(server, workdir, topics, args, pin_server, pin_client, report):
                                            lim.get("server_cpu_us_per_req")))
                 rounds["p50"].append(ratio(r.get("p50_us"), lim.get("p50_us")))
                 log(f"  rmq / limit: routes {rounds['routes'][-1]}, CPU per answer "
-                    f"{rounds['cpu'][-1]}, p50 {rounds['p50'][-1]}")
+                    f"{rounds['cpu'][-1]}, p50 {rounds['p50'][-1]}; loadgen's waits per "
+                    f"answer {r.get('loadgen_waits_per_req')} / {lim.get('loadgen_waits_per_req')}")
             medians = {"median_" + k: median_known(v) for k, v in rounds.items()}
             paired[key] = dict(rounds, **{k: v for k, v in medians.items() if v is not None})
     finally:
@@ -1002,8 +1013,10 @@ def main(argv=None):
                    help="the route-latency runs write each answer's times to "
                         "<workdir>/<run>.samples (with --trace --keep: where each "
                         "request's time went, bench/trace_latency.py --samples)")
-    p.add_argument("--profile-phase", choices=["w1_16", "during"], default="w1_16",
-                   help="w1_16: 16 in flight (default); during: routes during registrations")
+    p.add_argument("--profile-phase", choices=["w1_16", "w1_64", "w1_1", "during"],
+                   default="w1_16",
+                   help="w1_16, w1_64, w1_1: W1's 4 x 16 (default), 4 x 64 or 4 x 1; "
+                        "during: routes during registrations")
     p.add_argument("--profile-out", default="namesrv-profile.data", help="profile output file")
     p.add_argument("--server-log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
@@ -1024,7 +1037,7 @@ def main(argv=None):
     if args.paired < 0:
         p.error("--paired takes a number of rounds, at least 1")
     if args.paired and args.profile:
-        p.error("--profile profiles W1's 4 x 16 run, which --paired runs as rounds: not both")
+        p.error("--profile profiles one of W1's runs, which --paired runs as rounds: not both")
     if args.paired and args.deadline == p.get_default("deadline"):
         # (each round: four loads on rmq and on the limit server, with warm-up and start)
         args.deadline += args.paired * 8 * (args.duration + args.warmup + 5)

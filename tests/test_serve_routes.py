@@ -265,6 +265,44 @@ def test_a_long_run_of_queries_is_answered_in_order_as_the_reference_answers():
     assert others[0] == 450
 
 
+def json_frame(header):
+    """A frame of this raw JSON header (serialize type JSON), no body."""
+    h = header.encode()
+    return (4 + len(h)).to_bytes(4, "big") + len(h).to_bytes(4, "big") + h
+
+
+#: headers where a topic looked for before the header is read (serve.c asks for its
+#: table memory early, from where Java's clients put it) is not the query's
+TOPIC_ELSEWHERE = [
+    # an object before extFields holding another topic
+    '{"code":105,"decoy":{"topic":"T3"},"extFields":{"topic":"T1"},"flag":0,"opaque":1}',
+    # topic not extFields' first key
+    '{"code":105,"extFields":{"acceptStandardJsonOnly":"true","topic":"T2"},"opaque":2}',
+    # an escape in the topic (the general path reads it)
+    '{"code":105,"extFields":{"topic":"T\\u0031"},"opaque":3}',
+    # whitespace around the key, a topic that does not exist, a bare extFields
+    '{ "code" : 105 , "extFields" : { "topic" : "T1" } , "opaque" : 4 }',
+    '{"code":105,"extFields":{"topic":"T9"},"opaque":5}',
+    '{"code":105,"extFields":{"topic":"T1","topic":"T3"},"opaque":6}',
+    '{"code":105,"extFields":{"topic":"T1',
+]
+
+
+def test_a_topic_found_elsewhere_than_expected_is_answered_as_the_reference_answers():
+    """Each lone and in a row: the same answers and hand-backs as the reference."""
+    c, py = load_compiled(), load_fallback()
+    frames = [json_frame(h) for h in TOPIC_ELSEWHERE]
+    for data in frames + [b"".join(frames[:-1])]:
+        results = []
+        for impl in (c, py):
+            out, others, error = table(impl).serve_routes(impl.FrameDecoder(), data)
+            results.append((out, [x.opaque for x in others], type(error)))
+        assert results[0] == results[1], data
+    out, others, _ = table(c).serve_routes(c.FrameDecoder(), frames[0])
+    assert [(a.opaque, a.code, a.body) for a in answers_of(py, out)] == [
+        (1, 0, table(py).route_body("T1", True))]     # (no version: the legacy form)
+
+
 def test_answers_stop_at_the_limit(impl, rt, STANDARD):
     reqs = [route_request(impl, "T1", opaque=i) for i in range(10)]
     one = len(impl.encode_frame(reqs[0].response(0, body=STANDARD["T1"])))

@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +55,9 @@ enum {
      * one keeps them (OpenSSL's SSL_MODE_RELEASE_BUFFERS frees them after every read,
      * which costs the TLS route rate dearly: bench/README.md, TLS on the engine) */
     TLS_TRIM = 5,
+    /* READ_CHUNK buffers a thread keeps for its connections' next reads and writes
+     * (spare_take), given back to malloc once it has taken none for a second */
+    SPARE_CHUNKS = 4,
 };
 
 /* What a read or a write did, besides a count of bytes (> 0) */
@@ -186,7 +190,10 @@ typedef struct {
                                        it (least_loaded) */
     double now;                     /* monotonic seconds, read after each epoll_wait */
     double next_scan;               /* of idle connections */
-    double next_trim;               /* of bufpool.h's pool */
+    double next_trim;               /* of bufpool.h's pool, and of spare */
+    char *spare[SPARE_CHUNKS];      /* READ_CHUNK buffers kept for the next read or write */
+    int nspare;
+    int spare_taken;                /* one was taken since the last trim */
     uint8_t *ring;                  /* the trace ring (engine.h), ring_cap bytes, or NULL */
     size_t ring_cap;
     uint64_t ring_head, ring_tail;  /* written by the thread / by re_trace_take */
@@ -217,8 +224,35 @@ struct rmq_engine {
 };
 
 
-/* epoll data tags of the listening socket and of a thread's wake-up eventfd */
-static char LISTEN_TAG, WAKE_TAG;
+/* The I/O threads are never cancelled (they stop when e->stop is set), so their
+ * reads, writes and waits go to the kernel directly, not through libc's cancellation
+ * points: in a process with threads, glibc wraps each such call in two atomic
+ * updates of the thread's cancel state, which a lone route query paid three times
+ * (bench/README.md, "A lone query's own work"). */
+#if defined(__linux__) && defined(SYS_recvfrom) && defined(SYS_sendto) && defined(SYS_epoll_pwait)
+static inline ssize_t sock_recv(int fd, void *buf, size_t n)
+{
+    return syscall(SYS_recvfrom, fd, buf, n, 0, NULL, NULL);
+}
+
+static inline ssize_t sock_send(int fd, const void *buf, size_t n)
+{
+    return syscall(SYS_sendto, fd, buf, n, MSG_NOSIGNAL, NULL, 0);
+}
+
+static inline int poll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms)
+{
+    return (int)syscall(SYS_epoll_pwait, epfd, evs, max, timeout_ms, NULL, 0);
+}
+#else
+#define sock_recv(fd, buf, n) recv((fd), (buf), (n), 0)
+#define sock_send(fd, buf, n) send((fd), (buf), (n), MSG_NOSIGNAL)
+#define poll_wait epoll_wait
+#endif
+
+/* epoll data tags of the listening socket, of a thread's wake-up eventfd and of its
+ * tick timer */
+static char LISTEN_TAG, WAKE_TAG, TICK_TAG;
 
 static double monotonic(void)
 {
@@ -826,24 +860,56 @@ static int make_room(char **buf, size_t *off, size_t *len, size_t *cap, size_t m
     return 0;
 }
 
+/* A connection's input and output buffers go back whenever they are empty (an idle
+ * connection holds none), so a busy one with a query at a time takes both again for
+ * each: from its thread's spares, not from malloc, whose two mallocs and frees of
+ * 64 KiB a lone route query paid (bench/README.md, "A lone query's own work"). Only
+ * READ_CHUNK buffers are kept, at most SPARE_CHUNKS. */
+static void spare_take(re_thread *th, char **buf, size_t *cap)
+{
+    if (!*buf && th->nspare) {
+        *buf = th->spare[--th->nspare];
+        *cap = READ_CHUNK;
+        th->spare_taken = 1;
+    }
+}
+
+static void spare_give(re_thread *th, char **buf, size_t *cap)
+{
+    if (*buf && *cap == READ_CHUNK && th->nspare < SPARE_CHUNKS)
+        th->spare[th->nspare++] = *buf;
+    else
+        rp_give(*buf, *cap);
+    *buf = NULL;
+    *cap = 0;
+}
+
+/* Once a second: the spares of a thread that took none since go back to malloc. */
+static void spare_trim(re_thread *th)
+{
+    if (!th->spare_taken)
+        while (th->nspare)
+            free(th->spare[--th->nspare]);
+    th->spare_taken = 0;
+}
+
 /* Room for `more` bytes at the end of out. Unwritten output of a big buffer's size
  * is not moved or copied for it: it goes ahead, and out starts again. */
-static int out_room(re_conn *c, size_t more)
+static int out_room(re_thread *th, re_conn *c, size_t more)
 {
     if (c->out_cap - c->out_len < more && c->out_len - c->out_off >= RP_MIN &&
         out_ahead(c) < 0)
         return -1;
+    spare_take(th, &c->out, &c->out_cap);
     return make_room(&c->out, &c->out_off, &c->out_len, &c->out_cap, more);
 }
 
-/* Nothing left to split: the buffer goes back (an idle connection holds none; a busy
- * one takes one from the allocator per read). */
-static void release_empty_input(re_conn *c)
+/* Nothing left to split: the buffer goes back (an idle connection holds none). */
+static void release_empty_input(re_thread *th, re_conn *c)
 {
     if (c->in_off == c->in_len && c->in) {
-        rp_give(c->in, c->in_cap);
-        c->in = NULL;
-        c->in_off = c->in_len = c->in_cap = 0;
+        spare_give(th, &c->in, &c->in_cap);
+        c->in_off = c->in_len = 0;
     }
 }
 
@@ -993,7 +1059,7 @@ static int split(re_thread *th, re_conn *c)
         }
         size_t used = 0;
         if (!__atomic_load_n(&e->routes_in_python, __ATOMIC_RELAXED)) {
-            if (out_room(c, READ_CHUNK) < 0)
+            if (out_room(th, c, READ_CHUNK) < 0)
                 return -1;
             size_t before = c->out_len;
             /* (out grows to max_output at most, what is ahead of it counted) */
@@ -1012,7 +1078,7 @@ static int split(re_thread *th, re_conn *c)
         }
         c->in_off += used;
         if (need) {
-            if (out_room(c, need) < 0)
+            if (out_room(th, c, need) < 0)
                 return -1;
             continue;
         }
@@ -1039,7 +1105,7 @@ static int split(re_thread *th, re_conn *c)
         c->with_python = 1;
         c->split_any = 1;
     }
-    release_empty_input(c);
+    release_empty_input(th, c);
     return 0;
 }
 
@@ -1071,7 +1137,7 @@ static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
         return r == TL_WANT_READ ? IO_AGAIN : IO_GONE;
     }
     for (;;) {
-        ssize_t r = recv(c->fd, buf, n, 0);
+        ssize_t r = sock_recv(c->fd, buf, n);
         if (r > 0)
             return r;
         if (r < 0 && errno == EINTR)
@@ -1083,7 +1149,7 @@ static ssize_t conn_recv(re_conn *c, char *buf, size_t n)
 static ssize_t conn_send(re_conn *c, const char *buf, size_t n)
 {
     for (;;) {
-        ssize_t w = send(c->fd, buf, n, MSG_NOSIGNAL);
+        ssize_t w = sock_send(c->fd, buf, n);
         if (w > 0)
             return w;
         if (w < 0 && errno == EINTR)
@@ -1172,10 +1238,10 @@ static int flush(re_thread *th, re_conn *c)
     }
     if (!pending(c)) {
         /* all written: the buffers go back, as the input's does */
-        rp_give(c->out, c->out_cap);
+        spare_give(th, &c->out, &c->out_cap);
         rp_give(c->sealed, c->sealed_cap);
-        c->out = c->sealed = NULL;
-        c->out_off = c->out_len = c->out_cap = 0;
+        c->sealed = NULL;
+        c->out_off = c->out_len = 0;
         c->sealed_off = c->sealed_len = c->sealed_cap = 0;
         if (c->closing) {
             conn_close(th, c, 1);
@@ -1275,6 +1341,7 @@ static int conn_read(re_thread *th, re_conn *c)
         if (turn >= READ_TURN && !c->tls)
             break;
         size_t want = read_size(e, c);
+        spare_take(th, &c->in, &c->in_cap);
         if (make_room(&c->in, &c->in_off, &c->in_len, &c->in_cap, want) < 0) {
             c->why = RE_WHY_NO_MEMORY;
             conn_close(th, c, 1);
@@ -1283,7 +1350,7 @@ static int conn_read(re_thread *th, re_conn *c)
         size_t asked = c->tls || want < READ_TURN ? want : READ_TURN;
         ssize_t r = conn_recv(c, c->in + c->in_len, asked);
         if (r == IO_AGAIN) {
-            release_empty_input(c);
+            release_empty_input(th, c);
             break;
         }
         if (r < 0) {
@@ -1452,7 +1519,7 @@ static int take_output(re_thread *th, re_conn *c, char **data, size_t len, rp_sh
         c->out_len = c->out_cap = len;
         *data = NULL;
     } else {
-        if (out_room(c, len) < 0)
+        if (out_room(th, c, len) < 0)
             goto no_memory;
         memcpy(c->out + c->out_len, *data, len);
         c->out_len += len;
@@ -1650,8 +1717,25 @@ static void *thread_main(void *arg)
                     : idle / 4 < 0.05 ? 0.05 : idle / 4 > TLS_TRIM ? TLS_TRIM : idle / 4;
     th->now = monotonic();
     th->next_scan = th->now + period;
+    /* The periodic work below (the idle scan, the trims) is woken by a timer in the
+     * epoll set, each tick_ms, rather than by epoll_wait's timeout: a wait with a
+     * timeout reads the clock and works out its slack at every call, which a lone
+     * route query paid (bench/README.md, "A lone query's own work"). Without a
+     * timerfd: the timeout. */
+    int tick_ms = period > 0 && period < 1 ? (int)(period * 1000) + 1 : 1000;
+    int tick = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (tick >= 0) {
+        struct timespec ts = {tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L};
+        struct itimerspec every = {ts, ts};
+        struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &TICK_TAG};
+        if (timerfd_settime(tick, 0, &every, NULL) < 0 ||
+            epoll_ctl(th->epfd, EPOLL_CTL_ADD, tick, &tev) < 0) {
+            close(tick);
+            tick = -1;
+        }
+    }
     while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
-        int n = epoll_wait(th->epfd, evs, 64, period > 0 ? (int)(period * 1000) + 1 : 1000);
+        int n = poll_wait(th->epfd, evs, 64, tick >= 0 ? -1 : tick_ms);
         th->now = monotonic();
         for (int i = 0; i < n; i++) {
             void *tag = evs[i].data.ptr;
@@ -1659,6 +1743,9 @@ static void *thread_main(void *arg)
                 accept_all(th);
             } else if (tag == &WAKE_TAG) {
                 run_cmds(th);
+            } else if (tag == &TICK_TAG) {
+                uint64_t ticks;
+                (void)!read(tick, &ticks, sizeof ticks);
             } else {
                 re_conn *c = tag;
                 if (left_now(th, c) || c->fd_closed)
@@ -1676,6 +1763,7 @@ static void *thread_main(void *arg)
         }
         if (th->now >= th->next_trim) {
             rp_trim(th->now);
+            spare_trim(th);
             th->next_trim = th->now + 1;
         }
         if (period > 0 && th->now >= th->next_scan) {
@@ -1687,6 +1775,8 @@ static void *thread_main(void *arg)
         if (th->undirected)
             moved_settle(th);
     }
+    if (tick >= 0)
+        close(tick);
     return NULL;
 }
 
@@ -1870,6 +1960,8 @@ static void free_thread(re_thread *th)
         free_cmd(cmd);
         cmd = next;
     }
+    while (th->nspare)
+        free(th->spare[--th->nspare]);
     free(th->ring);
     if (th->epfd >= 0)
         close(th->epfd);

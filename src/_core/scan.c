@@ -1082,6 +1082,24 @@ int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out)
     return 0;
 }
 
+int rq_topic_hint(const uint8_t *payload, size_t n, const char **s, size_t *len)
+{
+    static const char key[] = "\"topic\":\"";
+    uint32_t stype;
+    if (n < 4 || rmq_header_word(payload, &stype) != n - 4 || stype != 0)
+        return 0;
+    cur p = payload + 4, end = payload + n, o, q;
+    if (p == end || (o = memchr(p + 1, '{', (size_t)(end - p - 1))) == NULL ||
+        (size_t)(end - o) <= sizeof key || memcmp(o + 1, key, sizeof key - 1) != 0)
+        return 0;
+    p = o + sizeof key;
+    if ((q = memchr(p, '"', (size_t)(end - p))) == NULL)
+        return 0;
+    *s = (const char *)p;
+    *len = (size_t)(q - p);
+    return 1;
+}
+
 size_t rq_scan_request(const uint8_t *payload, size_t n, int32_t *code)
 {
     uint32_t stype;

@@ -111,6 +111,13 @@ enum { RQ_MAX_ZONE = 256 };
  * completely; 0: anything else or anything unusual. */
 int rq_scan_route(const uint8_t *payload, size_t n, rq_route *out);
 
+/* payload as rq_scan_route's: where a JSON route query's topic probably is, found
+ * before its header is read: the string after '"topic":"' right inside the header's
+ * second '{' (extFields, with topic its first key, as Java's clients write it). Only
+ * a guess, for asking for the topic's memory early (serve.c): 1 and *s, *n; 0 for
+ * none. What the topic is, rq_scan_route says. */
+int rq_topic_hint(const uint8_t *payload, size_t n, const char **s, size_t *len);
+
 /* The zone a route query's answer is filtered by (Java 5.0.0's ZoneRouteRPCHook:
  * zone mode and a zone name that is not blank), folded as rmq.javacase.fold folds
  * ASCII, into out (RQ_MAX_ZONE bytes): its length, or -1 when the answer is not

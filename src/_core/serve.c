@@ -38,14 +38,29 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
         while (more && read - answered <= AHEAD) {
             rs_query *a = &ring[read % RING];
             int64_t length = rmq_frame_at(p + next, n - next, max_frame);
+            /* Nothing read ahead (a lone query, or a read's first): its bucket is asked
+             * for from where its topic probably is, so that it comes while the header
+             * is read */
+            const char *hint = NULL;
+            size_t hint_len = 0;
+            uint32_t hint_hash = 0;
+            if (length >= 0 && read == answered &&
+                rq_topic_hint(p + next + 4, (size_t)length, &hint, &hint_len)) {
+                hint_hash = rt_topic_hash(hint, hint_len);
+                rt_prefetch(t, hint_hash, 0);
+            }
             if (length < 0 || !rq_scan_route(p + next + 4, (size_t)length, &a->req)) {
                 more = 0;
                 break;
             }
             next += 4 + (size_t)length;
             a->end = next;
-            a->hash = rt_topic_hash(a->req.topic, a->req.topic_len);
-            rt_prefetch(t, a->hash, 0);
+            if (hint && a->req.topic == hint && a->req.topic_len == hint_len) {
+                a->hash = hint_hash;
+            } else {
+                a->hash = rt_topic_hash(a->req.topic, a->req.topic_len);
+                rt_prefetch(t, a->hash, 0);
+            }
             if (read - answered >= ENTRY_AFTER)
                 rt_prefetch(t, ring[(read - ENTRY_AFTER) % RING].hash, 1);
             read++;
