@@ -265,8 +265,9 @@ const rt_blob *rt_route_hashed(rt_table *t, const char *name, size_t len, uint32
 /* A topic name's hash in the table. */
 uint32_t rt_topic_hash(const char *name, size_t len);
 /* [R] Ask the CPU for the memory a lookup of the name hashing to `hash` will read,
- * ahead of it: stage 0 its bucket, stage 1 (once that has come) its entry. Only a
- * prefetch: whatever it finds, the lookup that follows is the same. */
+ * ahead of it: stage 0 its bucket, stage 1 (once that has come) its entry, stage 2
+ * (once that has come) the entry's zone-mode answers. Only a prefetch: whatever it
+ * finds, the lookup that follows is the same. */
 void rt_prefetch(const rt_table *t, uint32_t hash, int stage);
 /* TopicRouteData as Java writes it, from pieces the caller encoded in one form
  * (standard or legacy): {"brokerDatas":[bds],"filterServerTable":fst
