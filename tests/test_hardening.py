@@ -21,7 +21,7 @@ from rmq.errors import BodyError, HeaderError, RmqError
 from rmq.namesrv.kvconfig import KVConfig
 from rmq.namesrv import DefaultRequestProcessor
 from rmq.protocol import MAX_JSON_DEPTH
-from support import load_compiled, load_fallback, route_table
+from support import frame, load_compiled, load_fallback, route_table
 
 # every test on the asyncio server and on the C engine (serverEngine=c)
 pytestmark = pytest.mark.usefixtures("each_server")
@@ -239,10 +239,10 @@ def test_5_loop_never_waits_for_the_table_lock(tmp_path):
 def test_6_trace_counters_do_not_drift(tmp_path):
     from rmq.trace.segments import TraceRecorder
     rec = TraceRecorder(tmp_path, queue_frames=64, queue_bytes=1 << 20)
-    frame = rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}))
+    data = rmq.encode_frame(rmq.RemotingCommand.request(105, {"topic": "T"}))
     n = 200_000
     for i in range(n):
-        rec.record(1, "peer", 0, frame, time_ns=i)
+        rec.record(1, "peer", 0, data, time_ns=i)
     rec.close()
     assert rec.queued_bytes == 0
     # what the segments hold, read with msgpack alone: the counters must say the same
@@ -257,7 +257,7 @@ def test_6_trace_counters_do_not_drift(tmp_path):
     assert len(written) >= 64
     assert [r[0] for r in written] == sorted(set(r[0] for r in written))    # in order, once
     assert written[0][0] == 0
-    assert all(r[1:] == [1, "peer", 0, frame] for r in written)
+    assert all(r[1:] == [1, "peer", 0, data] for r in written)
     assert rec.recorded == len(written)
     assert rec.dropped == n - len(written)
 
@@ -285,11 +285,6 @@ def test_7_list_mapping_topic_is_a_body_error(impl, bodies):
         impl.decode_register_broker_body(data)
 
 
-def _json_frame(header):
-    """A frame with a JSON header (serialize type 0 in the length's high byte), no body."""
-    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
-
-
 def _nested_objects(depth):
     return b'{"a":' * depth + b"1" + b"}" * depth
 
@@ -302,15 +297,15 @@ def test_7_deep_header_value_is_a_header_error(impl, field, depth):
         value = b'{"topic":' + value + b"}"
     header = b'{"code":105,"' + field + b'":' + value + b"}"
     if field == b"unknown" and depth <= MAX_JSON_DEPTH:
-        assert impl.decode_frame(_json_frame(header)).code == 105     # skipped, as Java
+        assert impl.decode_frame(frame(header)).code == 105     # skipped, as Java
         return
     with pytest.raises(HeaderError):
-        impl.decode_frame(_json_frame(header))
+        impl.decode_frame(frame(header))
 
 
 def test_7_deep_ext_value_after_a_valid_request_on_the_wire(tmp_path):
     good = rmq.RemotingCommand.request(106)
-    bad = _json_frame(b'{"code":105,"extFields":{"topic":' + _nested_objects(600) + b"}}")
+    bad = frame(b'{"code":105,"extFields":{"topic":' + _nested_objects(600) + b"}}")
     with running_namesrv(tmp_path) as app, Client(app.address) as c:
         c.send_raw(rmq.encode_frame(good) + bad)
         assert c.receive().opaque == good.opaque         # answered, then closed
@@ -320,7 +315,7 @@ def test_7_deep_ext_value_after_a_valid_request_on_the_wire(tmp_path):
 # ---------------------------------------------------------------- 8. the two agree
 
 def test_8_int_header_field_null_keeps_the_value_so_far(impl):
-    cmd = impl.decode_frame(_json_frame(b'{"code":105,"code":null,"opaque":7,"opaque":null}'))
+    cmd = impl.decode_frame(frame(b'{"code":105,"code":null,"opaque":7,"opaque":null}'))
     assert (cmd.code, cmd.opaque) == (105, 7)
 
 
@@ -331,12 +326,12 @@ def test_8_nesting_limit_is_the_same(impl, depth, ok):
     header = b'{"code":105,"unknown":' + body + b"}"
     if ok:
         assert impl.json_loads(body) is not None
-        assert impl.decode_frame(_json_frame(header)).code == 105
+        assert impl.decode_frame(frame(header)).code == 105
     else:
         with pytest.raises(BodyError):
             impl.json_loads(body)
         with pytest.raises(HeaderError):
-            impl.decode_frame(_json_frame(header))
+            impl.decode_frame(frame(header))
 
 
 @pytest.mark.parametrize("value", ["1" + "0" * 300, str(2 ** 40), "-3000000000", "true",

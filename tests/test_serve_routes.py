@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rmq import bodies
 from rmq.errors import ProtocolError, UnknownSerializeType
 from rmq._wire import topic_not_exist
-from support import V5, load_compiled, load_fallback, route_table
+from support import V5, frame, load_compiled, load_fallback, route_table
 
 
 def table(impl):
@@ -265,12 +265,6 @@ def test_a_long_run_of_queries_is_answered_in_order_as_the_reference_answers():
     assert others[0] == 450
 
 
-def json_frame(header):
-    """A frame of this raw JSON header (serialize type JSON), no body."""
-    h = header.encode()
-    return (4 + len(h)).to_bytes(4, "big") + len(h).to_bytes(4, "big") + h
-
-
 #: headers where a topic looked for before the header is read (serve.c asks for its
 #: table memory early, from where Java's clients put it) is not the query's
 TOPIC_ELSEWHERE = [
@@ -291,7 +285,7 @@ TOPIC_ELSEWHERE = [
 def test_a_topic_found_elsewhere_than_expected_is_answered_as_the_reference_answers():
     """Each lone and in a row: the same answers and hand-backs as the reference."""
     c, py = load_compiled(), load_fallback()
-    frames = [json_frame(h) for h in TOPIC_ELSEWHERE]
+    frames = [frame(h.encode()) for h in TOPIC_ELSEWHERE]
     for data in frames + [b"".join(frames[:-1])]:
         results = []
         for impl in (c, py):

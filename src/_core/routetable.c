@@ -380,17 +380,19 @@ uint32_t rt_topic_hash(const char *name, size_t len)
  * lookahead: an exported function is called, not inlined, in a shared object) */
 static inline void prefetch_lookup(const rt_table *t, uint32_t hash, int stage)
 {
-    const rt_topic *e;
-    const rt_zans *z;
-    if (stage == 0)
+    if (stage == 0) {
         __builtin_prefetch(&t->buckets[hash & t->mask]);
-    else if ((e = t->buckets[hash & t->mask]) == NULL)
         return;
-    else if (stage == 1) {
+    }
+    const rt_topic *e = t->buckets[hash & t->mask];
+    if (!e)
+        return;
+    if (stage == 1) {
         __builtin_prefetch(e);
         __builtin_prefetch(e->name);    /* (the entry's second line, as often as not) */
-    } else if ((z = __atomic_load_n(&e->zans, __ATOMIC_ACQUIRE)) != NULL)
-        __builtin_prefetch(z);          /* (stage 2: a zone-mode answer's own array) */
+    } else {
+        __builtin_prefetch(__atomic_load_n(&e->zans, __ATOMIC_ACQUIRE));  /* (NULL: none) */
+    }
 }
 
 void rt_prefetch(const rt_table *t, uint32_t hash, int stage)

@@ -57,7 +57,7 @@ size_t rs_serve_routes(rt_table *t, int stype, const uint8_t *p, size_t n, size_
             next += 4 + (size_t)length;
             a->end = next;
             if (hint && a->req.topic == hint && a->req.topic_len == hint_len) {
-                a->hash = hint_hash;
+                a->hash = hint_hash;        /* (its bucket asked for already) */
             } else {
                 a->hash = rt_topic_hash(a->req.topic, a->req.topic_len);
                 rt_prefetch(t, a->hash, 0);
